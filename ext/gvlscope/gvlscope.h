@@ -1,0 +1,9 @@
+#ifndef GVLSCOPE_H
+#define GVLSCOPE_H
+
+#include <ruby.h>
+#include <ruby/thread.h>
+
+void gvlscope_probe_init(VALUE mNative);
+
+#endif

@@ -1,0 +1,21 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # Counts the GVL events fired while a block runs: a smoke test that the hook is wired.
+  #
+  #   GVLScope::Probe.count { Thread.new { IO.pipe[0].wait_readable(0.01) }.join }
+  #   # => {started: 1, ready: 3, resumed: 4, suspended: 4, exited: 1}
+  module Probe
+    KINDS = %i[started ready resumed suspended exited].freeze
+
+    def self.count
+      Native.probe_start
+      begin
+        yield
+      ensure
+        counts = KINDS.zip(Native.probe_stop).to_h
+      end
+      counts
+    end
+  end
+end

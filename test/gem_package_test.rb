@@ -1,0 +1,29 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+
+# The gem as users get it: gem build, gem install into an empty GEM_HOME (compiling the
+# extension from source), then require it from a plain Ruby.
+class GemPackageTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  def test_built_gem_installs_into_a_fresh_gem_home_and_loads
+    Dir.mktmpdir("gvlscope-gem") do |dir|
+      env = { "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil, "BUNDLER_SETUP" => nil, "GEM_HOME" => File.join(dir, "home"),
+              "GEM_PATH" => File.join(dir, "home") }
+      gem = File.join(File.dirname(RbConfig.ruby), "gem")
+      out, err, status = Open3.capture3(env, gem, "build", File.join(ROOT, "gvlscope.gemspec"), "--output",
+                                        File.join(dir, "gvlscope.gem"), chdir: ROOT)
+      assert status.success?, "gem build failed:\n#{out}#{err}"
+      out, err, status = Open3.capture3(env, gem, "install", "--local", "--no-document", File.join(dir, "gvlscope.gem"))
+      assert status.success?, "gem install failed:\n#{out}#{err}"
+      out, err, status = Open3.capture3(env, RbConfig.ruby, "-rgvlscope", "-e",
+                                        "p GVLScope::VERSION; p GVLScope::Probe.count { Thread.new { sleep 0.001 }.join }[:started]",
+                                        chdir: dir)
+      assert status.success?, err
+      assert_equal "#{GVLScope::VERSION.inspect}\n1\n", out
+      assert File.executable?(File.join(dir, "home", "bin", "gvlscope"))
+    end
+  end
+end
