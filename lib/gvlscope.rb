@@ -1,13 +1,9 @@
 # frozen_string_literal: true
 
 require_relative "gvlscope/version"
+require_relative "gvlscope/errors"
 
 module GVLScope
-  class Error < StandardError; end
-
-  # Raised on load by a Ruby that lacks the GVL instrumentation API gvlscope needs.
-  class UnsupportedRuby < Error; end
-
   def self.check_ruby!(engine = RUBY_ENGINE, version = RUBY_VERSION)
     return if engine == "ruby" && Gem::Version.new(version) >= Gem::Version.new(MINIMUM_RUBY)
 
@@ -21,3 +17,4 @@ end
 
 require "gvlscope/gvlscope"
 require_relative "gvlscope/probe"
+require_relative "gvlscope/trace"

@@ -11,7 +11,38 @@ module GVLScopeTestHelper
 
   # Runs Ruby code in a fresh interpreter (this one, with lib on the load path); returns
   # [stdout, stderr, status]. Scenarios that change process-wide state run this way.
-  def run_ruby(code, *args, ruby: RbConfig.ruby, env: {})
-    Open3.capture3(env, ruby, "-I", File.join(ROOT, "lib"), "-e", code, *args)
+  # A child that outlives +timeout+ seconds is killed and the test fails: a hang in CRuby must
+  # not hang the suite.
+  def run_ruby(code, *args, ruby: RbConfig.ruby, env: {}, timeout: 120)
+    Open3.popen3(env, ruby, "-I", File.join(ROOT, "lib"), "-e", code, *args) do |stdin, stdout, stderr, waiter|
+      stdin.close
+      out_reader = Thread.new { stdout.read }
+      err_reader = Thread.new { stderr.read }
+      unless waiter.join(timeout)
+        Process.kill(:KILL, waiter.pid)
+        flunk "child Ruby did not finish in #{timeout} s:\n#{code}"
+      end
+      [out_reader.value, err_reader.value, waiter.value]
+    end
+  end
+
+  # Invariants of any timeline: within a Ractor at most one thread holds the GVL at a time, and
+  # a thread only runs after it wanted the GVL (or was running when the trace started).
+  def assert_consistent(timeline)
+    timeline.ractors.each do |ractor_id, threads|
+      held = threads.flat_map { |t| t.intervals.select { |i| %i[running gc].include?(i.state) } }.sort_by(&:start_ns)
+      held.each_cons(2) do |a, b|
+        next if a.thread == b.thread
+
+        assert_operator b.start_ns, :>=, a.end_ns - 50_000, "ractor #{ractor_id}: #{a.to_a} overlaps #{b.to_a}"
+      end
+      threads.each do |thread|
+        thread.intervals.each_cons(2) do |a, b|
+          next unless b.state == :running && a.state != :gc && a.state != :running
+
+          assert_equal :wants_gvl, a.state, "#{thread.label}: running after #{a.state}"
+        end
+      end
+    end
   end
 end

@@ -1,8 +1,13 @@
-// Init_gvlscope: defines the Ruby-visible functions, nothing else.
+// Init_gvlscope: sets up the recorder's process-wide state and defines the Ruby-visible functions.
 #include "gvlscope.h"
+#include "hook.h"
+#include "thread_state.h"
 
 RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     VALUE mGVLScope = rb_define_module("GVLScope");
     VALUE mNative = rb_define_module_under(mGVLScope, "Native");
+    gvls_thread_state_init();
+    gvls_hook_init();
     gvlscope_probe_init(mNative);
+    gvls_trace_session_init(mNative);
 }

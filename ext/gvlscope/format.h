@@ -1,0 +1,83 @@
+// The native trace file (.gvl): what the C writer emits and lib/gvlscope/trace_file.rb reads.
+// docs/format.md is the prose version of this file; change both together and bump the version.
+//
+// All integers are little-endian. The file is a header followed by chunks; a reader stops at the
+// first incomplete chunk, so a file cut short (process killed) reads up to its last whole chunk.
+#ifndef GVLSCOPE_FORMAT_H
+#define GVLSCOPE_FORMAT_H
+
+#include <stdint.h>
+
+#define GVLS_MAGIC "GVLSCOPE"
+#define GVLS_FORMAT_VERSION 1
+
+typedef struct {
+    char magic[8];            // "GVLSCOPE"
+    uint32_t version;         // GVLS_FORMAT_VERSION
+    uint32_t header_bytes;    // sizeof(gvls_file_header): lets later versions append fields
+    uint64_t start_monotonic_ns; // CLOCK_MONOTONIC at start; event times are relative to it
+    uint64_t start_realtime_ns;  // CLOCK_REALTIME at the same moment, for humans
+    uint32_t pid;
+    uint32_t timeslice_us;    // the scheduler's timeslice as configured (100000 unless changed)
+} gvls_file_header;
+
+// Every chunk starts with this. payload_bytes counts what follows the header.
+typedef struct {
+    uint32_t type;            // gvls_chunk_type
+    uint32_t payload_bytes;
+} gvls_chunk_header;
+
+enum gvls_chunk_type {
+    GVLS_CHUNK_EVENTS = 1,    // gvls_events_header + count × uint64 records
+    GVLS_CHUNK_THREADS = 2,   // repeated gvls_thread_record + name bytes
+    GVLS_CHUNK_END = 3,       // gvls_end_record: written by a clean stop
+};
+
+// The events seen on one native thread, in time order.
+typedef struct {
+    uint32_t native_serial;   // 1, 2, ... in order of first event on that native thread
+    uint32_t native_tid;      // the kernel's thread id (gettid)
+    uint64_t base_ns;         // time of the first record, relative to start_monotonic_ns
+    uint32_t count;           // records that follow
+    uint32_t dropped_before;  // events this native thread dropped since its previous chunk
+} gvls_events_header;
+
+// One event in 8 bytes: kind in bits 0-3, the Ruby thread's serial in bits 4-27, and the time
+// since the chunk's base_ns in bits 28-63 (36 bits: a chunk is sealed before 68 s elapse).
+#define GVLS_RECORD_KIND_BITS 4
+#define GVLS_RECORD_THREAD_BITS 24
+#define GVLS_RECORD_DELTA_SHIFT (GVLS_RECORD_KIND_BITS + GVLS_RECORD_THREAD_BITS)
+#define GVLS_RECORD_MAX_DELTA ((UINT64_C(1) << (64 - GVLS_RECORD_DELTA_SHIFT)) - 1)
+#define GVLS_MAX_THREAD_SERIAL ((UINT32_C(1) << GVLS_RECORD_THREAD_BITS) - 1)
+
+enum gvls_event_kind {
+    GVLS_EV_STARTED = 1,
+    GVLS_EV_READY = 2,
+    GVLS_EV_RESUMED = 3,
+    GVLS_EV_SUSPENDED = 4,
+    GVLS_EV_EXITED = 5,
+    GVLS_EV_GC_ENTER = 6,
+    GVLS_EV_GC_EXIT = 7,
+};
+
+static inline uint64_t gvls_record(unsigned kind, uint32_t thread_serial, uint64_t delta_ns) {
+    return (uint64_t)kind | (uint64_t)thread_serial << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;
+}
+
+// Thread table entry, followed by name_bytes of UTF-8 (no terminator).
+typedef struct {
+    uint32_t serial;
+    uint32_t ractor_id;       // Ractor#id style: 1 is the main Ractor; 0 when unknown
+    uint32_t flags;           // GVLS_THREAD_*
+    uint32_t name_bytes;
+} gvls_thread_record;
+
+enum { GVLS_THREAD_MAIN = 1, GVLS_THREAD_EXITED = 2 };
+
+typedef struct {
+    uint64_t end_ns;          // relative to start_monotonic_ns
+    uint64_t events;          // events recorded (written or still to be written at stop)
+    uint64_t dropped;         // events lost because buffers were full or a write failed
+} gvls_end_record;
+
+#endif

@@ -1,0 +1,61 @@
+// The single GVL event hook and the GC tracepoint. Runs outside the GVL (READY, EXITED) or just
+// before/after the GVL changes hands, possibly on several native threads at once: it reads the
+// clock, finds the thread's slot and hands the event to the consumers. No Ruby calls, no Ruby
+// allocation, no locks but on the rare slow paths (first sight of a thread, a full chunk).
+#include "hook.h"
+#include "clock.h"
+#include "thread_state.h"
+#include "trace.h"
+
+static rb_internal_thread_event_hook_t *thread_hook;
+static VALUE gc_tracepoint = Qnil;
+
+static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
+    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
+        gvls_trace_record(kind, slot->serial, now_ns);
+    }
+}
+
+static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused) {
+    uint64_t now_ns = gvls_now_ns();
+    unsigned kind;
+    switch (event) {
+      case RUBY_INTERNAL_THREAD_EVENT_STARTED:   kind = GVLS_EV_STARTED; break;
+      case RUBY_INTERNAL_THREAD_EVENT_READY:     kind = GVLS_EV_READY; break;
+      case RUBY_INTERNAL_THREAD_EVENT_RESUMED:   kind = GVLS_EV_RESUMED; break;
+      case RUBY_INTERNAL_THREAD_EVENT_SUSPENDED: kind = GVLS_EV_SUSPENDED; break;
+      case RUBY_INTERNAL_THREAD_EVENT_EXITED:    kind = GVLS_EV_EXITED; break;
+      default: return;
+    }
+    // Always the subject thread: the native thread running this hook may be another one.
+    gvls_thread *slot = gvls_thread_for(data->thread);
+    if (!slot) return;
+    if (kind == GVLS_EV_EXITED) slot->exited = 1;
+    dispatch(kind, slot, now_ns);
+}
+
+// GC runs with the GVL held, on the thread that triggered it.
+static void on_gc_event(VALUE tracepoint, void *unused) {
+    uint64_t now_ns = gvls_now_ns();
+    rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
+    gvls_thread *slot = gvls_thread_for(rb_thread_current());
+    if (slot) dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
+}
+
+void gvls_hook_init(void) {
+    gc_tracepoint = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_ENTER | RUBY_INTERNAL_EVENT_GC_EXIT, on_gc_event, NULL);
+    rb_gc_register_address(&gc_tracepoint);
+}
+
+void gvls_hook_install(void) {
+    if (thread_hook) return;
+    thread_hook = rb_internal_thread_add_event_hook(on_thread_event, RUBY_INTERNAL_THREAD_EVENT_MASK, NULL);
+    rb_tracepoint_enable(gc_tracepoint);
+}
+
+void gvls_hook_remove(void) {
+    if (!thread_hook) return;  // removing twice would crash CRuby
+    rb_tracepoint_disable(gc_tracepoint);
+    rb_internal_thread_remove_event_hook(thread_hook);
+    thread_hook = NULL;
+}

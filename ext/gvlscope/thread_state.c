@@ -1,0 +1,98 @@
+// Per-thread state: one slot per Ruby thread, reached through one thread-specific storage key.
+#include "thread_state.h"
+#include "format.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static rb_internal_thread_specific_key_t slot_key;
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static gvls_thread **registry;
+static size_t registry_len, registry_capa;
+static uint32_t next_serial = 1;
+static VALUE registry_holder;       // marks registered threads: their names are read at stop
+
+// The Ractor of a thread, read from CRuby's rb_thread_t without calling Ruby (the hook may not).
+// Its first fields have been { list node (2 pointers), VALUE self, rb_ractor_t *ractor, ... } since
+// 3.0, and rb_ractor_t starts with { VALUE self, uint32_t id }. Init checks the layout against the
+// main thread (self must match, id must be 1); if it does not hold, ractor ids are reported as 0.
+struct cruby_thread_prefix { void *list_prev, *list_next; VALUE self; const void *ractor; };
+struct cruby_ractor_prefix { VALUE self; uint32_t id; };
+static int ractor_layout_ok;
+
+static uint32_t ractor_id_of(VALUE thread) {
+    if (!ractor_layout_ok) return 0;
+    const struct cruby_thread_prefix *th = RTYPEDDATA_DATA(thread);
+    if (!th || th->self != thread || !th->ractor) return 0;
+    return ((const struct cruby_ractor_prefix *)th->ractor)->id;
+}
+
+static void registry_mark(void *unused) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++) rb_gc_mark(registry[i]->thread);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static const rb_data_type_t registry_type = {
+    .wrap_struct_name = "gvlscope/thread_registry",
+    .function = { .dmark = registry_mark },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
+};
+
+void gvls_thread_state_init(void) {
+    // Only key we ever create: must happen in Init, while the main Ractor is the only one.
+    slot_key = rb_internal_thread_specific_key_create();
+    registry_holder = TypedData_Wrap_Struct(0, &registry_type, NULL);
+    rb_gc_register_mark_object(registry_holder);
+
+    VALUE main_thread = rb_thread_main();
+    const struct cruby_thread_prefix *th = RTYPEDDATA_DATA(main_thread);
+    ractor_layout_ok = th && th->self == main_thread && th->ractor &&
+                       ((const struct cruby_ractor_prefix *)th->ractor)->id == 1;
+}
+
+// The slow path: first event for this thread. Two native threads may race here (a waker's READY
+// and the subject's own event), so the check is repeated under the lock.
+static gvls_thread *create_slot(VALUE thread) {
+    pthread_mutex_lock(&registry_lock);
+    gvls_thread *slot = rb_internal_thread_specific_get(thread, slot_key);
+    if (!slot && (slot = calloc(1, sizeof(*slot)))) {
+        if (registry_len == registry_capa) {
+            size_t capa = registry_capa ? registry_capa * 2 : 64;
+            gvls_thread **grown = realloc(registry, capa * sizeof(*grown));
+            if (!grown) { free(slot); slot = NULL; goto out; }
+            registry = grown;
+            registry_capa = capa;
+        }
+        slot->serial = next_serial <= GVLS_MAX_THREAD_SERIAL ? next_serial++ : GVLS_MAX_THREAD_SERIAL;
+        slot->thread = thread;
+        slot->ractor_id = ractor_id_of(thread);
+        registry[registry_len++] = slot;
+        rb_internal_thread_specific_set(thread, slot_key, slot);
+    }
+out:
+    pthread_mutex_unlock(&registry_lock);
+    return slot;
+}
+
+gvls_thread *gvls_thread_for(VALUE thread) {
+    gvls_thread *slot = rb_internal_thread_specific_get(thread, slot_key);
+    return slot ? slot : create_slot(thread);
+}
+
+void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++) fn(registry[i], arg);
+    pthread_mutex_unlock(&registry_lock);
+}
+
+void gvls_threads_prune_exited(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < registry_len; i++) {
+        if (registry[i]->exited) free(registry[i]);  // a dead thread fires no more events
+        else registry[kept++] = registry[i];
+    }
+    registry_len = kept;
+    pthread_mutex_unlock(&registry_lock);
+}

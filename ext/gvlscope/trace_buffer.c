@@ -1,0 +1,141 @@
+// Per-native-thread buffers. The hook appends one 8-byte record to the lane of the native thread
+// it runs on. Why lanes per native thread rather than per Ruby thread: READY for a thread is often
+// fired by another native thread (the waker) while the subject fires its own events, so a per-Ruby-
+// thread buffer would need atomics on every append; a lane has exactly one writer.
+#include "trace.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+gvls_trace gvls_current_trace = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake_writer = PTHREAD_COND_INITIALIZER,
+    .fd = -1,
+};
+#define T gvls_current_trace
+
+static __thread gvls_lane *tls_lane;
+static __thread uint64_t tls_lane_generation;
+static __thread uint32_t tls_tid;
+
+// Under T.lock. Seals the lane's chunk (if it holds anything) and gives the lane a fresh one, or
+// NULL when the writer is behind and the pool is at its limit: then events are dropped, counted.
+static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
+    gvls_chunk *chunk = lane->chunk;
+    if (chunk) {
+        if (chunk->header.count == 0 && chunk->header.dropped_before == 0) {
+            // Nothing to say yet: reuse it with a new base.
+            lane->base_abs_ns = now_ns;
+            chunk->header.base_ns = now_ns - T.start_ns;
+            return;
+        }
+        T.events_recorded += chunk->header.count;
+        chunk->next = NULL;
+        if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
+        T.queue_tail = chunk;
+        pthread_cond_signal(&T.wake_writer);
+    }
+    if (T.free_chunks) {
+        chunk = T.free_chunks;
+        T.free_chunks = chunk->next;
+    } else if (T.chunks_allocated < T.max_chunks && (chunk = malloc(sizeof(gvls_chunk)))) {
+        T.chunks_allocated++;
+    } else {
+        chunk = NULL;
+    }
+    lane->chunk = chunk;
+    if (chunk) {
+        chunk->header = (gvls_events_header){
+            .native_serial = lane->native_serial,
+            .native_tid = lane->native_tid,
+            .base_ns = now_ns - T.start_ns,
+            .dropped_before = lane->dropped,
+        };
+        T.events_dropped += lane->dropped;
+        lane->dropped = 0;
+        lane->base_abs_ns = now_ns;
+    }
+}
+
+static gvls_lane *lane_for_this_native_thread(uint64_t now_ns) {
+    if (tls_lane_generation == T.generation) return tls_lane;
+    if (!tls_tid) tls_tid = (uint32_t)syscall(SYS_gettid);
+    gvls_lane *lane = calloc(1, sizeof(*lane));
+    pthread_mutex_lock(&T.lock);
+    if (lane) {
+        lane->native_serial = ++T.next_native_serial;
+        lane->native_tid = tls_tid;
+        lane->next = T.lanes;
+        T.lanes = lane;
+        lane_rotate_locked(lane, now_ns);
+    }
+    pthread_mutex_unlock(&T.lock);
+    tls_lane = lane;
+    tls_lane_generation = T.generation;
+    return lane;
+}
+
+void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
+    gvls_lane *lane = lane_for_this_native_thread(now_ns);
+    if (__builtin_expect(!lane, 0)) return;
+    gvls_chunk *chunk = lane->chunk;
+    if (now_ns < lane->base_abs_ns) now_ns = lane->base_abs_ns;  // never negative deltas
+    if (__builtin_expect(!chunk || chunk->header.count == GVLS_RECORDS_PER_CHUNK ||
+                         now_ns - lane->base_abs_ns > GVLS_RECORD_MAX_DELTA, 0)) {
+        pthread_mutex_lock(&T.lock);
+        lane_rotate_locked(lane, now_ns);
+        pthread_mutex_unlock(&T.lock);
+        chunk = lane->chunk;
+        if (!chunk) { lane->dropped++; return; }
+    }
+    chunk->records[chunk->header.count++] = gvls_record(kind, thread_serial, now_ns - lane->base_abs_ns);
+}
+
+void gvls_trace_buffers_reset(size_t max_chunks) {
+    pthread_mutex_lock(&T.lock);
+    T.generation++;
+    T.max_chunks = max_chunks;
+    T.next_native_serial = 0;
+    T.events_recorded = T.events_dropped = 0;
+    pthread_mutex_unlock(&T.lock);
+}
+
+// With the hook removed nobody appends: seal what every lane holds, including drops at the end.
+void gvls_trace_buffers_flush(void) {
+    pthread_mutex_lock(&T.lock);
+    for (gvls_lane *lane = T.lanes; lane; lane = lane->next) {
+        if (lane->chunk && (lane->chunk->header.count || lane->chunk->header.dropped_before)) {
+            lane_rotate_locked(lane, lane->base_abs_ns);
+        }
+        if (lane->chunk) {  // the spare the rotation handed out
+            lane->chunk->next = T.free_chunks;
+            T.free_chunks = lane->chunk;
+            lane->chunk = NULL;
+        }
+        T.events_dropped += lane->dropped;  // drops no later chunk will report
+        lane->dropped = 0;
+    }
+    pthread_mutex_unlock(&T.lock);
+}
+
+void gvls_trace_buffers_free(void) {
+    pthread_mutex_lock(&T.lock);
+    for (gvls_lane *lane = T.lanes, *next; lane; lane = next) { next = lane->next; free(lane->chunk); free(lane); }
+    T.lanes = NULL;
+    for (gvls_chunk *chunk = T.free_chunks, *next; chunk; chunk = next) { next = chunk->next; free(chunk); }
+    T.free_chunks = NULL;
+    T.chunks_allocated = 0;
+    pthread_mutex_unlock(&T.lock);
+}
+
+gvls_chunk *gvls_trace_take_queue(void) {
+    gvls_chunk *head = T.queue_head;
+    T.queue_head = T.queue_tail = NULL;
+    return head;
+}
+
+void gvls_trace_recycle(gvls_chunk *chunk) {
+    chunk->next = T.free_chunks;
+    T.free_chunks = chunk;
+}

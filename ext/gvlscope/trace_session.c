@@ -1,0 +1,136 @@
+// Starting and stopping a trace: the file, its header, thread table and end record, and the order
+// of operations that makes stopping safe (hook off first, then flush, then the writer).
+#include "gvlscope.h"
+#include "clock.h"
+#include "hook.h"
+#include "thread_state.h"
+#include "trace.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T gvls_current_trace
+
+static uint64_t realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// Native.trace_start(path, max_buffer_bytes, timeslice_us, threads_already_running)
+static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads) {
+    if (atomic_load(&T.active) || T.fd >= 0) rb_raise(rb_eRuntimeError, "a trace is already running");
+    FilePathValue(path);
+    size_t max_chunks = NUM2SIZET(max_buffer_bytes) / sizeof(gvls_chunk);
+    if (max_chunks < 2) rb_raise(rb_eArgError, "buffer too small: at least %zu bytes", 2 * sizeof(gvls_chunk));
+    Check_Type(threads, T_ARRAY);
+
+    int fd = open(StringValueCStr(path), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) rb_sys_fail_str(path);
+
+    gvls_file_header header = { .version = GVLS_FORMAT_VERSION, .header_bytes = sizeof(header) };
+    memcpy(header.magic, GVLS_MAGIC, sizeof(header.magic));
+    header.start_monotonic_ns = gvls_now_ns();
+    header.start_realtime_ns = realtime_ns();
+    header.pid = (uint32_t)getpid();
+    header.timeslice_us = NUM2UINT(timeslice_us);
+    int err = gvls_write_all(fd, &header, sizeof(header));
+    if (err) { close(fd); errno = err; rb_sys_fail_str(path); }
+
+    // Threads that already exist get their slots now, so the table names them even if they
+    // never fire an event during the trace.
+    for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
+
+    gvls_trace_buffers_reset(max_chunks);
+    T.start_ns = header.start_monotonic_ns;
+    T.fd = fd;
+    if ((err = gvls_trace_writer_start())) {
+        T.fd = -1;
+        close(fd);
+        errno = err;
+        rb_sys_fail("pthread_create (gvlscope trace writer)");
+    }
+    atomic_store(&T.active, 1);
+    gvls_hook_install();
+    return Qnil;
+}
+
+typedef struct { gvls_thread *copy; size_t len, capa; } thread_copies;
+
+static void copy_thread(gvls_thread *slot, void *arg) {
+    thread_copies *copies = arg;
+    if (copies->len == copies->capa) {
+        size_t capa = copies->capa ? copies->capa * 2 : 64;
+        gvls_thread *grown = realloc(copies->copy, capa * sizeof(*grown));
+        if (!grown) return;
+        copies->copy = grown;
+        copies->capa = capa;
+    }
+    copies->copy[copies->len++] = *slot;
+}
+
+// The thread table. Names are read now, at the end, so names given after a thread started are
+// included. The registry is copied first: calling Ruby may run GC, whose mark takes its lock.
+static int write_thread_table(int fd) {
+    thread_copies copies = { 0 };
+    gvls_threads_each(copy_thread, &copies);
+    VALUE buffer = rb_str_buf_new(64 * (long)copies.len);
+    VALUE main_thread = rb_thread_main();
+    ID id_name = rb_intern("name");
+    for (size_t i = 0; i < copies.len; i++) {
+        gvls_thread *slot = &copies.copy[i];
+        VALUE name = rb_funcall(slot->thread, id_name, 0);
+        if (!RB_TYPE_P(name, T_STRING)) name = rb_str_new(0, 0);
+        gvls_thread_record record = {
+            .serial = slot->serial,
+            .ractor_id = slot->ractor_id,
+            .flags = (slot->thread == main_thread ? GVLS_THREAD_MAIN : 0) | (slot->exited ? GVLS_THREAD_EXITED : 0),
+            .name_bytes = (uint32_t)RSTRING_LEN(name),
+        };
+        rb_str_buf_cat(buffer, (const char *)&record, sizeof(record));
+        rb_str_buf_cat(buffer, RSTRING_PTR(name), RSTRING_LEN(name));
+    }
+    free(copies.copy);
+    gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)RSTRING_LEN(buffer) };
+    int err = gvls_write_all(fd, &header, sizeof(header));
+    if (!err) err = gvls_write_all(fd, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
+    RB_GC_GUARD(buffer);
+    return err;
+}
+
+// Native.trace_stop -> [events, dropped, duration_ns, write_error_or_nil]
+static VALUE trace_stop(VALUE self) {
+    if (!atomic_load(&T.active)) rb_raise(rb_eRuntimeError, "no trace is running");
+    atomic_store(&T.active, 0);
+    gvls_hook_remove();             // waits for callbacks in flight: nobody appends after this
+    uint64_t end_ns = gvls_now_ns();
+    gvls_trace_buffers_flush();
+    gvls_trace_writer_stop();       // writes everything queued
+
+    int err = T.write_errno;
+    if (!err) err = write_thread_table(T.fd);
+    gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
+    if (!err) {
+        gvls_chunk_header header = { GVLS_CHUNK_END, sizeof(end) };
+        err = gvls_write_all(T.fd, &header, sizeof(header));
+        if (!err) err = gvls_write_all(T.fd, &end, sizeof(end));
+    }
+    if (close(T.fd) != 0 && !err) err = errno;
+    T.fd = -1;
+    gvls_trace_buffers_free();
+    gvls_threads_prune_exited();
+    return rb_ary_new_from_args(4, ULL2NUM(end.events), ULL2NUM(end.dropped), ULL2NUM(end.end_ns),
+                                err ? rb_str_new_cstr(strerror(err)) : Qnil);
+}
+
+static VALUE trace_active_p(VALUE self) {
+    return atomic_load(&T.active) ? Qtrue : Qfalse;
+}
+
+void gvls_trace_session_init(VALUE mNative) {
+    rb_define_singleton_method(mNative, "trace_start", trace_start, 4);
+    rb_define_singleton_method(mNative, "trace_stop", trace_stop, 0);
+    rb_define_singleton_method(mNative, "trace_active?", trace_active_p, 0);
+}

@@ -1,0 +1,146 @@
+# frozen_string_literal: true
+
+module GVLScope
+  module Exporters
+    # Timeline -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
+    # a thread track per Ruby thread with a slice per state, a counter track of threads wanting
+    # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
+    # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
+    # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
+    class Perfetto
+      # TracePacket
+      TIMESTAMP = 8
+      SEQUENCE_ID = 10
+      TRACK_EVENT = 11
+      TRACK_DESCRIPTOR = 60
+      # TrackDescriptor
+      UUID = 1
+      TRACK_NAME = 2
+      PROCESS = 3
+      THREAD = 4
+      PARENT_UUID = 5
+      COUNTER = 8
+      # ProcessDescriptor / ThreadDescriptor
+      PID = 1
+      TID = 2
+      PROCESS_NAME = 6
+      THREAD_NAME = 5
+      # TrackEvent
+      EVENT_TYPE = 9
+      TRACK_UUID = 11
+      EVENT_NAME = 23
+      COUNTER_VALUE = 30
+      SLICE_BEGIN = 1
+      SLICE_END = 2
+      COUNTER_EVENT = 4
+      SEQUENCE = 1
+      NATIVE_PID_OFFSET = 1_000_000
+
+      def initialize(timeline)
+        @timeline = timeline
+      end
+
+      def write(io)
+        pid = @timeline.file.pid
+        @timeline.ractors.each_key do |ractor_id|
+          packet(io, descriptor(process_uuid(ractor_id), PROCESS,
+                                field_varint(PID, fake_pid(ractor_id)) +
+                                field_string(PROCESS_NAME, ractor_id.zero? ? "pid #{pid}" : "Ractor #{ractor_id} (pid #{pid})")))
+        end
+        @timeline.each_thread do |thread|
+          uuid = thread_uuid(thread.serial)
+          packet(io, descriptor(uuid, THREAD,
+                                field_varint(PID, fake_pid(thread.ractor_id)) + field_varint(TID, thread.serial) +
+                                field_string(THREAD_NAME, thread.label),
+                                parent: process_uuid(thread.ractor_id)))
+          thread.intervals.each do |interval|
+            slice(io, uuid, interval.start_ns, interval.end_ns, ChromeJSON.state_name(interval))
+          end
+        end
+        write_counter(io)
+        write_native_lanes(io)
+        io
+      end
+
+      private
+
+      def fake_pid(ractor_id) = @timeline.file.pid * 10 + ractor_id
+      def process_uuid(ractor_id) = 1_000 + ractor_id
+      def thread_uuid(serial) = 1_000_000 + serial
+      def native_uuid(serial) = 2_000_000_000 + serial
+      COUNTER_UUID = 42
+
+      def write_counter(io)
+        body = field_varint(UUID, COUNTER_UUID) + field_string(TRACK_NAME, "threads wanting the GVL") +
+               field_bytes(COUNTER, "") + field_varint(PARENT_UUID, process_uuid(@timeline.ractors.keys.min || 0))
+        packet(io, field_bytes(TRACK_DESCRIPTOR, body))
+        @timeline.waiting_counter.each do |time, count|
+          event = field_varint(EVENT_TYPE, COUNTER_EVENT) + field_varint(TRACK_UUID, COUNTER_UUID) +
+                  field_varint(COUNTER_VALUE, count)
+          packet(io, field_varint(TIMESTAMP, time) + field_bytes(TRACK_EVENT, event))
+        end
+      end
+
+      def write_native_lanes(io)
+        tids = @timeline.file.native_tids
+        return if tids.empty?
+
+        native_pid = @timeline.file.pid + NATIVE_PID_OFFSET
+        packet(io, descriptor(process_uuid(-1), PROCESS, field_varint(PID, native_pid) +
+                                                      field_string(PROCESS_NAME, "native threads")))
+        tids.each do |serial, tid|
+          packet(io, descriptor(native_uuid(serial), THREAD,
+                                field_varint(PID, native_pid) + field_varint(TID, tid) +
+                                field_string(THREAD_NAME, "native thread #{serial} (tid #{tid})"),
+                                parent: process_uuid(-1)))
+        end
+        @timeline.each_thread do |thread|
+          thread.intervals.each do |interval|
+            next unless interval.state == :running && interval.native
+
+            slice(io, native_uuid(interval.native), interval.start_ns, interval.end_ns, thread.label)
+          end
+        end
+      end
+
+      def descriptor(uuid, kind, kind_body, parent: nil)
+        body = field_varint(UUID, uuid)
+        body << field_varint(PARENT_UUID, parent) if parent
+        body << field_bytes(kind, kind_body)
+        field_bytes(TRACK_DESCRIPTOR, body)
+      end
+
+      def slice(io, track, start_ns, end_ns, name)
+        begin_event = field_varint(EVENT_TYPE, SLICE_BEGIN) + field_varint(TRACK_UUID, track) + field_string(EVENT_NAME, name)
+        packet(io, field_varint(TIMESTAMP, start_ns) + field_bytes(TRACK_EVENT, begin_event))
+        end_event = field_varint(EVENT_TYPE, SLICE_END) + field_varint(TRACK_UUID, track)
+        packet(io, field_varint(TIMESTAMP, end_ns) + field_bytes(TRACK_EVENT, end_event))
+      end
+
+      def packet(io, body)
+        body << field_varint(SEQUENCE_ID, SEQUENCE)
+        io << field_bytes(1, body) # Trace.packet = 1
+      end
+
+      def varint(value)
+        raise ArgumentError, "negative varint #{value}" if value.negative?
+
+        bytes = +"".b
+        while value >= 0x80
+          bytes << ((value & 0x7f) | 0x80)
+          value >>= 7
+        end
+        bytes << value
+      end
+
+      def field_varint(number, value) = varint(number << 3) << varint(value)
+
+      def field_bytes(number, bytes)
+        bytes = bytes.b
+        varint((number << 3) | 2) << varint(bytes.bytesize) << bytes
+      end
+
+      def field_string(number, string) = field_bytes(number, string.encode(Encoding::UTF_8))
+    end
+  end
+end

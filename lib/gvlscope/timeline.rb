@@ -1,0 +1,190 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # The one model every output reads: events turned into per-thread state intervals.
+  #
+  # States: :started (created, not yet asking for the GVL), :wants_gvl (runnable, waiting for the
+  # GVL), :running (holds the GVL), :gc (holds it, collecting garbage), :waiting (blocked: not
+  # runnable), :died (a zero-length marker at EXITED).
+  #
+  # :waiting carries why, as far as the events tell (see docs/format.md, "Waiting reasons"):
+  #   :io_sleep the thread woke up on its own native thread: a blocking call (IO, sleep with a
+  #            timeout, a C extension's blocking region) returned. IO and sleep look the same
+  #            in GVL events; telling them apart would need the stack at SUSPENDED
+  #   :lock    another thread made it runnable: Mutex#unlock, Queue#push, ConditionVariable#signal,
+  #            Thread#join's target exiting, Thread#wakeup
+  #   :unknown the trace ended (or the thread exited) before it became runnable again
+  #
+  # A running interval ends with a release cause:
+  #   :blocking  it blocked (the :waiting interval that follows says on what)
+  #   :preempted the scheduler switched it out at the end of its timeslice
+  #   :pass      it gave the GVL up while staying runnable, well before a timeslice (Thread.pass)
+  #   :exit      it exited
+  class Timeline
+    Interval = Struct.new(:thread, :state, :start_ns, :end_ns, :detail, :native) do
+      def duration_ns = end_ns - start_ns
+    end
+
+    ThreadTimeline = Struct.new(:serial, :info, :intervals) do
+      def label = info.label
+      def ractor_id = info.ractor_id
+    end
+
+    attr_reader :file, :threads, :duration_ns, :waiting_counter
+
+    def self.from_file(path)
+      new(TraceFile.read(path))
+    end
+
+    def initialize(file)
+      @file = file
+      @duration_ns = file.duration_ns
+      @threads = {}
+      @waiting_counter = [] # [[time_ns, threads wanting the GVL], ...] per change, all Ractors
+      build
+    end
+
+    def each_thread(&block) = @threads.each_value(&block)
+
+    def ractors
+      @threads.values.group_by(&:ractor_id)
+    end
+
+    private
+
+    INFERRED_BEFORE = { ready: :waiting, resumed: :wants_gvl, suspended: :running, exited: :running,
+                        gc_enter: :running, gc_exit: :gc }.freeze
+
+    # Per-thread scan state.
+    Cursor = Struct.new(:state, :since, :detail, :native, :suspend_native, :suspend_time, :others_wanted,
+                        :resumed_at, :running_interval, :events_since_suspend, :gc_from)
+
+    def build
+      cursors = Hash.new { |h, serial| h[serial] = Cursor.new(nil, 0) }
+      wanting = Hash.new(0) # ractor id -> threads in :wants_gvl
+      wanting_total = 0
+      times = @file.times
+      kinds = @file.kinds
+      serials = @file.threads
+      natives = @file.natives
+      resumes_by_ractor = Hash.new(0) # a generation counter: any RESUMED in the Ractor
+
+      set_state = lambda do |serial, cursor, state, time, detail = nil|
+        ractor = thread_timeline(serial).ractor_id
+        if cursor.state == :wants_gvl
+          wanting[ractor] -= 1
+          wanting_total -= 1
+        end
+        if state == :wants_gvl
+          wanting[ractor] += 1
+          wanting_total += 1
+        end
+        close(serial, cursor, time)
+        cursor.state = state
+        cursor.since = time
+        cursor.detail = detail
+        if (@waiting_counter.last&.first == time)
+          @waiting_counter.last[1] = wanting_total
+        elsif @waiting_counter.last&.last != wanting_total
+          @waiting_counter << [time, wanting_total]
+        end
+      end
+
+      times.each_index do |i|
+        time = times[i]
+        serial = serials[i]
+        cursor = cursors[serial]
+        ractor = thread_timeline(serial).ractor_id
+        kind = kinds[i]
+        if cursor.state.nil? && kind != :started
+          # A thread that existed before the trace: its first event tells what it was doing.
+          cursor.state = INFERRED_BEFORE.fetch(kind)
+          cursor.detail = :unknown if cursor.state == :waiting
+          if cursor.state == :wants_gvl
+            wanting[ractor] += 1
+            wanting_total += 1
+          end
+        end
+        case kind
+        when :started
+          set_state.(serial, cursor, :started, time)
+        when :ready
+          if cursor.state == :waiting && cursor.detail.nil?
+            yielded = natives[i] == cursor.suspend_native && cursor.others_wanted &&
+                      resumes_by_ractor[ractor] == cursor.events_since_suspend
+            if yielded
+              # SUSPENDED then READY on the same native thread before anyone else got the GVL:
+              # the thread gave the GVL up but stayed runnable. Rewrite the release.
+              cursor.state = :wants_gvl
+              wanting[ractor] += 1
+              wanting_total += 1
+              release = time_since_resume(cursor) >= @file.timeslice_ns / 2 ? :preempted : :pass
+              cursor.running_interval.detail = release if cursor.running_interval
+              next
+            end
+            cursor.detail = natives[i] == cursor.suspend_native ? :io_sleep : :lock
+          end
+          set_state.(serial, cursor, :wants_gvl, time) unless cursor.state == :wants_gvl
+        when :resumed
+          resumes_by_ractor[ractor] += 1
+          set_state.(serial, cursor, :running, time)
+          cursor.resumed_at = time
+          cursor.native = natives[i]
+        when :suspended
+          others = wanting[ractor] - (cursor.state == :wants_gvl ? 1 : 0)
+          set_state.(serial, cursor, :waiting, time)
+          cursor.running_interval&.detail ||= :blocking
+          cursor.suspend_native = natives[i]
+          cursor.suspend_time = time
+          cursor.others_wanted = others.positive?
+          cursor.events_since_suspend = resumes_by_ractor[ractor]
+        when :exited
+          if cursor.state == :waiting && cursor.detail.nil?
+            # SUSPENDED then EXITED: the last release was the exit itself, not a wait.
+            cursor.running_interval.detail = :exit if cursor.running_interval
+            cursor.state = :died
+            cursor.since = time
+            next
+          end
+          was_running = cursor.state == :running
+          set_state.(serial, cursor, :died, time)
+          cursor.running_interval.detail = :exit if was_running && cursor.running_interval
+        when :gc_enter
+          set_state.(serial, cursor, :gc, time) if cursor.state == :running || cursor.state.nil?
+        when :gc_exit
+          set_state.(serial, cursor, :running, time) if cursor.state == :gc
+        end
+      end
+      cursors.each { |serial, cursor| close(serial, cursor, @duration_ns) }
+      @file.thread_info.each_key { |serial| thread_timeline(serial) }
+    end
+
+    def time_since_resume(cursor)
+      cursor.resumed_at ? cursor.suspend_time - cursor.resumed_at : 0
+    end
+
+    def thread_timeline(serial)
+      @threads[serial] ||= ThreadTimeline.new(serial, @file.thread_info[serial] ||
+        TraceFile::ThreadInfo.new(serial: serial, ractor_id: 0), [])
+    end
+
+    # Ends the cursor's current state at +time+ as an interval. A thread first seen mid-trace
+    # (it existed before the trace) gets its earlier state inferred from its first event.
+    def close(serial, cursor, time)
+      state = cursor.state
+      if state == :died
+        thread_timeline(serial).intervals << Interval.new(serial, :died, cursor.since, cursor.since, nil)
+        cursor.state = :gone
+        return
+      end
+      return if state.nil? || state == :gone
+
+      detail = cursor.detail
+      detail ||= :unknown if state == :waiting
+      interval = Interval.new(serial, state, cursor.since, time, detail, state == :running ? cursor.native : nil)
+      thread_timeline(serial).intervals << interval if time > cursor.since || state == :started
+      cursor.running_interval = interval if state == :running
+      cursor.running_interval = nil if state == :waiting || state == :wants_gvl
+    end
+  end
+end

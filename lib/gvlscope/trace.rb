@@ -1,0 +1,74 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # What GVLScope.stop returns.
+  #   path        the trace file
+  #   events      events written
+  #   dropped     events lost because the writer fell behind (buffers full) or a write failed
+  #   duration    seconds between start and stop
+  #   write_error nil, or why writing failed (the file then holds what was written before)
+  TraceSummary = Struct.new(:path, :events, :dropped, :duration, :write_error, keyword_init: true) do
+    def to_s
+      text = format("%s: %d events in %.3f s", path, events, duration)
+      text += ", #{dropped} dropped" if dropped.positive?
+      text += " (write error: #{write_error})" if write_error
+      text
+    end
+  end
+
+  DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024
+
+  class << self
+    # Starts tracing every thread's GVL state changes into +path+ (the native .gvl format).
+    #   buffer_bytes: memory for events not yet written; past it events are dropped (and counted).
+    def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES)
+      raise Error, "a trace is already running (to #{@trace_path})" if tracing?
+      unless buffer_bytes.is_a?(Integer) && buffer_bytes >= 1 << 20
+        raise ArgumentError, "buffer_bytes must be an Integer >= 1 MiB, got #{buffer_bytes.inspect}"
+      end
+
+      path = File.expand_path(path.to_path) if path.respond_to?(:to_path)
+      path = String(path)
+      Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list)
+      @trace_path = path
+      self
+    end
+
+    # Stops the trace and returns a TraceSummary.
+    def stop
+      raise Error, "no trace is running" unless tracing?
+
+      events, dropped, duration_ns, write_error = Native.trace_stop
+      TraceSummary.new(path: @trace_path, events: events, dropped: dropped,
+                       duration: duration_ns / 1e9, write_error: write_error)
+    ensure
+      @trace_path = nil unless tracing?
+    end
+
+    def tracing?
+      Native.trace_active?
+    end
+
+    # Traces the block; returns the TraceSummary (the block's value is not kept: use start/stop
+    # when you need it).
+    def trace(path, **options)
+      start(path, **options)
+      begin
+        yield
+      ensure
+        summary = stop
+      end
+      summary
+    end
+
+    # The scheduler's timeslice in microseconds: 100 ms, or RUBY_THREAD_TIMESLICE (ms) on 3.4+.
+    def timeslice_us
+      configured = ENV["RUBY_THREAD_TIMESLICE"].to_s
+      if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4") && configured.match?(/\A\d+\z/) && configured.to_i.positive?
+        configured.to_i * 1000
+      else
+        100_000
+      end
+    end
+  end
+end

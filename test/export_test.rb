@@ -1,0 +1,87 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "gvlscope/trace_file"
+require "gvlscope/timeline"
+require "gvlscope/exporters/chrome_json"
+require "gvlscope/exporters/perfetto"
+require "json"
+require "tmpdir"
+
+# Round trips: native -> Chrome JSON parsed back; native -> .pftrace decoded by protoc against
+# Perfetto's own schema.
+class ExportTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  DESCRIPTOR = File.expand_path("../../shared/perfetto/perfetto_trace.desc", __dir__)
+
+  def setup
+    @dir = Dir.mktmpdir("gvlscope-export")
+    @path = File.join(@dir, "t.gvl")
+    reader, writer = IO.pipe
+    GVLScope.trace(@path) do
+      thread = Thread.new { reader.read(1) }
+      thread.name = "reader ünïcode"
+      sleep 0.02
+      writer.write("x")
+      thread.join
+    end
+    [reader, writer].each(&:close)
+    @timeline = GVLScope::Timeline.from_file(@path)
+  end
+
+  def teardown
+    FileUtils.rm_rf(@dir)
+  end
+
+  def test_chrome_json_round_trip
+    json = JSON.parse(GVLScope::Exporters::ChromeJSON.new(@timeline).write(+"").to_s)
+    events = json.fetch("traceEvents")
+    slices = events.select { |e| e["ph"] == "X" && e["cat"] == "gvl" }
+    assert_equal @timeline.threads.values.sum { |t| t.intervals.size }, slices.size
+    names = events.select { |e| e["name"] == "thread_name" }.map { |e| e.dig("args", "name") }
+    assert_includes names, "reader ünïcode"
+    assert_includes names, "main"
+    assert_includes slices.map { |e| e["name"] }, "waiting (io/sleep)"
+    reader_tid = events.find { |e| e["name"] == "thread_name" && e.dig("args", "name") == "reader ünïcode" }["tid"]
+    reader_states = slices.select { |e| e["tid"] == reader_tid }.sort_by { |e| e["ts"] }.map { |e| e["name"] }
+    assert_equal ["started", "wants_gvl", "running", "waiting (io/sleep)", "wants_gvl", "running", "died"], reader_states
+    assert events.any? { |e| e["ph"] == "C" }, "a counter of threads wanting the GVL"
+  end
+
+  def test_perfetto_decodes_against_the_real_schema
+    skip "protoc not installed (apt-get install protobuf-compiler)" unless system("command -v protoc >/dev/null")
+    skip "no #{DESCRIPTOR}" unless File.exist?(DESCRIPTOR)
+
+    pftrace = File.join(@dir, "t.pftrace")
+    File.open(pftrace, "wb") { |io| GVLScope::Exporters::Perfetto.new(@timeline).write(io) }
+    text, err, status = Open3.capture3("protoc", "--decode=perfetto.protos.Trace", "--descriptor_set_in=#{DESCRIPTOR}",
+                                       stdin_data: File.binread(pftrace), binmode: true)
+    assert status.success?, err
+    begins = text.scan("type: TYPE_SLICE_BEGIN").size
+    ends = text.scan("type: TYPE_SLICE_END").size
+    running_intervals = @timeline.threads.values.sum { |t| t.intervals.count { |i| i.state == :running && i.native } }
+    assert_equal @timeline.threads.values.sum { |t| t.intervals.size } + running_intervals, begins
+    assert_equal begins, ends
+    assert_includes text, 'thread_name: "reader \303\274n\303\257code"'
+    assert_match(/name: "waiting \(io\/sleep\)"/, text)
+    assert_includes text, 'name: "threads wanting the GVL"'
+    assert_includes text, "type: TYPE_COUNTER"
+  end
+
+  def test_cli_export_and_summary
+    out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "export", @path, "--format", "chrome-json")
+    assert status.success?, err
+    assert JSON.parse(File.read(@path.sub(/\.gvl\z/, ".json")))["traceEvents"].any?
+    out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "summary", @path)
+    assert status.success?, err
+    assert_match(/GVL held \d+\.\d% of the time/, out)
+    assert_match(/reader ünïcode/, out)
+    _out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "export", @path, "--format", "svg")
+    assert_equal 2, status.exitstatus
+    assert_match(/invalid argument: --format svg/, err)
+    _out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "summary", File.join(@dir, "nope.gvl"))
+    assert_equal 1, status.exitstatus
+    assert_match(/no such file/, err)
+  end
+end
