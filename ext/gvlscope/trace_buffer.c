@@ -15,9 +15,10 @@ gvls_trace gvls_current_trace = {
 };
 #define T gvls_current_trace
 
-static __thread gvls_lane *tls_lane;
-static __thread uint64_t tls_lane_generation;
-static __thread uint32_t tls_tid;
+#define GVLS_TLS __thread __attribute__((tls_model("initial-exec")))
+static GVLS_TLS gvls_lane *tls_lane;
+static GVLS_TLS uint64_t tls_lane_generation;
+static GVLS_TLS uint32_t tls_tid;
 
 // Under T.lock. Seals the lane's chunk (if it holds anything) and gives the lane a fresh one, or
 // NULL when the writer is behind and the pool is at its limit: then events are dropped, counted.
@@ -76,13 +77,12 @@ static gvls_lane *lane_for_this_native_thread(uint64_t now_ns) {
     return lane;
 }
 
-void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
-    gvls_lane *lane = lane_for_this_native_thread(now_ns);
-    if (__builtin_expect(!lane, 0)) return;
-    gvls_chunk *chunk = lane->chunk;
+// The slow path of gvls_trace_record, kept out of line so the fast path needs no register saves.
+__attribute__((noinline)) static void record_slow(gvls_lane *lane, unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
+    if (!lane) return;
     if (now_ns < lane->base_abs_ns) now_ns = lane->base_abs_ns;  // never negative deltas
-    if (__builtin_expect(!chunk || chunk->header.count == GVLS_RECORDS_PER_CHUNK ||
-                         now_ns - lane->base_abs_ns > GVLS_RECORD_MAX_DELTA, 0)) {
+    gvls_chunk *chunk = lane->chunk;
+    if (!chunk || chunk->header.count == GVLS_RECORDS_PER_CHUNK || now_ns - lane->base_abs_ns > GVLS_RECORD_MAX_DELTA) {
         pthread_mutex_lock(&T.lock);
         lane_rotate_locked(lane, now_ns);
         pthread_mutex_unlock(&T.lock);
@@ -90,6 +90,19 @@ void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
         if (!chunk) { lane->dropped++; return; }
     }
     chunk->records[chunk->header.count++] = gvls_record(kind, thread_serial, now_ns - lane->base_abs_ns);
+}
+
+void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
+    gvls_lane *lane = tls_lane;
+    if (__builtin_expect(tls_lane_generation == T.generation && lane->chunk != NULL, 1)) {
+        gvls_chunk *chunk = lane->chunk;
+        uint64_t delta = now_ns - lane->base_abs_ns;  // wraps to huge if now < base: slow path
+        if (__builtin_expect(chunk->header.count < GVLS_RECORDS_PER_CHUNK && delta <= GVLS_RECORD_MAX_DELTA, 1)) {
+            chunk->records[chunk->header.count++] = gvls_record(kind, thread_serial, delta);
+            return;
+        }
+    }
+    record_slow(lane_for_this_native_thread(now_ns), kind, thread_serial, now_ns);
 }
 
 void gvls_trace_buffers_reset(size_t max_chunks) {

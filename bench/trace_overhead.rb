@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+# What tracing costs: one thread calling File#sysread(16) on /dev/zero CALLS times (each call
+# releases and retakes the GVL: SUSPENDED, READY, RESUMED), untraced and traced, alternating in
+# one process, ROUNDS rounds; medians reported. Time is the process's CPU time (all its threads,
+# so the trace writer's work counts too): on a shared 2-core VM, wall time of runs this short
+# swings by ±20 % with neighbours, CPU time much less. Then the trace's size per event and the time to
+# export it to Chrome JSON and Perfetto.
+#
+#   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/trace_overhead.rb
+#   (CALLS=1000000 ROUNDS=5 by default; the gvl-tracing row appears when that gem is installed)
+require "gvlscope"
+require "gvlscope/trace_file"
+require "gvlscope/timeline"
+require "gvlscope/exporters/chrome_json"
+require "gvlscope/exporters/perfetto"
+require "tmpdir"
+
+CALLS = Integer(ENV.fetch("CALLS", 1_000_000))
+ROUNDS = Integer(ENV.fetch("ROUNDS", 9))
+EVENTS_PER_CALL = 3
+
+def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+def cpu_clock = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+
+def workload
+  File.open("/dev/zero") do |zero|
+    started = cpu_clock
+    CALLS.times { zero.sysread(16) }
+    cpu_clock - started
+  end
+end
+
+def median(values) = values.sort[values.size / 2]
+
+begin
+  require "gvl-tracing"
+rescue LoadError
+  warn "gvl-tracing not installed: its row is skipped (BUNDLE_GEMFILE=bench/Gemfile bundle install)"
+end
+
+dir = Dir.mktmpdir("gvlscope-bench")
+trace_path = File.join(dir, "bench.gvl")
+times = Hash.new { |h, k| h[k] = [] }
+sizes = {}
+events = {}
+workload # warm up
+ROUNDS.times do |round|
+  $stderr.print "\rround #{round + 1}/#{ROUNDS}"
+  times[:untraced] << workload
+
+  # The floor: a hook that only counts events (GVLScope::Probe), no clock, no buffer.
+  counts = nil
+  counts = GVLScope::Probe.count { times[:empty_hook] << workload }
+  events[:empty_hook] = counts.values.sum
+  sizes[:empty_hook] = 0
+
+  GVLScope.start(trace_path)
+  times[:gvlscope] << workload
+  summary = GVLScope.stop
+  events[:gvlscope] = summary.events
+  sizes[:gvlscope] = File.size(trace_path)
+  abort "gvlscope dropped #{summary.dropped} events" if summary.dropped.positive?
+
+  next unless defined?(GvlTracing)
+
+  json_path = File.join(dir, "bench.json")
+  GvlTracing.start(json_path)
+  times[:gvl_tracing] << workload
+  GvlTracing.stop
+  sizes[:gvl_tracing] = File.size(json_path)
+  events[:gvl_tracing] = CALLS * EVENTS_PER_CALL
+end
+$stderr.puts
+
+base = median(times[:untraced])
+puts "Ruby #{RUBY_DESCRIPTION}; #{CALLS} sysread calls; median of #{ROUNDS} rounds"
+puts
+puts "| run | CPU time (s) | ns per call | events | added ns per event | bytes per event |"
+puts "|---|---:|---:|---:|---:|---:|"
+puts format("| untraced | %.3f | %.0f | - | - | - |", base, base * 1e9 / CALLS)
+times.each do |name, values|
+  next if name == :untraced
+
+  t = median(values)
+  n = events[name]
+  puts format("| %s | %.3f | %.0f | %d | %.1f | %s |", name.to_s.tr("_", "-"), t, t * 1e9 / CALLS, n,
+              (t - base) * 1e9 / n, sizes[name].zero? ? "-" : format("%.1f", sizes[name].to_f / n))
+end
+
+started = clock
+timeline = GVLScope::Timeline.from_file(trace_path)
+read_s = clock - started
+started = clock
+File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Exporters::ChromeJSON.new(timeline).write(io) }
+chrome_s = clock - started
+started = clock
+File.open(File.join(dir, "bench.pftrace"), "wb") { |io| GVLScope::Exporters::Perfetto.new(timeline).write(io) }
+perfetto_s = clock - started
+puts
+puts format("Reading the %d-event trace into a timeline: %.2f s; Chrome JSON export: %.2f s (%.1f MB); " \
+            "Perfetto export: %.2f s (%.1f MB)", events[:gvlscope], read_s, chrome_s,
+            File.size(File.join(dir, "bench.chrome.json")) / 1e6, perfetto_s, File.size(File.join(dir, "bench.pftrace")) / 1e6)
+FileUtils.rm_rf(dir)
