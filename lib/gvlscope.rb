@@ -18,3 +18,4 @@ end
 require "gvlscope/gvlscope"
 require_relative "gvlscope/probe"
 require_relative "gvlscope/trace"
+require_relative "gvlscope/metrics"

@@ -5,6 +5,8 @@ require "gvlscope"
 require "minitest/autorun"
 require "open3"
 require "rbconfig"
+require "gvlscope/trace_file"
+require "gvlscope/timeline"
 
 module GVLScopeTestHelper
   ROOT = File.expand_path("..", __dir__)
@@ -44,5 +46,46 @@ module GVLScopeTestHelper
         end
       end
     end
+  end
+end
+
+# A strict parser of the Prometheus text exposition format (0.0.4), enough to prove our output is
+# well-formed: every line is a comment, a HELP/TYPE line or `name{labels} value`, label values are
+# properly quoted and escaped, every sample belongs to a declared metric family.
+class PrometheusText
+  Result = Struct.new(:types, :values)
+  NAME = /[a-zA-Z_:][a-zA-Z0-9_:]*/
+  LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"/
+  VALUE = /[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|Inf|NaN)/
+
+  def self.parse(text)
+    types = {}
+    values = []
+    text.each_line(chomp: true).with_index(1) do |line, number|
+      next if line.empty?
+
+      if (m = line.match(/\A# TYPE (#{NAME}) (counter|gauge|histogram|summary|untyped)\z/))
+        raise ArgumentError, "line #{number}: #{m[1]} typed twice" if types.key?(m[1])
+
+        types[m[1]] = m[2]
+      elsif line.start_with?("#")
+        next
+      elsif (m = line.match(/\A(#{NAME})(?:\{(.*)\})? (#{VALUE})\z/))
+        labels = {}
+        rest = m[2].to_s
+        until rest.empty?
+          label = rest.match(/\A#{LABEL}(,|\z)/) or raise ArgumentError, "line #{number}: bad labels #{m[2]}"
+          labels[label[1]] = label[2].gsub(/\\(.)/) { $1 == "n" ? "\n" : $1 }
+          rest = label.post_match
+        end
+        family = m[1].sub(/_(bucket|sum|count)\z/, "")
+        raise ArgumentError, "line #{number}: #{m[1]} has no TYPE" unless types.key?(m[1]) || types[family] == "histogram"
+
+        values << [m[1], labels, m[3].include?(".") || m[3] =~ /e|Inf|NaN/ ? Float(m[3].sub("Inf", "Infinity")) : Integer(m[3])]
+      else
+        raise ArgumentError, "line #{number}: not exposition format: #{line.inspect}"
+      end
+    end
+    Result.new(types, values)
   end
 end

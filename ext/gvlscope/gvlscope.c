@@ -2,6 +2,7 @@
 #include "gvlscope.h"
 #include "clock.h"
 #include "hook.h"
+#include "metrics.h"
 #include "thread_state.h"
 
 RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
@@ -12,5 +13,6 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_hook_init();
     gvlscope_probe_init(mNative);
     gvls_trace_session_init(mNative);
+    gvls_metrics_init(mNative);
     rb_define_const(mNative, "CLOCK_SOURCE", rb_str_new_cstr(gvls_clock_source()));
 }

@@ -6,11 +6,13 @@
 #include "clock.h"
 #include "thread_state.h"
 #include "trace.h"
+#include "metrics.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
 static VALUE gc_tracepoint = Qnil;
 
 static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
+    if (atomic_load_explicit(&gvls_metrics.enabled, memory_order_relaxed)) gvls_metrics_event(kind, slot, now_ns);
     if (atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
         gvls_trace_record(kind, slot->serial, now_ns);
     }
@@ -58,4 +60,9 @@ void gvls_hook_remove(void) {
     rb_tracepoint_disable(gc_tracepoint);
     rb_internal_thread_remove_event_hook(thread_hook);
     thread_hook = NULL;
+}
+
+void gvls_hook_sync(void) {
+    if (atomic_load(&gvls_current_trace.active) || atomic_load(&gvls_metrics.enabled)) gvls_hook_install();
+    else gvls_hook_remove();
 }

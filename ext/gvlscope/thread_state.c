@@ -1,6 +1,8 @@
 // Per-thread state: one slot per Ruby thread, reached through one thread-specific storage key.
 #include "thread_state.h"
 #include "format.h"
+#include "metrics.h"
+#include "trace.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -87,12 +89,22 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg) {
 }
 
 void gvls_threads_prune_exited(void) {
+    if (atomic_load(&gvls_current_trace.active)) return;  // the trace's thread table still needs them
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
-        if (registry[i]->exited) free(registry[i]);  // a dead thread fires no more events
+        // An exited thread fires no more events; its metrics, if collected, were retired first.
+        if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) free(registry[i]);
         else registry[kept++] = registry[i];
     }
     registry_len = kept;
     pthread_mutex_unlock(&registry_lock);
+}
+
+static __thread __attribute__((tls_model("initial-exec"))) uint32_t tls_native_serial;
+static _Atomic uint32_t next_native_serial_global = 1;
+
+uint32_t gvls_native_serial(void) {
+    if (__builtin_expect(!tls_native_serial, 0)) tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
+    return tls_native_serial;
 }

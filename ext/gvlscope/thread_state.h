@@ -8,11 +8,36 @@
 // storage key (a process has only 8 keys, shared by every gem). Created lazily on the first event
 // for a thread, whichever native thread reports it; kept in the registry until the thread has
 // exited and no trace needs it any more.
+#define GVLS_HISTOGRAM_BUCKETS 64
+
+// Metrics of one thread. Written only by hook calls about this thread, which CRuby orders
+// (READY, RESUMED and SUSPENDED of one thread never overlap in time), so plain fields suffice;
+// snapshots read them racily, which on x86-64 gives each field's old or new value, never a mix.
+typedef struct gvls_thread_metrics {
+    uint8_t state;              // gvls_metric_state: what the last event said
+    uint8_t others_wanted;      // at SUSPENDED: another thread of the Ractor wanted the GVL
+    uint8_t yielded;            // READY came straight after SUSPENDED: a preemption or pass
+    uint32_t suspend_native;    // native thread of the last SUSPENDED
+    uint64_t resume_seq_at_suspend;
+    uint64_t since_ns;          // when the current state began
+    uint64_t hold_started_ns;   // RESUMED: start of the current hold
+    uint64_t last_hold_ns;      // length of the hold that ended at the last SUSPENDED
+    uint64_t gc_started_ns;
+    uint64_t run_ns, wait_ns, idle_ns, gc_ns;
+    uint64_t holds, waits, longest_hold_ns, longest_wait_ns;
+    uint64_t released_blocking, released_preempted, released_pass, released_exit;
+    uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held
+    uint64_t wait_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns waited for the GVL
+    uint64_t waiters_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of threads still waiting at acquire
+} gvls_thread_metrics;
+
 typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
     uint32_t ractor_id;     // 1 = main Ractor; 0 = unknown
     VALUE thread;           // the Thread, marked by the registry so its name can be read later
     int exited;             // EXITED seen
+    int retired;            // its metrics were folded into the retired totals
+    gvls_thread_metrics metrics;
 } gvls_thread;
 
 void gvls_thread_state_init(void);
@@ -20,7 +45,8 @@ gvls_thread *gvls_thread_for(VALUE thread);
 // Calls fn for each thread in the registry, under the registry lock (fn must not call Ruby
 // code that can run hooks of ours that take the lock; reading names is fine).
 void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
-// Forgets threads that have exited: after a trace wrote their names, nothing needs them.
+// Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
+uint32_t gvls_native_serial(void);  // a small id of the native thread running the caller
 
 #endif

@@ -105,6 +105,7 @@ static VALUE trace_stop(VALUE self) {
     if (!atomic_load(&T.active)) rb_raise(rb_eRuntimeError, "no trace is running");
     atomic_store(&T.active, 0);
     gvls_hook_remove();             // waits for callbacks in flight: nobody appends after this
+    gvls_hook_sync();               // back on at once if metrics still need it (they write no lanes)
     uint64_t end_ns = gvls_now_ns();
     gvls_trace_buffers_flush();
     gvls_trace_writer_stop();       // writes everything queued

@@ -1,0 +1,288 @@
+// Metrics: per-thread counters (single writer: the hook calls about that thread) and a gauge of
+// threads waiting for the GVL per Ractor (atomic). Snapshots sum threads and add the part of the
+// current state that has not ended yet, so a thread running alone shows its hold before it ends.
+#include "metrics.h"
+#include "clock.h"
+#include "format.h"
+#include "histogram.h"
+#include "hook.h"
+#include <stdlib.h>
+#include <string.h>
+
+gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
+#define M gvls_metrics
+
+// A release is a yield (the thread stayed runnable) when READY follows SUSPENDED on the same
+// native thread before any other thread of the Ractor got the GVL, while others wanted it. See
+// docs/format.md "Release causes" for why and for the limits.
+#define YIELD_MAX_GAP_NS 50000
+
+static inline unsigned ractor_slot(const gvls_thread *slot) {
+    return slot->ractor_id < GVLS_MAX_RACTORS ? slot->ractor_id : GVLS_MAX_RACTORS - 1;
+}
+
+static inline uint64_t since_epoch(uint64_t start_ns) {
+    return start_ns > M.epoch_ns ? start_ns : M.epoch_ns;
+}
+
+static inline uint64_t elapsed(uint64_t start_ns, uint64_t now_ns) {
+    uint64_t start = since_epoch(start_ns);
+    return now_ns > start ? now_ns - start : 0;
+}
+
+void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
+    gvls_thread_metrics *m = &slot->metrics;
+    unsigned ractor = ractor_slot(slot);
+    switch (kind) {
+      case GVLS_EV_READY:
+        if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
+        if (m->state == GVLS_M_SUSPENDED) {
+            m->yielded = m->others_wanted && m->suspend_native == gvls_native_serial() &&
+                         now_ns - m->since_ns < YIELD_MAX_GAP_NS &&
+                         atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
+            if (m->yielded) {
+                // The wait for the GVL began at SUSPENDED: keep since_ns.
+                if (m->last_hold_ns >= M.timeslice_ns / 2) m->released_preempted++; else m->released_pass++;
+            } else {
+                m->released_blocking++;
+                m->idle_ns += elapsed(m->since_ns, now_ns);
+                m->since_ns = now_ns;
+            }
+        } else {
+            m->yielded = 0;
+            m->since_ns = now_ns;
+        }
+        m->state = GVLS_M_READY;
+        atomic_fetch_add_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed);
+        return;
+
+      case GVLS_EV_RESUMED: {
+        atomic_fetch_add_explicit(&M.resume_seq[ractor], 1, memory_order_relaxed);
+        if (m->state == GVLS_M_READY) {
+            int64_t still_waiting = atomic_fetch_sub_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed) - 1;
+            uint64_t waited = elapsed(m->since_ns, now_ns);
+            m->wait_ns += waited;
+            m->waits++;
+            if (waited > m->longest_wait_ns) m->longest_wait_ns = waited;
+            m->wait_histogram[gvls_log2_bucket(waited)]++;
+            m->waiters_histogram[gvls_log2_bucket(still_waiting > 0 ? (uint64_t)still_waiting : 0)]++;
+        }
+        m->state = GVLS_M_RUNNING;
+        m->since_ns = m->hold_started_ns = now_ns;
+        return;
+      }
+
+      case GVLS_EV_SUSPENDED: {
+        if (m->state == GVLS_M_RUNNING) {
+            uint64_t held = elapsed(m->hold_started_ns, now_ns);
+            m->run_ns += elapsed(m->since_ns, now_ns);
+            m->holds++;
+            m->last_hold_ns = held;
+            if (held > m->longest_hold_ns) m->longest_hold_ns = held;
+            m->hold_histogram[gvls_log2_bucket(held)]++;
+        }
+        int64_t waiting = atomic_load_explicit(&M.waiting_threads[ractor], memory_order_relaxed);
+        m->others_wanted = waiting > 0;
+        m->suspend_native = gvls_native_serial();
+        m->resume_seq_at_suspend = atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed);
+        m->state = GVLS_M_SUSPENDED;
+        m->since_ns = now_ns;
+        return;
+      }
+
+      case GVLS_EV_EXITED:
+        if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
+        else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
+        else if (m->state == GVLS_M_READY) atomic_fetch_sub_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed);
+        m->state = GVLS_M_DEAD;
+        m->since_ns = now_ns;
+        return;
+
+      case GVLS_EV_GC_ENTER:
+        if (m->state == GVLS_M_RUNNING) {
+            m->run_ns += elapsed(m->since_ns, now_ns);
+            m->gc_started_ns = now_ns;
+            m->since_ns = now_ns;
+        }
+        return;
+
+      case GVLS_EV_GC_EXIT:
+        if (m->state == GVLS_M_RUNNING && m->gc_started_ns) {
+            m->gc_ns += elapsed(m->gc_started_ns, now_ns);
+            m->gc_started_ns = 0;
+            m->since_ns = now_ns;
+        }
+        return;
+    }
+}
+
+// ---- Ruby-visible side: enable, disable, reset, snapshot -------------------------------------
+
+static gvls_thread_metrics retired;  // threads that exited, folded in by a snapshot
+
+static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m) {
+    into->run_ns += m->run_ns; into->wait_ns += m->wait_ns; into->idle_ns += m->idle_ns; into->gc_ns += m->gc_ns;
+    into->holds += m->holds; into->waits += m->waits;
+    if (m->longest_hold_ns > into->longest_hold_ns) into->longest_hold_ns = m->longest_hold_ns;
+    if (m->longest_wait_ns > into->longest_wait_ns) into->longest_wait_ns = m->longest_wait_ns;
+    into->released_blocking += m->released_blocking; into->released_preempted += m->released_preempted;
+    into->released_pass += m->released_pass; into->released_exit += m->released_exit;
+    for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) {
+        into->hold_histogram[b] += m->hold_histogram[b];
+        into->wait_histogram[b] += m->wait_histogram[b];
+        into->waiters_histogram[b] += m->waiters_histogram[b];
+    }
+}
+
+static void zero_counters(gvls_thread_metrics *m) {
+    uint8_t state = m->state, others = m->others_wanted, yielded = m->yielded;
+    uint32_t native = m->suspend_native;
+    uint64_t seq = m->resume_seq_at_suspend, since = m->since_ns, hold = m->hold_started_ns, gc = m->gc_started_ns;
+    memset(m, 0, sizeof(*m));
+    m->state = state; m->others_wanted = others; m->yielded = yielded; m->suspend_native = native;
+    m->resume_seq_at_suspend = seq; m->since_ns = since; m->hold_started_ns = hold; m->gc_started_ns = gc;
+}
+
+static void reset_slot(gvls_thread *slot, void *unused) {
+    zero_counters(&slot->metrics);
+}
+
+static void forget_slot(gvls_thread *slot, void *unused) {
+    memset(&slot->metrics, 0, sizeof(slot->metrics));
+    slot->metrics.state = slot->exited ? GVLS_M_DEAD : GVLS_M_UNKNOWN;
+}
+
+// The calling thread holds the GVL: it is running from now on.
+static void mark_caller_running(uint64_t now_ns) {
+    gvls_thread *self = gvls_thread_for(rb_thread_current());
+    if (!self) return;
+    self->metrics.state = GVLS_M_RUNNING;
+    self->metrics.since_ns = self->metrics.hold_started_ns = now_ns;
+}
+
+static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
+    if (atomic_load(&M.enabled)) return Qfalse;
+    M.timeslice_ns = NUM2ULL(timeslice_ns);
+    uint64_t now_ns = gvls_now_ns();
+    gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
+    memset(&retired, 0, sizeof(retired));
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) { atomic_store(&M.waiting_threads[r], 0); atomic_store(&M.resume_seq[r], 0); }
+    M.epoch_ns = now_ns;
+    mark_caller_running(now_ns);
+    atomic_store(&M.enabled, 1);
+    gvls_hook_install();
+    return Qtrue;
+}
+
+static VALUE metrics_disable(VALUE self) {
+    if (!atomic_load(&M.enabled)) return Qfalse;
+    atomic_store(&M.enabled, 0);
+    gvls_hook_sync();
+    return Qtrue;
+}
+
+static VALUE metrics_enabled_p(VALUE self) {
+    return atomic_load(&M.enabled) ? Qtrue : Qfalse;
+}
+
+static VALUE metrics_reset(VALUE self) {
+    M.epoch_ns = gvls_now_ns();
+    gvls_threads_each(reset_slot, NULL);
+    memset(&retired, 0, sizeof(retired));
+    return Qnil;
+}
+
+typedef struct { gvls_thread *copy; size_t len, capa; } slot_copies;
+
+static void copy_slot(gvls_thread *slot, void *arg) {
+    slot_copies *copies = arg;
+    if (slot->retired) return;
+    if (copies->len == copies->capa) {
+        size_t capa = copies->capa ? copies->capa * 2 : 32;
+        gvls_thread *grown = realloc(copies->copy, capa * sizeof(*grown));
+        if (!grown) return;
+        copies->copy = grown;
+        copies->capa = capa;
+    }
+    copies->copy[copies->len++] = *slot;
+    if (slot->exited) {  // reported once more now, then only as part of the retired totals
+        add_counters(&retired, &slot->metrics);
+        slot->retired = 1;
+    }
+}
+
+// The part of the current state that has not ended yet.
+static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
+    switch (m->state) {
+      case GVLS_M_RUNNING:
+        if (m->gc_started_ns) m->gc_ns += elapsed(m->gc_started_ns, now_ns);
+        else m->run_ns += elapsed(m->since_ns, now_ns);
+        break;
+      case GVLS_M_READY: m->wait_ns += elapsed(m->since_ns, now_ns); break;
+      case GVLS_M_SUSPENDED: m->idle_ns += elapsed(m->since_ns, now_ns); break;
+    }
+}
+
+static VALUE counters_array(const gvls_thread_metrics *m) {
+    VALUE row = rb_ary_new_capa(17);
+    uint64_t values[] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits, m->longest_hold_ns,
+                          m->longest_wait_ns, m->released_blocking, m->released_preempted, m->released_pass,
+                          m->released_exit };
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) rb_ary_push(row, ULL2NUM(values[i]));
+    rb_ary_push(row, rb_str_new((const char *)m->hold_histogram, sizeof(m->hold_histogram)));
+    rb_ary_push(row, rb_str_new((const char *)m->wait_histogram, sizeof(m->wait_histogram)));
+    rb_ary_push(row, rb_str_new((const char *)m->waiters_histogram, sizeof(m->waiters_histogram)));
+    return row;
+}
+
+// Native.metrics_snapshot -> [now_ns, epoch_ns, waiting_threads_by_ractor, rows, retired_counters]
+//   row: [thread, serial, ractor_id, state, exited, *counters]
+static VALUE metrics_snapshot(VALUE self) {
+    uint64_t now_ns = gvls_now_ns();
+    slot_copies copies = { 0 };
+    // Threads that exited since the last snapshot are rows this once and join `retired` after.
+    gvls_thread_metrics retired_now = retired;
+    gvls_threads_each(copy_slot, &copies);  // no Ruby calls under the registry lock
+    VALUE rows = rb_ary_new_capa((long)copies.len);
+    static const char *state_names[] = { "unknown", "wants_gvl", "running", "waiting", "dead" };
+    for (size_t i = 0; i < copies.len; i++) {
+        gvls_thread *slot = &copies.copy[i];
+        add_in_progress(&slot->metrics, now_ns);
+        VALUE row = rb_ary_new_from_args(5, slot->thread, UINT2NUM(slot->serial), UINT2NUM(slot->ractor_id),
+                                         ID2SYM(rb_intern(state_names[slot->metrics.state])), slot->exited ? Qtrue : Qfalse);
+        rb_ary_concat(row, counters_array(&slot->metrics));
+        rb_ary_push(rows, row);
+    }
+    free(copies.copy);
+    VALUE waiting = rb_hash_new();
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
+        int64_t n = atomic_load(&M.waiting_threads[r]);
+        if (n) rb_hash_aset(waiting, INT2NUM(r), LL2NUM(n));
+    }
+    gvls_threads_prune_exited();
+    return rb_ary_new_from_args(5, ULL2NUM(now_ns), ULL2NUM(M.epoch_ns), waiting, rows, counters_array(&retired_now));
+}
+
+// Native.metrics_thread(thread) -> counters of one thread (in-progress state included), or nil
+static VALUE metrics_thread(VALUE self, VALUE thread) {
+    uint64_t now_ns = gvls_now_ns();
+    gvls_thread *slot = gvls_thread_for(thread);
+    if (!slot) return Qnil;
+    gvls_thread_metrics m = slot->metrics;
+    add_in_progress(&m, now_ns);
+    return counters_array(&m);
+}
+
+static VALUE metrics_now_ns(VALUE self) {
+    return ULL2NUM(gvls_now_ns());
+}
+
+void gvls_metrics_init(VALUE mNative) {
+    rb_define_singleton_method(mNative, "metrics_enable", metrics_enable, 1);
+    rb_define_singleton_method(mNative, "metrics_disable", metrics_disable, 0);
+    rb_define_singleton_method(mNative, "metrics_enabled?", metrics_enabled_p, 0);
+    rb_define_singleton_method(mNative, "metrics_reset", metrics_reset, 0);
+    rb_define_singleton_method(mNative, "metrics_snapshot", metrics_snapshot, 0);
+    rb_define_singleton_method(mNative, "metrics_thread", metrics_thread, 1);
+    rb_define_singleton_method(mNative, "now_ns", metrics_now_ns, 0);
+}

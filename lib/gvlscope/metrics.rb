@@ -1,0 +1,202 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # Always-on GVL metrics from the same hook as the trace: how much of the time the GVL is held,
+  # how long threads wait for it, and log2 histograms of hold times, wait times and threads still
+  # waiting at each acquire (DTrace `quantize` buckets).
+  #
+  #   GVLScope::Metrics.enable
+  #   before = GVLScope::Metrics.snapshot
+  #   ... work ...
+  #   interval = GVLScope::Metrics.snapshot - before
+  #   interval.held_ratio  # => 0.93
+  #   puts interval        # table and histograms
+  module Metrics
+    COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
+                  released_preempted released_pass released_exit].freeze
+    HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
+    BUCKETS = 64
+    MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
+
+    # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
+    # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
+    # gc_ns: holding the GVL in GC. Histograms are Arrays of 64 counts: bucket b >= 1 counts values
+    # in [2^(b-1), 2^b) (ns, or threads for waiters_at_acquire), bucket 0 counts zeros.
+    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, *HISTOGRAMS, keyword_init: true) do
+      def held_ns = run_ns + gc_ns
+      def releases = released_blocking + released_preempted + released_pass + released_exit
+    end
+
+    class << self
+      # Starts counting from now. Returns false if it was already on.
+      def enable
+        Native.metrics_enable(GVLScope.timeslice_us * 1000)
+      end
+
+      # Stops counting (the hook is removed when no trace needs it). Returns false if it was off.
+      def disable
+        Native.metrics_disable
+      end
+
+      def enabled?
+        Native.metrics_enabled?
+      end
+
+      # Zeroes every counter and histogram; wall time restarts now.
+      def reset
+        raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
+
+        Native.metrics_reset
+        nil
+      end
+
+      # A frozen Snapshot of every counter since enable/reset (subtract two for an interval).
+      def snapshot
+        raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
+
+        Snapshot.from_native(Native.metrics_snapshot)
+      end
+
+      # The calling thread's counters (like gvltools' LocalTimer), as a ThreadRow.
+      def current_thread
+        raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
+
+        Snapshot.row_from(Native.metrics_thread(Thread.current), name: Thread.current.name, serial: nil,
+                                                                 ractor_id: nil, state: :running, exited: false)
+      end
+
+      # Prometheus text exposition of a snapshot (see Snapshot#to_prometheus).
+      def prometheus(snapshot = self.snapshot, **labels)
+        snapshot.to_prometheus(**labels)
+      end
+    end
+
+    # Everything counted between enable/reset and the moment it was taken.
+    class Snapshot
+      attr_reader :taken_ns, :wall_ns, :threads, :exited, :waiting_threads_by_ractor
+
+      def self.from_native((now_ns, epoch_ns, waiting, rows, retired))
+        threads = rows.map do |thread, serial, ractor_id, state, exited, *counters|
+          row_from(counters, name: thread_label(thread, serial), serial: serial, ractor_id: ractor_id, state: state,
+                             exited: exited)
+        end
+        new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, threads: threads, waiting_threads_by_ractor: waiting,
+            exited: row_from(retired, name: "(exited threads)", serial: 0, ractor_id: 0, state: :dead, exited: true))
+      end
+
+      def self.row_from(counters, **identity)
+        values = counters.first(COUNTERS.size)
+        histograms = counters.drop(COUNTERS.size).map { |packed| packed.unpack("Q<#{BUCKETS}") }
+        ThreadRow.new(**identity, **COUNTERS.zip(values).to_h, **HISTOGRAMS.zip(histograms).to_h).freeze
+      end
+
+      def self.thread_label(thread, serial)
+        name = thread.name
+        return name if name && !name.empty?
+
+        thread == Thread.main ? "main" : "thread #{serial}"
+      rescue StandardError
+        "thread #{serial}"
+      end
+
+      def initialize(taken_ns:, wall_ns:, threads:, exited:, waiting_threads_by_ractor:)
+        @taken_ns = taken_ns
+        @wall_ns = wall_ns
+        @threads = threads.freeze
+        @exited = exited
+        @waiting_threads_by_ractor = waiting_threads_by_ractor.freeze
+        freeze
+      end
+
+      def all_rows = [*threads, exited]
+
+      COUNTERS.each do |counter|
+        next if MAX_COUNTERS.include?(counter)
+
+        define_method(counter) { all_rows.sum(&counter) }
+      end
+      MAX_COUNTERS.each { |counter| define_method(counter) { all_rows.map(&counter).max || 0 } }
+      HISTOGRAMS.each do |histogram|
+        define_method(histogram) { all_rows.map(&histogram).transpose.map(&:sum) }
+      end
+
+      # Time some thread held the GVL (running Ruby or in GC), all Ractors together.
+      def held_ns = run_ns + gc_ns
+      def acquisitions = waits
+      def releases = released_blocking + released_preempted + released_pass + released_exit
+
+      # Share of wall time the GVL was held. With several Ractors (each has its own GVL) this can
+      # exceed 1: see held_ratio_by_ractor.
+      def held_ratio
+        wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+      end
+
+      def held_ratio_by_ractor
+        threads.group_by(&:ractor_id).transform_values { |rows| wall_ns.positive? ? rows.sum(&:held_ns).fdiv(wall_ns) : 0.0 }
+      end
+
+      # Threads waiting for the GVL when the snapshot was taken.
+      def waiting_threads = waiting_threads_by_ractor.values.sum
+
+      # The interval between two snapshots: counters subtract, maxima keep the later value.
+      def -(other)
+        earlier = other.threads.to_h { |row| [row.serial, row] }
+        rows = threads.map { |row| (before = earlier.delete(row.serial)) ? subtract_row(row, before) : row }
+        # Rows of the earlier snapshot missing now exited in between: their counts moved into
+        # `exited`, including what they had counted before the interval; take that back out.
+        exited_diff = earlier.values.reduce(subtract_row(exited, other.exited)) { |row, gone| subtract_row(row, gone) }
+        Snapshot.new(taken_ns: taken_ns, wall_ns: taken_ns - other.taken_ns, threads: rows,
+                     exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor)
+      end
+
+      def to_h
+        {
+          wall_ns: wall_ns, held_ns: held_ns, held_ratio: held_ratio, held_ratio_by_ractor: held_ratio_by_ractor,
+          wait_ns: wait_ns, waiting_threads: waiting_threads, acquisitions: acquisitions,
+          releases: { blocking: released_blocking, preempted: released_preempted, pass: released_pass, exit: released_exit },
+          hold_histogram: hold_histogram, wait_histogram: wait_histogram,
+          waiters_at_acquire_histogram: waiters_at_acquire_histogram,
+          threads: all_rows.map { |row| row.to_h.except(*HISTOGRAMS) },
+        }
+      end
+
+      def to_s
+        require_relative "metrics_text"
+        MetricsText.new(self).to_s
+      end
+
+      def to_prometheus(**labels)
+        require_relative "prometheus"
+        Prometheus.exposition(self, **labels)
+      end
+
+      private
+
+      def subtract_row(row, before)
+        values = row.to_h
+        COUNTERS.each { |c| values[c] -= before[c] unless MAX_COUNTERS.include?(c) }
+        HISTOGRAMS.each { |h| values[h] = values[h].zip(before[h]).map { |a, b| a - b } }
+        ThreadRow.new(**values).freeze
+      end
+    end
+  end
+
+  # What GVLScope.measure returns: the block's value and the calling thread's GVL times.
+  Measurement = Struct.new(:value, :run_ns, :wait_ns, :idle_ns, :gc_ns, keyword_init: true) do
+    def total_ns = run_ns + wait_ns + idle_ns + gc_ns
+  end
+
+  # Runs the block and splits the calling thread's time in it into running (holding the GVL),
+  # waiting for the GVL, idle (blocked on IO, sleep, locks) and GC. Turns metrics on for the
+  # block if they were off.
+  def self.measure
+    enabled_here = Metrics.enable
+    before = Native.metrics_thread(Thread.current)
+    value = yield
+    after = Native.metrics_thread(Thread.current)
+    run, wait, idle, gc = after.first(4).zip(before.first(4)).map { |a, b| a - b }
+    Measurement.new(value: value, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc)
+  ensure
+    Metrics.disable if enabled_here
+  end
+end

@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+
+# Metrics on scripted workloads, with bounds that follow from how the scheduler works (100 ms
+# timeslices) and are loose enough for a noisy 2-core machine.
+class MetricsTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  def setup
+    GVLScope::Metrics.enable
+  end
+
+  def teardown
+    GVLScope::Metrics.disable
+    GVLScope.stop if GVLScope.tracing?
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def cpu_thread(name, seconds)
+    Thread.new do
+      Thread.current.name = name
+      deadline = clock + seconds
+      x = 0
+      x += 1 while clock < deadline
+    end
+  end
+
+  def interval
+    before = GVLScope::Metrics.snapshot
+    yield
+    GVLScope::Metrics.snapshot - before
+  end
+
+  def test_one_cpu_thread_alone_holds_the_gvl_and_never_waits
+    metrics = interval do
+      deadline = clock + 0.5
+      x = 0
+      x += 1 while clock < deadline
+    end
+    assert_operator metrics.held_ratio, :>=, 0.9
+    assert_operator metrics.wait_ns, :<, 0.05 * metrics.wall_ns
+  end
+
+  # Each waits while the other runs: total wait is about the wall time, and the GVL is never idle.
+  def test_two_cpu_threads_wait_for_each_other
+    metrics = interval { 2.times.map { |n| cpu_thread("cpu#{n}", 1.0) }.each(&:join) }
+    assert_operator metrics.held_ratio, :>=, 0.9
+    cpu_wait = metrics.all_rows.select { |row| row.name.to_s.start_with?("cpu") || row.exited }.sum(&:wait_ns)
+    assert_includes (0.6 * metrics.wall_ns)..(1.4 * metrics.wall_ns), cpu_wait
+    assert_operator metrics.released_preempted, :>=, 6, metrics.to_h[:releases].inspect
+  end
+
+  def echo_round_trips(count)
+    to_echo, from_main = IO.pipe
+    to_main, from_echo = IO.pipe
+    echo = Thread.new do
+      Thread.current.name = "echo"
+      while (message = to_echo.read(4))
+        from_echo.write(message)
+      end
+    end
+    count.times do
+      from_main.write("ping")
+      to_main.read(4)
+    end
+    row = GVLScope::Metrics.snapshot.threads.find { |r| r.name == "echo" && !r.exited }
+    from_main.close
+    echo.join
+    [to_echo, to_main, from_echo].each(&:close)
+    row
+  end
+
+  # The convoy effect: beside a CPU-bound thread, each wake-up of the IO thread waits about a
+  # timeslice for the GVL (~100 ms measured on 3.3); alone it waits microseconds.
+  def test_io_thread_beside_a_cpu_thread_waits_a_timeslice_per_round_trip
+    alone = echo_round_trips(20)
+    assert_operator alone.wait_ns / 20, :<, 1_000_000
+
+    stop = false
+    cpu = Thread.new { Thread.current.name = "cpu"; x = 0; x += 1 until stop }
+    convoy = echo_round_trips(20)
+    stop = true
+    cpu.join
+    assert_operator convoy.wait_ns, :>=, 20 * 50_000_000
+  end
+
+  def test_measure_splits_a_sleep_into_idle
+    measurement = GVLScope.measure { sleep 0.2; :done }
+    assert_equal :done, measurement.value
+    assert_in_delta 0.2, measurement.idle_ns / 1e9, 0.05
+    assert_operator measurement.run_ns + measurement.wait_ns, :<, 20_000_000
+  end
+
+  def test_measure_turns_metrics_on_only_for_the_block
+    GVLScope::Metrics.disable
+    GVLScope.measure { nil }
+    refute GVLScope::Metrics.enabled?
+  end
+
+  def test_histograms_sum_to_holds_and_waits_and_reset_zeroes_everything
+    4.times.map { |n| Thread.new { 5.times { sleep 0.001; 10_000.times.sum } } }.each(&:join)
+    snapshot = GVLScope::Metrics.snapshot
+    assert_operator snapshot.waits, :>, 20
+    assert_equal snapshot.all_rows.sum(&:holds), snapshot.hold_histogram.sum
+    assert_equal snapshot.waits, snapshot.wait_histogram.sum
+    assert_equal snapshot.waits, snapshot.waiters_at_acquire_histogram.sum
+    assert snapshot.frozen?
+
+    GVLScope::Metrics.reset
+    zeroed = GVLScope::Metrics.snapshot
+    assert_equal 0, zeroed.waits
+    assert_equal 0, zeroed.hold_histogram.sum
+    assert_operator zeroed.wall_ns, :<, 50_000_000
+  end
+
+  def test_current_thread_counters
+    sleep 0.05
+    row = GVLScope::Metrics.current_thread
+    assert_operator row.idle_ns, :>=, 40_000_000
+    assert_operator row.run_ns, :>, 0
+  end
+
+  # One hook, two consumers: they must agree on how long each thread waited for the GVL.
+  def test_metrics_and_trace_agree_on_wait_per_thread
+    path = File.join(Dir.mktmpdir("gvlscope-metrics"), "t.gvl")
+    GVLScope::Metrics.reset
+    GVLScope.start(path)
+    before = GVLScope::Metrics.snapshot
+    threads = 3.times.map { |n| cpu_thread("agree#{n}", 0.4) }
+    threads.each(&:join)
+    after = GVLScope::Metrics.snapshot
+    GVLScope.stop
+    metrics = after - before
+    timeline = GVLScope::Timeline.from_file(path)
+    3.times do |n|
+      name = "agree#{n}"
+      traced = timeline.threads.values.find { |t| t.label == name }.intervals.select { |i| i.state == :wants_gvl }.sum(&:duration_ns)
+      counted = metrics.all_rows.find { |row| row.name == name }.wait_ns
+      assert_operator traced, :>, 100_000_000
+      assert_in_delta traced, counted, 0.01 * traced, name
+    end
+  end
+
+  def test_snapshot_requires_enable
+    GVLScope::Metrics.disable
+    assert_raises(GVLScope::Error) { GVLScope::Metrics.snapshot }
+    assert_raises(GVLScope::Error) { GVLScope::Metrics.reset }
+  end
+
+  def test_prometheus_exposition_parses
+    4.times.map { Thread.new { sleep 0.001 } }.each(&:join)
+    samples = PrometheusText.parse(GVLScope::Metrics.prometheus(worker: "0"))
+    assert_equal "histogram", samples.types["gvlscope_gvl_hold_seconds"]
+    buckets = samples.values.select { |name, labels, _| name == "gvlscope_gvl_wait_seconds_bucket" && labels["worker"] == "0" }
+    counts = buckets.map(&:last)
+    assert_equal counts.sort, counts, "cumulative buckets"
+    assert_equal "+Inf", buckets.last[1]["le"]
+    count = samples.values.find { |name, _, _| name == "gvlscope_gvl_wait_seconds_count" }.last
+    assert_equal buckets.last.last, count
+  end
+end
