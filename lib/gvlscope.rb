@@ -15,7 +15,16 @@ module GVLScope
   check_ruby!
 end
 
-require "gvlscope/gvlscope"
+begin
+  require "gvlscope/gvlscope"
+rescue LoadError => e
+  raise unless e.message.include?("incompatible") || e.message.include?("undefined symbol")
+
+  # A checkout shared by two Rubies: lib/gvlscope/gvlscope.so was compiled by the other one.
+  raise GVLScope::Error, "gvlscope's native extension does not match this Ruby (#{RUBY_VERSION}): #{e.message}. " \
+                         "In a checkout, rebuild it with `bundle exec rake clobber compile`."
+end
 require_relative "gvlscope/probe"
 require_relative "gvlscope/trace"
 require_relative "gvlscope/metrics"
+require_relative "gvlscope/fork"

@@ -174,6 +174,24 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     return Qtrue;
 }
 
+static void forget_other_thread(gvls_thread *slot, void *current) {
+    if (slot->thread == (VALUE)current) return;
+    slot->exited = 1;
+    slot->metrics.state = GVLS_M_DEAD;
+}
+
+void gvls_metrics_after_fork(void) {
+    gvls_threads_each(forget_other_thread, (void *)rb_thread_current());
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) atomic_store(&M.waiting_threads[r], 0);
+    if (atomic_load(&M.enabled)) {
+        M.epoch_ns = gvls_now_ns();
+        gvls_threads_each(reset_slot, NULL);
+        memset(&retired, 0, sizeof(retired));
+        mark_caller_running(M.epoch_ns);
+    }
+    gvls_threads_prune_exited();
+}
+
 static VALUE metrics_disable(VALUE self) {
     if (!atomic_load(&M.enabled)) return Qfalse;
     atomic_store(&M.enabled, 0);
@@ -192,25 +210,6 @@ static VALUE metrics_reset(VALUE self) {
     return Qnil;
 }
 
-typedef struct { gvls_thread *copy; size_t len, capa; } slot_copies;
-
-static void copy_slot(gvls_thread *slot, void *arg) {
-    slot_copies *copies = arg;
-    if (slot->retired) return;
-    if (copies->len == copies->capa) {
-        size_t capa = copies->capa ? copies->capa * 2 : 32;
-        gvls_thread *grown = realloc(copies->copy, capa * sizeof(*grown));
-        if (!grown) return;
-        copies->copy = grown;
-        copies->capa = capa;
-    }
-    copies->copy[copies->len++] = *slot;
-    if (slot->exited) {  // reported once more now, then only as part of the retired totals
-        add_counters(&retired, &slot->metrics);
-        slot->retired = 1;
-    }
-}
-
 // The part of the current state that has not ended yet.
 static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
     switch (m->state) {
@@ -223,44 +222,115 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
     }
 }
 
+#define COUNTER_FIELDS 12
+#define ROW_FIELDS (4 + COUNTER_FIELDS)
+
+static void counters_of(const gvls_thread_metrics *m, uint64_t *out) {
+    uint64_t values[COUNTER_FIELDS] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits,
+                                        m->longest_hold_ns, m->longest_wait_ns, m->released_blocking,
+                                        m->released_preempted, m->released_pass, m->released_exit };
+    memcpy(out, values, sizeof(values));
+}
+
 static VALUE counters_array(const gvls_thread_metrics *m) {
-    VALUE row = rb_ary_new_capa(17);
-    uint64_t values[] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits, m->longest_hold_ns,
-                          m->longest_wait_ns, m->released_blocking, m->released_preempted, m->released_pass,
-                          m->released_exit };
-    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) rb_ary_push(row, ULL2NUM(values[i]));
-    rb_ary_push(row, rb_str_new((const char *)m->hold_histogram, sizeof(m->hold_histogram)));
-    rb_ary_push(row, rb_str_new((const char *)m->wait_histogram, sizeof(m->wait_histogram)));
-    rb_ary_push(row, rb_str_new((const char *)m->waiters_histogram, sizeof(m->waiters_histogram)));
+    uint64_t values[COUNTER_FIELDS];
+    counters_of(m, values);
+    VALUE row = rb_ary_new_capa(COUNTER_FIELDS);
+    for (int i = 0; i < COUNTER_FIELDS; i++) rb_ary_push(row, ULL2NUM(values[i]));
     return row;
 }
 
-// Native.metrics_snapshot -> [now_ns, epoch_ns, waiting_threads_by_ractor, rows, retired_counters]
-//   row: [thread, serial, ractor_id, state, exited, *counters]
+// Packs one row: serial, ractor id, state, exited, counters.
+static void pack_row(const gvls_thread *slot, const gvls_thread_metrics *m, char *rows) {
+    uint64_t row[ROW_FIELDS] = { slot->serial, slot->ractor_id, m->state, (uint64_t)slot->exited };
+    counters_of(m, row + 4);
+    memcpy(rows, row, sizeof(row));
+}
+
+// Histograms are summed over threads in C: copying 1.5 KB per thread to Ruby would dominate.
+static void add_histograms(uint64_t *sum, const gvls_thread_metrics *m) {
+    for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) {
+        sum[b] += m->hold_histogram[b];
+        sum[GVLS_HISTOGRAM_BUCKETS + b] += m->wait_histogram[b];
+        sum[2 * GVLS_HISTOGRAM_BUCKETS + b] += m->waiters_histogram[b];
+    }
+}
+
+typedef struct {
+    uint64_t now_ns;
+    size_t capacity, len;
+    VALUE *threads;          // malloc'd: filled under the lock, turned into an Array after
+    char *rows;              // inside a Ruby string allocated before the lock
+    uint64_t histograms[3 * GVLS_HISTOGRAM_BUCKETS];
+} snapshot_fill;
+
+static void count_slot(gvls_thread *slot, void *count) {
+    if (!slot->retired) ++*(size_t *)count;
+}
+
+// Under the registry lock: no allocation of Ruby objects here (GC marking takes this lock).
+static void fill_slot(gvls_thread *slot, void *arg) {
+    snapshot_fill *fill = arg;
+    if (slot->retired || fill->len == fill->capacity) return;
+    size_t i = fill->len++;
+    fill->threads[i] = slot->thread;
+    uint64_t *row = (uint64_t *)(fill->rows + i * ROW_FIELDS * sizeof(uint64_t));
+    pack_row(slot, &slot->metrics, (char *)row);
+    add_histograms(fill->histograms, &slot->metrics);
+    // The unfinished part of the current state, added to the packed counters (run, wait, idle, gc).
+    const gvls_thread_metrics *m = &slot->metrics;
+    switch (m->state) {
+      case GVLS_M_RUNNING:
+        if (m->gc_started_ns) row[4 + 3] += elapsed(m->gc_started_ns, fill->now_ns);
+        else row[4 + 0] += elapsed(m->since_ns, fill->now_ns);
+        break;
+      case GVLS_M_READY: row[4 + 1] += elapsed(m->since_ns, fill->now_ns); break;
+      case GVLS_M_SUSPENDED: row[4 + 2] += elapsed(m->since_ns, fill->now_ns); break;
+    }
+    if (slot->exited) {  // reported once more now, then only as part of the retired totals
+        add_counters(&retired, &slot->metrics);
+        slot->retired = 1;
+    }
+}
+
+// Native.metrics_snapshot -> [now_ns, epoch_ns, waiting_threads_by_ractor, threads, rows, histograms]
+//   threads: the Thread of each row (nil for the last row: threads that exited earlier, together)
+//   rows: ROW_FIELDS little-endian uint64 per row
+//   histograms: hold, wait and waiters-at-acquire (3 x 64 uint64), summed over all threads
+// Packed straight from the registry, so a snapshot of many threads costs a few allocations;
+// Ruby unpacks what it reads.
 static VALUE metrics_snapshot(VALUE self) {
-    uint64_t now_ns = gvls_now_ns();
-    slot_copies copies = { 0 };
+    size_t count = 0;
+    gvls_threads_each(count_slot, &count);
+    snapshot_fill fill = { .capacity = count + 16 };  // room for threads born meanwhile
+    memset(fill.histograms, 0, sizeof(fill.histograms));
+    VALUE rows = rb_str_new(NULL, (long)((fill.capacity + 1) * ROW_FIELDS * sizeof(uint64_t)));
+    fill.threads = malloc(fill.capacity * sizeof(VALUE));
+    if (!fill.threads) rb_raise(rb_eNoMemError, "gvlscope: no memory for a snapshot");
+    fill.rows = RSTRING_PTR(rows);
     // Threads that exited since the last snapshot are rows this once and join `retired` after.
     gvls_thread_metrics retired_now = retired;
-    gvls_threads_each(copy_slot, &copies);  // no Ruby calls under the registry lock
-    VALUE rows = rb_ary_new_capa((long)copies.len);
-    static const char *state_names[] = { "unknown", "wants_gvl", "running", "waiting", "dead" };
-    for (size_t i = 0; i < copies.len; i++) {
-        gvls_thread *slot = &copies.copy[i];
-        add_in_progress(&slot->metrics, now_ns);
-        VALUE row = rb_ary_new_from_args(5, slot->thread, UINT2NUM(slot->serial), UINT2NUM(slot->ractor_id),
-                                         ID2SYM(rb_intern(state_names[slot->metrics.state])), slot->exited ? Qtrue : Qfalse);
-        rb_ary_concat(row, counters_array(&slot->metrics));
-        rb_ary_push(rows, row);
-    }
-    free(copies.copy);
+    fill.now_ns = gvls_now_ns();
+    gvls_threads_each(fill_slot, &fill);
+
+    gvls_thread none = { .exited = 1 };
+    retired_now.state = GVLS_M_DEAD;
+    pack_row(&none, &retired_now, fill.rows + fill.len * ROW_FIELDS * sizeof(uint64_t));
+    add_histograms(fill.histograms, &retired_now);
+    rb_str_set_len(rows, (long)((fill.len + 1) * ROW_FIELDS * sizeof(uint64_t)));
+    VALUE histograms = rb_str_new((const char *)fill.histograms, sizeof(fill.histograms));
+    VALUE threads = rb_ary_new_capa((long)fill.len + 1);
+    for (size_t i = 0; i < fill.len; i++) rb_ary_push(threads, fill.threads[i]);
+    rb_ary_push(threads, Qnil);
+    free(fill.threads);
+
     VALUE waiting = rb_hash_new();
     for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
         int64_t n = atomic_load(&M.waiting_threads[r]);
         if (n) rb_hash_aset(waiting, INT2NUM(r), LL2NUM(n));
     }
     gvls_threads_prune_exited();
-    return rb_ary_new_from_args(5, ULL2NUM(now_ns), ULL2NUM(M.epoch_ns), waiting, rows, counters_array(&retired_now));
+    return rb_ary_new_from_args(6, ULL2NUM(fill.now_ns), ULL2NUM(M.epoch_ns), waiting, threads, rows, histograms);
 }
 
 // Native.metrics_thread(thread) -> counters of one thread (in-progress state included), or nil

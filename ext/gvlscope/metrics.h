@@ -21,5 +21,7 @@ extern gvls_metrics_global gvls_metrics;
 
 void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns);
 void gvls_metrics_init(VALUE mNative);
+// In a forked child: every other thread is gone, and the parent's counters are not the child's.
+void gvls_metrics_after_fork(void);
 
 #endif

@@ -108,3 +108,8 @@ uint32_t gvls_native_serial(void) {
     if (__builtin_expect(!tls_native_serial, 0)) tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
     return tls_native_serial;
 }
+
+// In a forked child only the forking thread survives: a lock another thread held is held forever.
+void gvls_thread_state_after_fork(void) {
+    pthread_mutex_init(&registry_lock, NULL);
+}

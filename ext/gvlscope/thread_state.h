@@ -47,6 +47,7 @@ gvls_thread *gvls_thread_for(VALUE thread);
 void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
-uint32_t gvls_native_serial(void);  // a small id of the native thread running the caller
+uint32_t gvls_native_serial(void);
+void gvls_thread_state_after_fork(void);  // a small id of the native thread running the caller
 
 #endif

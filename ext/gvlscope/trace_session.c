@@ -3,6 +3,7 @@
 #include "gvlscope.h"
 #include "clock.h"
 #include "hook.h"
+#include "metrics.h"
 #include "thread_state.h"
 #include "trace.h"
 #include <errno.h>
@@ -126,6 +127,23 @@ static VALUE trace_stop(VALUE self) {
                                 err ? rb_str_new_cstr(strerror(err)) : Qnil);
 }
 
+// Native.after_fork_in_child: the child inherits the parent's trace state but not its writer
+// thread; it must not write into the parent's file. Drop the inherited trace (its buffered events
+// belong to the parent, which writes them) and reset locks other threads may have held.
+static VALUE after_fork_in_child(VALUE self) {
+    gvls_thread_state_after_fork();
+    pthread_mutex_init(&T.lock, NULL);
+    pthread_cond_init(&T.wake_writer, NULL);
+    int was_tracing = atomic_exchange(&T.active, 0);
+    if (T.fd >= 0) { close(T.fd); T.fd = -1; }
+    T.writer_running = 0;
+    for (gvls_chunk *chunk = gvls_trace_take_queue(), *next; chunk; chunk = next) { next = chunk->next; free(chunk); }
+    gvls_trace_buffers_free();
+    gvls_metrics_after_fork();
+    gvls_hook_sync();
+    return was_tracing ? Qtrue : Qfalse;
+}
+
 static VALUE trace_active_p(VALUE self) {
     return atomic_load(&T.active) ? Qtrue : Qfalse;
 }
@@ -134,4 +152,5 @@ void gvls_trace_session_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "trace_start", trace_start, 4);
     rb_define_singleton_method(mNative, "trace_stop", trace_stop, 0);
     rb_define_singleton_method(mNative, "trace_active?", trace_active_p, 0);
+    rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
 }

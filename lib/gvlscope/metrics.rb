@@ -20,9 +20,8 @@ module GVLScope
 
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
-    # gc_ns: holding the GVL in GC. Histograms are Arrays of 64 counts: bucket b >= 1 counts values
-    # in [2^(b-1), 2^b) (ns, or threads for waiters_at_acquire), bucket 0 counts zeros.
-    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, *HISTOGRAMS, keyword_init: true) do
+    # gc_ns: holding the GVL in GC.
+    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, keyword_init: true) do
       def held_ns = run_ns + gc_ns
       def releases = released_blocking + released_preempted + released_pass + released_exit
     end
@@ -71,23 +70,21 @@ module GVLScope
       end
     end
 
-    # Everything counted between enable/reset and the moment it was taken.
+    # Everything counted between enable/reset and the moment it was taken. Taking one only copies
+    # packed numbers; rows and histograms are unpacked when first read.
     class Snapshot
-      attr_reader :taken_ns, :wall_ns, :threads, :exited, :waiting_threads_by_ractor
+      STATES = %i[unknown wants_gvl running waiting dead].freeze
+      ROW_FIELDS = 4 + COUNTERS.size
 
-      def self.from_native((now_ns, epoch_ns, waiting, rows, retired))
-        threads = rows.map do |thread, serial, ractor_id, state, exited, *counters|
-          row_from(counters, name: thread_label(thread, serial), serial: serial, ractor_id: ractor_id, state: state,
-                             exited: exited)
-        end
-        new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, threads: threads, waiting_threads_by_ractor: waiting,
-            exited: row_from(retired, name: "(exited threads)", serial: 0, ractor_id: 0, state: :dead, exited: true))
+      attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
+
+      def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms))
+        new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, waiting_threads_by_ractor: waiting,
+            packed: [threads, rows, nil, histograms])
       end
 
       def self.row_from(counters, **identity)
-        values = counters.first(COUNTERS.size)
-        histograms = counters.drop(COUNTERS.size).map { |packed| packed.unpack("Q<#{BUCKETS}") }
-        ThreadRow.new(**identity, **COUNTERS.zip(values).to_h, **HISTOGRAMS.zip(histograms).to_h).freeze
+        ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
       end
 
       def self.thread_label(thread, serial)
@@ -99,25 +96,41 @@ module GVLScope
         "thread #{serial}"
       end
 
-      def initialize(taken_ns:, wall_ns:, threads:, exited:, waiting_threads_by_ractor:)
+      def initialize(taken_ns:, wall_ns:, waiting_threads_by_ractor:, packed: nil, threads: nil, exited: nil,
+                     histograms: nil)
         @taken_ns = taken_ns
         @wall_ns = wall_ns
-        @threads = threads.freeze
-        @exited = exited
         @waiting_threads_by_ractor = waiting_threads_by_ractor.freeze
+        @packed = packed
+        @rows = threads && [*threads, exited].freeze
+        @totals = {}
+        @totals[:histograms] = histograms if histograms
         freeze
       end
 
-      def all_rows = [*threads, exited]
+      # One ThreadRow per thread seen since enable/reset and alive at the last snapshot.
+      def threads = rows[0...-1]
+
+      # Threads that exited before the previous snapshot, added together.
+      def exited = rows.last
+
+      def all_rows = rows
 
       COUNTERS.each do |counter|
-        next if MAX_COUNTERS.include?(counter)
-
-        define_method(counter) { all_rows.sum(&counter) }
+        if MAX_COUNTERS.include?(counter)
+          define_method(counter) { @totals[counter] ||= rows.map(&counter).max || 0 }
+        else
+          define_method(counter) { @totals[counter] ||= rows.sum(&counter) }
+        end
       end
-      MAX_COUNTERS.each { |counter| define_method(counter) { all_rows.map(&counter).max || 0 } }
-      HISTOGRAMS.each do |histogram|
-        define_method(histogram) { all_rows.map(&histogram).transpose.map(&:sum) }
+      # Histograms are Arrays of 64 counts, all threads together: bucket b >= 1 counts values in
+      # [2^(b-1), 2^b) (ns, or threads for waiters_at_acquire), bucket 0 counts zeros.
+      HISTOGRAMS.each_with_index do |histogram, index|
+        define_method(histogram) { histograms[index] }
+      end
+
+      def histograms
+        @totals[:histograms] ||= @packed[3].unpack("Q<*").each_slice(BUCKETS).to_a.freeze
       end
 
       # Time some thread held the GVL (running Ruby or in GC), all Ractors together.
@@ -146,7 +159,13 @@ module GVLScope
         # `exited`, including what they had counted before the interval; take that back out.
         exited_diff = earlier.values.reduce(subtract_row(exited, other.exited)) { |row, gone| subtract_row(row, gone) }
         Snapshot.new(taken_ns: taken_ns, wall_ns: taken_ns - other.taken_ns, threads: rows,
-                     exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor)
+                     exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor,
+                     histograms: histograms.zip(other.histograms).map { |now, before| now.zip(before).map { |a, b| a - b } })
+      end
+
+      # The rows, unpacked on first use (a frozen object can still fill its own cache Hash).
+      def rows
+        @totals[:rows] ||= @rows || unpack_rows
       end
 
       def to_h
@@ -156,7 +175,7 @@ module GVLScope
           releases: { blocking: released_blocking, preempted: released_preempted, pass: released_pass, exit: released_exit },
           hold_histogram: hold_histogram, wait_histogram: wait_histogram,
           waiters_at_acquire_histogram: waiters_at_acquire_histogram,
-          threads: all_rows.map { |row| row.to_h.except(*HISTOGRAMS) },
+          threads: all_rows.map(&:to_h),
         }
       end
 
@@ -172,10 +191,20 @@ module GVLScope
 
       private
 
+      def unpack_rows
+        threads, packed_rows = @packed
+        numbers = packed_rows.unpack("Q<*")
+        threads.each_with_index.map do |thread, i|
+          serial, ractor_id, state, exited, *counters = numbers[i * ROW_FIELDS, ROW_FIELDS]
+          name = thread ? self.class.thread_label(thread, serial) : "(exited threads)"
+          ThreadRow.new(name: name, serial: serial, ractor_id: ractor_id, state: STATES[state], exited: exited == 1,
+                        **COUNTERS.zip(counters).to_h).freeze
+        end.freeze
+      end
+
       def subtract_row(row, before)
         values = row.to_h
         COUNTERS.each { |c| values[c] -= before[c] unless MAX_COUNTERS.include?(c) }
-        HISTOGRAMS.each { |h| values[h] = values[h].zip(before[h]).map { |a, b| a - b } }
         ThreadRow.new(**values).freeze
       end
     end

@@ -1,14 +1,19 @@
 # frozen_string_literal: true
 
-# What tracing costs: one thread calling File#sysread(16) on /dev/zero CALLS times (each call
+# What recording costs: one thread calling File#sysread(16) on /dev/zero CALLS times (each call
 # releases and retakes the GVL: SUSPENDED, READY, RESUMED), untraced and traced, alternating in
 # one process, ROUNDS rounds; medians reported. Time is the process's CPU time (all its threads,
 # so the trace writer's work counts too): on a shared 2-core VM, wall time of runs this short
 # swings by ±20 % with neighbours, CPU time much less. Then the trace's size per event and the time to
 # export it to Chrome JSON and Perfetto.
 #
-#   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/trace_overhead.rb
-#   (CALLS=1000000 ROUNDS=5 by default; the gvl-tracing row appears when that gem is installed)
+#   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/overhead.rb
+#   (CALLS=1000000 ROUNDS=9 by default; the gvl-tracing and gvltools rows appear when those gems
+#   are installed: BUNDLE_GEMFILE=bench/Gemfile bundle install)
+#
+# Rows: untraced; empty-hook (a hook that only counts: the floor any hook pays); metrics
+# (GVLScope::Metrics on); gvltools (its GlobalTimer, LocalTimer and WaitingThreads on); gvlscope
+# (tracing to a file); gvl-tracing (tracing to its JSON).
 require "gvlscope"
 require "gvlscope/trace_file"
 require "gvlscope/timeline"
@@ -33,10 +38,10 @@ end
 
 def median(values) = values.sort[values.size / 2]
 
-begin
-  require "gvl-tracing"
+%w[gvl-tracing gvltools].each do |peer|
+  require peer
 rescue LoadError
-  warn "gvl-tracing not installed: its row is skipped (BUNDLE_GEMFILE=bench/Gemfile bundle install)"
+  warn "#{peer} not installed: its row is skipped (BUNDLE_GEMFILE=bench/Gemfile bundle install)"
 end
 
 dir = Dir.mktmpdir("gvlscope-bench")
@@ -54,6 +59,20 @@ ROUNDS.times do |round|
   counts = GVLScope::Probe.count { times[:empty_hook] << workload }
   events[:empty_hook] = counts.values.sum
   sizes[:empty_hook] = 0
+
+  GVLScope::Metrics.enable
+  times[:metrics] << workload
+  events[:metrics] = GVLScope::Metrics.snapshot.then { |m| m.holds + m.waits + m.releases }
+  sizes[:metrics] = 0
+  GVLScope::Metrics.disable
+
+  if defined?(GVLTools)
+    [GVLTools::GlobalTimer, GVLTools::LocalTimer, GVLTools::WaitingThreads].each(&:enable)
+    times[:gvltools] << workload
+    [GVLTools::GlobalTimer, GVLTools::LocalTimer, GVLTools::WaitingThreads].each(&:disable)
+    events[:gvltools] = CALLS * EVENTS_PER_CALL
+    sizes[:gvltools] = 0
+  end
 
   GVLScope.start(trace_path)
   times[:gvlscope] << workload
@@ -101,4 +120,18 @@ puts
 puts format("Reading the %d-event trace into a timeline: %.2f s; Chrome JSON export: %.2f s (%.1f MB); " \
             "Perfetto export: %.2f s (%.1f MB)", events[:gvlscope], read_s, chrome_s,
             File.size(File.join(dir, "bench.chrome.json")) / 1e6, perfetto_s, File.size(File.join(dir, "bench.pftrace")) / 1e6)
+# A snapshot of 100 live threads (all blocked on a queue), median of 101.
+GVLScope::Metrics.enable
+queue = Queue.new
+sleepers = 100.times.map { Thread.new { queue.pop } }
+sleep 0.1
+snapshot_us = 101.times.map do
+  started = clock
+  GVLScope::Metrics.snapshot
+  (clock - started) * 1e6
+end
+100.times { queue << :go }
+sleepers.each(&:join)
+GVLScope::Metrics.disable
+puts format("Metrics snapshot with 100 threads: %.0f us (median of 101)", median(snapshot_us))
 FileUtils.rm_rf(dir)

@@ -1,0 +1,35 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # Process._fork (Ruby 3.1+) is called by every fork: Kernel#fork, Process.fork, IO.popen("-"),
+  # Puma's workers. In the child, the inherited trace is dropped (its writer thread did not
+  # survive the fork, and the file is the parent's) and metrics restart from zero, so a worker's
+  # numbers are its own. Hooks that want a trace per child register with GVLScope.after_fork.
+  module ForkHook
+    def _fork
+      pid = super
+      GVLScope.__send__(:after_fork_in_child) if pid.zero?
+      pid
+    end
+  end
+
+  @after_fork_callbacks = []
+
+  class << self
+    # Runs the block in every forked child, after gvlscope reset its state there.
+    def after_fork(&block)
+      @after_fork_callbacks << block
+      block
+    end
+
+    private
+
+    def after_fork_in_child
+      was_tracing = Native.after_fork_in_child
+      @trace_path = nil
+      @after_fork_callbacks.each { |callback| callback.call(was_tracing) }
+    end
+  end
+end
+
+Process.singleton_class.prepend(GVLScope::ForkHook)
