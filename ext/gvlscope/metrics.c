@@ -12,9 +12,11 @@
 gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
 #define M gvls_metrics
 
-// A release is a yield (the thread stayed runnable) when READY follows SUSPENDED on the same
-// native thread before any other thread of the Ractor got the GVL, while others wanted it. See
-// docs/format.md "Release causes" for why and for the limits.
+// A release is a preemption (the thread stayed runnable) when it held the GVL for at least half a
+// timeslice, others wanted it, and READY follows SUSPENDED on the same native thread before any
+// other thread of the Ractor got the GVL. Why the hold length: a blocking call that returns at
+// once (a pipe read with data waiting) shows the same SUSPENDED-READY pair within microseconds.
+// Thread.pass cannot be told from such a call and counts as blocking. See docs/format.md.
 #define YIELD_MAX_GAP_NS 50000
 
 static inline unsigned ractor_slot(const gvls_thread *slot) {
@@ -37,12 +39,12 @@ void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
       case GVLS_EV_READY:
         if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
         if (m->state == GVLS_M_SUSPENDED) {
-            m->yielded = m->others_wanted && m->suspend_native == gvls_native_serial() &&
-                         now_ns - m->since_ns < YIELD_MAX_GAP_NS &&
+            m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
+                         m->suspend_native == gvls_native_serial() && now_ns - m->since_ns < YIELD_MAX_GAP_NS &&
                          atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
             if (m->yielded) {
                 // The wait for the GVL began at SUSPENDED: keep since_ns.
-                if (m->last_hold_ns >= M.timeslice_ns / 2) m->released_preempted++; else m->released_pass++;
+                m->released_preempted++;
             } else {
                 m->released_blocking++;
                 m->idle_ns += elapsed(m->since_ns, now_ns);
@@ -126,7 +128,7 @@ static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m
     if (m->longest_hold_ns > into->longest_hold_ns) into->longest_hold_ns = m->longest_hold_ns;
     if (m->longest_wait_ns > into->longest_wait_ns) into->longest_wait_ns = m->longest_wait_ns;
     into->released_blocking += m->released_blocking; into->released_preempted += m->released_preempted;
-    into->released_pass += m->released_pass; into->released_exit += m->released_exit;
+    into->released_exit += m->released_exit;
     for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) {
         into->hold_histogram[b] += m->hold_histogram[b];
         into->wait_histogram[b] += m->wait_histogram[b];
@@ -222,13 +224,13 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
     }
 }
 
-#define COUNTER_FIELDS 12
+#define COUNTER_FIELDS 11
 #define ROW_FIELDS (4 + COUNTER_FIELDS)
 
 static void counters_of(const gvls_thread_metrics *m, uint64_t *out) {
     uint64_t values[COUNTER_FIELDS] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits,
                                         m->longest_hold_ns, m->longest_wait_ns, m->released_blocking,
-                                        m->released_preempted, m->released_pass, m->released_exit };
+                                        m->released_preempted, m->released_exit };
     memcpy(out, values, sizeof(values));
 }
 

@@ -16,7 +16,7 @@
 typedef struct gvls_thread_metrics {
     uint8_t state;              // gvls_metric_state: what the last event said
     uint8_t others_wanted;      // at SUSPENDED: another thread of the Ractor wanted the GVL
-    uint8_t yielded;            // READY came straight after SUSPENDED: a preemption or pass
+    uint8_t yielded;            // READY came straight after SUSPENDED: a preemption
     uint32_t suspend_native;    // native thread of the last SUSPENDED
     uint64_t resume_seq_at_suspend;
     uint64_t since_ns;          // when the current state began
@@ -25,7 +25,7 @@ typedef struct gvls_thread_metrics {
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t holds, waits, longest_hold_ns, longest_wait_ns;
-    uint64_t released_blocking, released_preempted, released_pass, released_exit;
+    uint64_t released_blocking, released_preempted, released_exit;
     uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held
     uint64_t wait_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns waited for the GVL
     uint64_t waiters_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of threads still waiting at acquire

@@ -14,6 +14,8 @@ module GVLScope
       See and measure CRuby's Global VM Lock (GVL).
 
       Commands:
+        run [-o PATH] [--no-summary] -- COMMAND [ARGS...]
+                              run a Ruby program traced from boot (no code change); print a summary
         export FILE --format perfetto|chrome-json [-o OUT]
                               convert a .gvl trace for Perfetto UI / chrome://tracing / speedscope
         summary FILE          per-thread GVL times of a .gvl trace
@@ -40,6 +42,7 @@ module GVLScope
       when "-v", "--version"
         @out.puts "gvlscope #{VERSION}"
         0
+      when "run" then run_command(argv)
       when "export" then export(argv)
       when "summary" then summary(argv)
       else
@@ -92,6 +95,54 @@ module GVLScope
       File.open(output, "wb") { |io| exporter.new(timeline).write(io) }
       @err.puts "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
       0
+    end
+
+    # Runs COMMAND with the recorder loaded at boot through RUBYOPT, so any Ruby it starts (and
+    # every forked child) writes a trace; the program's output and exit status pass through.
+    def run_command(argv)
+      output = nil
+      show_summary = true
+      parser = OptionParser.new do |opts|
+        opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]"
+        opts.on("-o", "--output PATH", "trace file (default gvlscope-<pid>.gvl; %p = pid)") { |o| output = o }
+        opts.on("--no-summary", "do not print the summary at exit") { show_summary = false }
+        opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
+      end
+      command = parser.order(argv)
+      command.shift if command.first == "--"
+      raise UsageError, "run needs a COMMAND (gvlscope run -- ruby app.rb)" if command.empty?
+
+      require "tmpdir"
+      list = File.join(Dir.tmpdir, "gvlscope-run-#{Process.pid}.list")
+      lib = File.expand_path("..", __dir__)
+      env = {
+        "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
+        "GVLSCOPE_OUTPUT" => File.expand_path(output || "gvlscope-%p.gvl"),
+        "GVLSCOPE_SUMMARY_LIST" => list,
+      }
+      pid = begin
+        Process.spawn(env, *command)
+      rescue SystemCallError => e
+        raise Error, "cannot run #{command.first}: #{e.message}"
+      end
+      # Child processes are ours to wait for, not to interrupt: Ctrl-C reaches them directly.
+      previous = trap("INT", "IGNORE")
+      _, status = Process.wait2(pid)
+      trap("INT", previous)
+      traces = File.exist?(list) ? File.readlines(list, chomp: true) : []
+      File.delete(list) if File.exist?(list)
+      if traces.empty?
+        @err.puts "gvlscope: no trace was written (was COMMAND a Ruby >= 3.3 program?)"
+      elsif show_summary
+        load_reader
+        require_relative "summary"
+        traces.each do |path|
+          @err.puts Summary.new(Timeline.new(TraceFile.read(path))).to_s
+          @err.puts
+        end
+        @err.puts "gvlscope: traces: #{traces.join(', ')} (gvlscope export FILE --format perfetto)"
+      end
+      status.exitstatus || 128 + status.termsig.to_i
     end
 
     def summary(argv)

@@ -13,7 +13,7 @@ module GVLScope
   #   puts interval        # table and histograms
   module Metrics
     COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
-                  released_preempted released_pass released_exit].freeze
+                  released_preempted released_exit].freeze
     HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
     BUCKETS = 64
     MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
@@ -23,7 +23,7 @@ module GVLScope
     # gc_ns: holding the GVL in GC.
     ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, keyword_init: true) do
       def held_ns = run_ns + gc_ns
-      def releases = released_blocking + released_preempted + released_pass + released_exit
+      def releases = released_blocking + released_preempted + released_exit
     end
 
     class << self
@@ -136,7 +136,7 @@ module GVLScope
       # Time some thread held the GVL (running Ruby or in GC), all Ractors together.
       def held_ns = run_ns + gc_ns
       def acquisitions = waits
-      def releases = released_blocking + released_preempted + released_pass + released_exit
+      def releases = released_blocking + released_preempted + released_exit
 
       # Share of wall time the GVL was held. With several Ractors (each has its own GVL) this can
       # exceed 1: see held_ratio_by_ractor.
@@ -172,7 +172,7 @@ module GVLScope
         {
           wall_ns: wall_ns, held_ns: held_ns, held_ratio: held_ratio, held_ratio_by_ractor: held_ratio_by_ractor,
           wait_ns: wait_ns, waiting_threads: waiting_threads, acquisitions: acquisitions,
-          releases: { blocking: released_blocking, preempted: released_preempted, pass: released_pass, exit: released_exit },
+          releases: { blocking: released_blocking, preempted: released_preempted, exit: released_exit },
           hold_histogram: hold_histogram, wait_histogram: wait_histogram,
           waiters_at_acquire_histogram: waiters_at_acquire_histogram,
           threads: all_rows.map(&:to_h),

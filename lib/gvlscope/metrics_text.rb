@@ -12,8 +12,8 @@ module GVLScope
       lines = []
       lines << format("GVL held %.1f%% of %.3f s wall; %d acquisitions; total wait %s; %d threads waiting now",
                       100 * s.held_ratio, s.wall_ns / 1e9, s.acquisitions, ms(s.wait_ns), s.waiting_threads)
-      lines << format("releases: %d blocking, %d preempted, %d Thread.pass, %d exit", s.released_blocking,
-                      s.released_preempted, s.released_pass, s.released_exit)
+      lines << format("releases: %d blocking (or Thread.pass), %d preempted at the end of a timeslice, %d exit",
+                      s.released_blocking, s.released_preempted, s.released_exit)
       lines << ""
       lines << format("%-24s %11s %11s %11s %9s %7s %13s", "thread", "run", "wait", "idle", "gc", "holds", "longest hold")
       s.all_rows.each do |row|

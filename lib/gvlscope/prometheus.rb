@@ -17,7 +17,7 @@ module GVLScope
       gauge(out, "gvlscope_waiting_threads", "Threads waiting for the GVL now", base, snapshot.waiting_threads)
       counter(out, "gvlscope_gvl_acquisitions_total", "Times a thread acquired the GVL after waiting", base, snapshot.acquisitions)
       out << "# HELP gvlscope_gvl_releases_total GVL releases by cause\n# TYPE gvlscope_gvl_releases_total counter\n"
-      { blocking: snapshot.released_blocking, preempted: snapshot.released_preempted, pass: snapshot.released_pass,
+      { blocking: snapshot.released_blocking, preempted: snapshot.released_preempted,
         exit: snapshot.released_exit }.each do |cause, count|
         out << "gvlscope_gvl_releases_total#{label_text(labels.merge(cause: cause))} #{count}\n"
       end

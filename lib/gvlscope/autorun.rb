@@ -1,0 +1,42 @@
+# frozen_string_literal: true
+
+# Loaded at boot by `gvlscope run` (through RUBYOPT=-rgvlscope/autorun): traces the whole program
+# into GVLSCOPE_OUTPUT (a path; "%p" becomes the pid) and stops at exit. A forked child (Puma
+# worker, fork, spawn of a Ruby with the same RUBYOPT) traces into its own file, named by its pid.
+begin
+  require "gvlscope"
+rescue LoadError, StandardError => e
+  # Never stop the user's program from running because tracing cannot start.
+  warn "gvlscope: not tracing this process: #{e.message}"
+  return
+end
+
+module GVLScope
+  module Autorun
+    module_function
+
+    def output_path
+      template = ENV.fetch("GVLSCOPE_OUTPUT", "gvlscope-%p.gvl")
+      template = template.sub(/(\.gvl)?\z/, "-%p\\1") if Process.pid != Integer(ENV.fetch("GVLSCOPE_PARENT_PID", Process.pid)) && !template.include?("%p")
+      template.gsub("%p", Process.pid.to_s)
+    end
+
+    def start
+      GVLScope.start(output_path)
+      at_exit { stop }
+    rescue SystemCallError, GVLScope::Error => e
+      warn "gvlscope: not tracing: #{e.message}"
+    end
+
+    def stop
+      return unless GVLScope.tracing?
+
+      summary = GVLScope.stop
+      File.open(ENV["GVLSCOPE_SUMMARY_LIST"], "a") { |f| f.puts(summary.path) } if ENV["GVLSCOPE_SUMMARY_LIST"]
+      warn "gvlscope: #{summary}" if summary.dropped.positive? || summary.write_error
+    end
+  end
+end
+
+GVLScope.after_fork { GVLScope::Autorun.start }
+GVLScope::Autorun.start

@@ -1,0 +1,59 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+
+# `gvlscope run -- COMMAND`: traces an unmodified program, passes its output and exit status
+# through, and gives forked children their own trace files.
+class CLIRunTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  def gvlscope(*args, chdir:)
+    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)
+  end
+
+  def test_run_traces_a_program_and_keeps_its_output_and_status
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), <<~RUBY)
+        t = Thread.new { Thread.current.name = "worker"; sleep 0.01 }
+        t.join
+        puts "app output"
+        $stderr.puts "app error"
+        exit 3
+      RUBY
+      out, err, status = gvlscope("run", "-o", "trace.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert_equal 3, status.exitstatus
+      assert_equal "app output\n", out
+      assert_match(/^app error$/, err)
+      assert_match(/GVL held .* of the time/, err)
+      assert_match(/^worker /, err)
+      timeline = GVLScope::Timeline.from_file(File.join(dir, "trace.gvl"))
+      assert(timeline.threads.values.any? { |t| t.label == "worker" })
+    end
+  end
+
+  def test_forked_children_write_their_own_traces
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "forker.rb"), <<~RUBY)
+        pid = fork { Thread.new { sleep 0.01 }.join }
+        Process.wait(pid)
+        puts pid
+      RUBY
+      out, err, status = gvlscope("run", "--no-summary", "-o", "t-%p.gvl", "--", RbConfig.ruby, "forker.rb", chdir: dir)
+      assert status.success?, err
+      child = out.to_i
+      files = Dir.children(dir).grep(/\.gvl\z/).sort
+      assert_equal 2, files.size, files.inspect
+      assert_includes files, "t-#{child}.gvl"
+      child_trace = GVLScope::TraceFile.read(File.join(dir, "t-#{child}.gvl"))
+      refute child_trace.truncated?
+      assert_equal child, child_trace.pid
+    end
+  end
+
+  def test_run_without_a_command_is_a_usage_error
+    _out, err, status = gvlscope("run", chdir: ROOT)
+    assert_equal 2, status.exitstatus
+    assert_match(/run needs a COMMAND/, err)
+  end
+end
