@@ -17,7 +17,6 @@ gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
 // other thread of the Ractor got the GVL. Why the hold length: a blocking call that returns at
 // once (a pipe read with data waiting) shows the same SUSPENDED-READY pair within microseconds.
 // Thread.pass cannot be told from such a call and counts as blocking. See docs/format.md.
-#define YIELD_MAX_GAP_NS 50000
 
 static inline unsigned ractor_slot(const gvls_thread *slot) {
     return slot->ractor_id < GVLS_MAX_RACTORS ? slot->ractor_id : GVLS_MAX_RACTORS - 1;
@@ -40,7 +39,7 @@ void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
         if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
         if (m->state == GVLS_M_SUSPENDED) {
             m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
-                         m->suspend_native == gvls_native_serial() && now_ns - m->since_ns < YIELD_MAX_GAP_NS &&
+                         m->suspend_native == gvls_native_serial() &&
                          atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
             if (m->yielded) {
                 // The wait for the GVL began at SUSPENDED: keep since_ns.

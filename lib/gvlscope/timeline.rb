@@ -16,9 +16,9 @@ module GVLScope
   #   :unknown the trace ended (or the thread exited) before it became runnable again
   #
   # A running interval ends with a release cause:
-  #   :blocking  it blocked (the :waiting interval that follows says on what)
+  #   :blocking  it blocked (the :waiting interval that follows says on what); Thread.pass too,
+  #              as it cannot be told from a blocking call that returns at once
   #   :preempted the scheduler switched it out at the end of its timeslice
-  #   :pass      it gave the GVL up while staying runnable, well before a timeslice (Thread.pass)
   #   :exit      it exited
   class Timeline
     Interval = Struct.new(:thread, :state, :start_ns, :end_ns, :detail, :native) do
@@ -110,16 +110,17 @@ module GVLScope
           set_state.(serial, cursor, :started, time)
         when :ready
           if cursor.state == :waiting && cursor.detail.nil?
+            # Same rule as ext/gvlscope/metrics.c: see docs/format.md, "Release causes".
             yielded = natives[i] == cursor.suspend_native && cursor.others_wanted &&
-                      resumes_by_ractor[ractor] == cursor.events_since_suspend
+                      resumes_by_ractor[ractor] == cursor.events_since_suspend &&
+                      time_since_resume(cursor) >= @file.timeslice_ns / 2
             if yielded
               # SUSPENDED then READY on the same native thread before anyone else got the GVL:
               # the thread gave the GVL up but stayed runnable. Rewrite the release.
               cursor.state = :wants_gvl
               wanting[ractor] += 1
               wanting_total += 1
-              release = time_since_resume(cursor) >= @file.timeslice_ns / 2 ? :preempted : :pass
-              cursor.running_interval.detail = release if cursor.running_interval
+              cursor.running_interval.detail = :preempted if cursor.running_interval
               next
             end
             cursor.detail = natives[i] == cursor.suspend_native ? :io_sleep : :lock
