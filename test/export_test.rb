@@ -60,7 +60,12 @@ class ExportTest < Minitest::Test
     assert status.success?, err
     begins = text.scan("type: TYPE_SLICE_BEGIN").size
     ends = text.scan("type: TYPE_SLICE_END").size
-    running_intervals = @timeline.threads.values.sum { |t| t.intervals.count { |i| i.state == :running && i.native } }
+    # The native-thread view appears only when Ruby and native threads are not one-to-one.
+    running_intervals = if @timeline.shared_native_threads?
+                          @timeline.threads.values.sum { |t| t.intervals.count { |i| i.state == :running && i.native } }
+                        else
+                          0
+                        end
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size } + running_intervals, begins
     assert_equal begins, ends
     assert_includes text, 'thread_name: "reader \303\274n\303\257code"'

@@ -4,6 +4,8 @@ require "test_helper"
 require "gvlscope/trace_file"
 require "gvlscope/timeline"
 require "tmpdir"
+require "json"
+require "gvlscope/exporters/chrome_json"
 
 # Ractors run their hooks concurrently, and M:N moves Ruby threads between native threads: both
 # must give complete, consistent per-thread sequences. Run in child processes (Ractor warnings,
@@ -57,8 +59,11 @@ class RactorMNTest < Minitest::Test
       assert running.all?(&:native), "every running slice knows its native thread"
       lanes = timeline.file.native_tids
       refute_empty lanes
-      # Under M:N a few native threads serve the 8 Ruby threads.
+      # Under M:N a few native threads serve the 8 Ruby threads, and exports show them.
       assert_operator lanes.size, :<=, timeline.threads.size + 2
+      assert timeline.shared_native_threads?
+      json = JSON.parse(GVLScope::Exporters::ChromeJSON.new(timeline).write(+""))
+      assert(json["traceEvents"].any? { |e| e["cat"] == "native" })
     end
   end
 end

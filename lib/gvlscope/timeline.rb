@@ -50,95 +50,89 @@ module GVLScope
       @threads.values.group_by(&:ractor_id)
     end
 
+    # True when Ruby threads and native threads are not one-to-one (M:N threads, or a native
+    # thread reused after another exited): only then is a separate native-thread view informative.
+    def shared_native_threads?
+      return @shared_native_threads if defined?(@shared_native_threads)
+
+      owner = {}
+      @shared_native_threads = @threads.each_value.any? do |thread|
+        thread.intervals.any? do |interval|
+          next false unless interval.native
+
+          (owner[interval.native] ||= thread.serial) != thread.serial
+        end
+      end
+    end
+
     private
 
     INFERRED_BEFORE = { ready: :waiting, resumed: :wants_gvl, suspended: :running, exited: :running,
                         gc_enter: :running, gc_exit: :gc }.freeze
 
-    # Per-thread scan state.
-    Cursor = Struct.new(:state, :since, :detail, :native, :suspend_native, :suspend_time, :others_wanted,
-                        :resumed_at, :running_interval, :events_since_suspend, :gc_from)
+    # Per-thread scan state. ractor and intervals are cached here: looked up once per thread, not
+    # once per event (a trace holds millions).
+    Cursor = Struct.new(:serial, :ractor, :intervals, :state, :since, :detail, :native, :suspend_native,
+                        :suspend_time, :others_wanted, :resumed_at, :running_interval, :resumes_at_suspend)
 
     def build
-      cursors = Hash.new { |h, serial| h[serial] = Cursor.new(nil, 0) }
-      wanting = Hash.new(0) # ractor id -> threads in :wants_gvl
-      wanting_total = 0
+      cursors = {}
+      @wanting = Hash.new(0) # ractor id -> threads in :wants_gvl
+      @wanting_total = 0
       times = @file.times
       kinds = @file.kinds
       serials = @file.threads
       natives = @file.natives
+      half_timeslice = @file.timeslice_ns / 2
       resumes_by_ractor = Hash.new(0) # a generation counter: any RESUMED in the Ractor
-
-      set_state = lambda do |serial, cursor, state, time, detail = nil|
-        ractor = thread_timeline(serial).ractor_id
-        if cursor.state == :wants_gvl
-          wanting[ractor] -= 1
-          wanting_total -= 1
-        end
-        if state == :wants_gvl
-          wanting[ractor] += 1
-          wanting_total += 1
-        end
-        close(serial, cursor, time)
-        cursor.state = state
-        cursor.since = time
-        cursor.detail = detail
-        if (@waiting_counter.last&.first == time)
-          @waiting_counter.last[1] = wanting_total
-        elsif @waiting_counter.last&.last != wanting_total
-          @waiting_counter << [time, wanting_total]
-        end
-      end
 
       times.each_index do |i|
         time = times[i]
         serial = serials[i]
-        cursor = cursors[serial]
-        ractor = thread_timeline(serial).ractor_id
+        cursor = cursors[serial] ||= begin
+          thread = thread_timeline(serial)
+          Cursor.new(serial, thread.ractor_id, thread.intervals, nil, 0)
+        end
+        ractor = cursor.ractor
         kind = kinds[i]
         if cursor.state.nil? && kind != :started
           # A thread that existed before the trace: its first event tells what it was doing.
           cursor.state = INFERRED_BEFORE.fetch(kind)
           cursor.detail = :unknown if cursor.state == :waiting
-          if cursor.state == :wants_gvl
-            wanting[ractor] += 1
-            wanting_total += 1
-          end
+          add_wanting(ractor, 1) if cursor.state == :wants_gvl
         end
         case kind
         when :started
-          set_state.(serial, cursor, :started, time)
+          transition(cursor, :started, time)
         when :ready
           if cursor.state == :waiting && cursor.detail.nil?
             # Same rule as ext/gvlscope/metrics.c: see docs/format.md, "Release causes".
-            yielded = natives[i] == cursor.suspend_native && cursor.others_wanted &&
-                      resumes_by_ractor[ractor] == cursor.events_since_suspend &&
-                      time_since_resume(cursor) >= @file.timeslice_ns / 2
-            if yielded
+            if natives[i] == cursor.suspend_native && cursor.others_wanted &&
+               resumes_by_ractor[ractor] == cursor.resumes_at_suspend &&
+               time_since_resume(cursor) >= half_timeslice
               # SUSPENDED then READY on the same native thread before anyone else got the GVL:
               # the thread gave the GVL up but stayed runnable. Rewrite the release.
               cursor.state = :wants_gvl
-              wanting[ractor] += 1
-              wanting_total += 1
+              add_wanting(ractor, 1)
               cursor.running_interval.detail = :preempted if cursor.running_interval
               next
             end
             cursor.detail = natives[i] == cursor.suspend_native ? :io_sleep : :lock
           end
-          set_state.(serial, cursor, :wants_gvl, time) unless cursor.state == :wants_gvl
+          transition(cursor, :wants_gvl, time) unless cursor.state == :wants_gvl
         when :resumed
           resumes_by_ractor[ractor] += 1
-          set_state.(serial, cursor, :running, time)
+          transition(cursor, :running, time)
           cursor.resumed_at = time
           cursor.native = natives[i]
         when :suspended
-          others = wanting[ractor] - (cursor.state == :wants_gvl ? 1 : 0)
-          set_state.(serial, cursor, :waiting, time)
+          others = @wanting[ractor] - (cursor.state == :wants_gvl ? 1 : 0)
+          transition(cursor, :waiting, time)
           cursor.running_interval&.detail ||= :blocking
           cursor.suspend_native = natives[i]
           cursor.suspend_time = time
           cursor.others_wanted = others.positive?
-          cursor.events_since_suspend = resumes_by_ractor[ractor]
+          cursor.resumes_at_suspend = resumes_by_ractor[ractor]
         when :exited
           if cursor.state == :waiting && cursor.detail.nil?
             # SUSPENDED then EXITED: the last release was the exit itself, not a wait.
@@ -148,16 +142,37 @@ module GVLScope
             next
           end
           was_running = cursor.state == :running
-          set_state.(serial, cursor, :died, time)
+          transition(cursor, :died, time)
           cursor.running_interval.detail = :exit if was_running && cursor.running_interval
         when :gc_enter
-          set_state.(serial, cursor, :gc, time) if cursor.state == :running || cursor.state.nil?
+          transition(cursor, :gc, time) if cursor.state == :running || cursor.state.nil?
         when :gc_exit
-          set_state.(serial, cursor, :running, time) if cursor.state == :gc
+          transition(cursor, :running, time) if cursor.state == :gc
         end
       end
-      cursors.each { |serial, cursor| close(serial, cursor, @duration_ns) }
+      cursors.each_value { |cursor| close(cursor, @duration_ns) }
       @file.thread_info.each_key { |serial| thread_timeline(serial) }
+    end
+
+    def add_wanting(ractor, delta)
+      @wanting[ractor] += delta
+      @wanting_total += delta
+    end
+
+    # Ends the cursor's state at +time+ and starts +state+; keeps the wanting-the-GVL counter.
+    def transition(cursor, state, time)
+      add_wanting(cursor.ractor, -1) if cursor.state == :wants_gvl
+      add_wanting(cursor.ractor, 1) if state == :wants_gvl
+      close(cursor, time)
+      cursor.state = state
+      cursor.since = time
+      cursor.detail = nil
+      last = @waiting_counter.last
+      if last && last[0] == time
+        last[1] = @wanting_total
+      elsif last.nil? || last[1] != @wanting_total
+        @waiting_counter << [time, @wanting_total]
+      end
     end
 
     def time_since_resume(cursor)
@@ -169,12 +184,11 @@ module GVLScope
         TraceFile::ThreadInfo.new(serial: serial, ractor_id: 0), [])
     end
 
-    # Ends the cursor's current state at +time+ as an interval. A thread first seen mid-trace
-    # (it existed before the trace) gets its earlier state inferred from its first event.
-    def close(serial, cursor, time)
+    # Ends the cursor's current state at +time+ as an interval.
+    def close(cursor, time)
       state = cursor.state
       if state == :died
-        thread_timeline(serial).intervals << Interval.new(serial, :died, cursor.since, cursor.since, nil)
+        cursor.intervals << Interval.new(cursor.serial, :died, cursor.since, cursor.since, nil)
         cursor.state = :gone
         return
       end
@@ -182,10 +196,13 @@ module GVLScope
 
       detail = cursor.detail
       detail ||= :unknown if state == :waiting
-      interval = Interval.new(serial, state, cursor.since, time, detail, state == :running ? cursor.native : nil)
-      thread_timeline(serial).intervals << interval if time > cursor.since || state == :started
-      cursor.running_interval = interval if state == :running
-      cursor.running_interval = nil if state == :waiting || state == :wants_gvl
+      interval = Interval.new(cursor.serial, state, cursor.since, time, detail, state == :running ? cursor.native : nil)
+      cursor.intervals << interval if time > cursor.since || state == :started
+      if state == :running
+        cursor.running_interval = interval
+      elsif state == :waiting || state == :wants_gvl
+        cursor.running_interval = nil
+      end
     end
   end
 end

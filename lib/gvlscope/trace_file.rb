@@ -59,9 +59,7 @@ module GVLScope
       data = File.binread(@path)
       read_header(data)
       times = []
-      kinds = []
-      threads = []
-      natives = []
+      metas = []
       offset = @header_bytes
       while offset < data.bytesize
         if offset + 8 > data.bytesize
@@ -75,16 +73,16 @@ module GVLScope
           break
         end
         case type
-        when CHUNK_EVENTS then read_events(data, payload_start, payload_bytes, times, kinds, threads, natives)
+        when CHUNK_EVENTS then read_events(data, payload_start, payload_bytes, times, metas)
         when CHUNK_THREADS then read_threads(data, payload_start, payload_bytes)
         when CHUNK_END then read_end(data, payload_start)
         else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
         end
         offset = payload_start + payload_bytes
       end
-      sort_events(times, kinds, threads, natives)
+      sort_events(times, metas)
       @dropped = @end_dropped if @end_dropped
-      threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
+      @threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
       self
     end
 
@@ -111,18 +109,19 @@ module GVLScope
       @warnings << "#{@path}: file ends inside a chunk at byte #{offset} (process killed?); read what came before"
     end
 
-    def read_events(data, start, bytes, times, kinds, threads, natives)
+    # Appends the chunk's times and, per event, a "meta" Integer: the record's low 28 bits (kind
+    # and thread serial) with the native thread's serial above them. Whole-array operations, no
+    # per-event objects: a trace holds millions of events.
+    def read_events(data, start, bytes, times, metas)
       native, tid, base, count, dropped_before = data.unpack("L<L<Q<L<L<", offset: start)
       raise FormatError, "#{@path}: event chunk at byte #{start} claims #{count} records" if 24 + count * 8 != bytes
 
       @native_tids[native] = tid
       @dropped += dropped_before
-      data.unpack("Q<#{count}", offset: start + 24).each do |record|
-        times << base + (record >> 28)
-        kinds << KINDS.fetch(record & 15) { raise FormatError, "#{@path}: unknown event kind #{record & 15}" }
-        threads << ((record >> 4) & 0xFFFFFF)
-        natives << native
-      end
+      records = data.unpack("Q<#{count}", offset: start + 24)
+      native_bits = native << 28
+      times.concat(records.map { |record| base + (record >> 28) })
+      metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
     end
 
     def read_threads(data, start, bytes)
@@ -142,13 +141,21 @@ module GVLScope
     end
 
     # Each native thread's chunks are in time order; across native threads they interleave.
-    # Ties keep file order (a stable sort), which keeps each native thread's own order.
-    def sort_events(times, kinds, threads, natives)
-      order = (0...times.size).sort_by { |i| [times[i], i] }
+    # Ties keep file order, which keeps each native thread's own order: the sort key is the time
+    # with the event's index below it, one Integer per event (a Fixnum for traces up to ~18 minutes
+    # of 4M events; longer ones still sort right, on Bignums).
+    def sort_events(times, metas)
+      count = times.size
+      index_bits = [count.bit_length, 1].max
+      mask = (1 << index_bits) - 1
+      order = Array.new(count) { |i| (times[i] << index_bits) | i }.sort!.map! { |key| key & mask }
       @times = order.map { |i| times[i] }
-      @kinds = order.map { |i| kinds[i] }
-      @threads = order.map { |i| threads[i] }
-      @natives = order.map { |i| natives[i] }
+      metas = order.map { |i| metas[i] }
+      @kinds = metas.map do |meta|
+        KINDS[meta & 15] || raise(FormatError, "#{@path}: unknown event kind #{meta & 15}")
+      end
+      @threads = metas.map { |meta| (meta >> 4) & 0xFFFFFF }
+      @natives = metas.map { |meta| meta >> 28 }
     end
   end
 end

@@ -15,67 +15,84 @@ module GVLScope
         @timeline = timeline
       end
 
+      FLUSH_BYTES = 1 << 20
+
       def write(io)
-        io << %({"displayTimeUnit":"ns","otherData":{"producer":"gvlscope #{VERSION}"},"traceEvents":[\n)
-        first = true
-        emit = lambda do |line|
-          io << ",\n" unless first
-          first = false
-          io << line
-        end
+        @io = io
+        @out = +%({"displayTimeUnit":"ns","otherData":{"producer":"gvlscope #{VERSION}"},"traceEvents":[\n)
+        @first = true
         pid = @timeline.file.pid
         @timeline.ractors.each_key do |ractor_id|
-          emit.(meta("process_name", ractor_pid(ractor_id), nil, ractor_id.zero? ? "pid #{pid}" : "Ractor #{ractor_id} (pid #{pid})"))
+          emit(meta("process_name", ractor_pid(ractor_id), nil, ractor_id.zero? ? "pid #{pid}" : "Ractor #{ractor_id} (pid #{pid})"))
         end
         @timeline.each_thread do |thread|
           rpid = ractor_pid(thread.ractor_id)
-          emit.(meta("thread_name", rpid, thread.serial, thread.label))
-          thread.intervals.each { |interval| emit.(slice(rpid, thread.serial, interval)) }
+          emit(meta("thread_name", rpid, thread.serial, thread.label))
+          write_slices(rpid, thread)
         end
+        counter_prefix = %({"ph":"C","name":"threads wanting the GVL","pid":#{ractor_pid(1)},"ts":)
         @timeline.waiting_counter.each do |time, count|
-          emit.(%({"ph":"C","name":"threads wanting the GVL","pid":#{ractor_pid(1)},"ts":#{us(time)},"args":{"threads":#{count}}}))
+          emit(%(#{counter_prefix}#{us(time)},"args":{"threads":#{count}}}))
         end
-        write_native_lanes(emit)
-        io << "\n]}\n"
+        write_native_lanes
+        @out << "\n]}\n"
+        io << @out
         io
       end
 
-      def self.state_name(interval)
-        case interval.state
-        when :waiting then "waiting (#{interval.detail.to_s.tr("_", "/")})"
-        else interval.state.to_s
-        end
+      def self.state_name(state, detail)
+        state == :waiting ? "waiting (#{detail.to_s.tr("_", "/")})" : state.to_s
       end
 
       private
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
-      def us(ns) = format("%.3f", ns / 1000.0)
+      # ns as microseconds with 3 decimals, by integer arithmetic (format is slow at millions).
+      def us(ns)
+        whole, fraction = ns.divmod(1000)
+        fraction < 100 ? "#{whole}.#{fraction < 10 ? "00" : "0"}#{fraction}" : "#{whole}.#{fraction}"
+      end
+
+      def emit(line)
+        @out << ",\n" unless @first
+        @first = false
+        @out << line
+        return if @out.bytesize < FLUSH_BYTES
+
+        @io << @out
+        @out = +""
+      end
+
+      # The constant part of each slice is built once per thread and state.
+      def write_slices(pid, thread)
+        prefixes = Hash.new do |cache, (state, detail)|
+          name = self.class.state_name(state, detail)
+          cache[[state, detail]] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
+        end
+        thread.intervals.each do |interval|
+          args = interval.state == :running && interval.detail ? %(,"args":{"released_by":"#{interval.detail}"}}) : "}"
+          emit(%(#{prefixes[[interval.state, interval.detail]]}#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}#{args}))
+        end
+      end
 
       def meta(name, pid, tid, value)
         tid_part = tid ? %(,"tid":#{tid}) : ""
         %({"ph":"M","name":"#{name}","pid":#{pid}#{tid_part},"args":{"name":#{JSON.generate(value)}}})
       end
 
-      def slice(pid, tid, interval)
-        args = interval.state == :running && interval.detail ? %(,"args":{"released_by":"#{interval.detail}"}) : ""
-        %({"ph":"X","name":"#{self.class.state_name(interval)}","cat":"gvl","pid":#{pid},"tid":#{tid},) +
-          %("ts":#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}#{args}})
-      end
-
-      def write_native_lanes(emit)
+      def write_native_lanes
         tids = @timeline.file.native_tids
-        return if tids.empty?
+        return if tids.empty? || !@timeline.shared_native_threads?
 
-        emit.(meta("process_name", NATIVE_PID, nil, "native threads"))
-        tids.each { |serial, tid| emit.(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
+        emit(meta("process_name", NATIVE_PID, nil, "native threads"))
+        tids.each { |serial, tid| emit(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
         @timeline.each_thread do |thread|
+          prefix = %({"ph":"X","name":#{JSON.generate(thread.label)},"cat":"native","pid":#{NATIVE_PID},"tid":)
           thread.intervals.each do |interval|
             next unless interval.state == :running && interval.native
 
-            emit.(%({"ph":"X","name":#{JSON.generate(thread.label)},"cat":"native","pid":#{NATIVE_PID},) +
-                  %("tid":#{interval.native},"ts":#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}}))
+            emit(%(#{prefix}#{interval.native},"ts":#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}}))
           end
         end
       end
