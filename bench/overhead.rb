@@ -2,9 +2,10 @@
 
 # What recording costs: one thread calling File#sysread(16) on /dev/zero CALLS times (each call
 # releases and retakes the GVL: SUSPENDED, READY, RESUMED), untraced and traced, alternating in
-# one process, ROUNDS rounds; medians reported. Time is the process's CPU time (all its threads,
-# so the trace writer's work counts too): on a shared 2-core VM, wall time of runs this short
-# swings by ±20 % with neighbours, CPU time much less. Then the trace's size per event and the time to
+# one process, ROUNDS rounds; medians reported. Time is the CPU time of the thread doing the
+# calls, which is where every hook runs: on a shared 2-core VM wall time of runs this short swings
+# by ±20 % with neighbours. The trace writer's own CPU time (another thread, 64 KiB write(2)s) is
+# not in it; bench/instructions.rb counts instructions, which no neighbour can disturb. Then the trace's size per event and the time to
 # export it to Chrome JSON and Perfetto.
 #
 #   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/overhead.rb
@@ -26,7 +27,7 @@ ROUNDS = Integer(ENV.fetch("ROUNDS", 9))
 EVENTS_PER_CALL = 3
 
 def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-def cpu_clock = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+def cpu_clock = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
 
 def workload
   File.open("/dev/zero") do |zero|
@@ -95,7 +96,7 @@ $stderr.puts
 base = median(times[:untraced])
 puts "Ruby #{RUBY_DESCRIPTION}; #{CALLS} sysread calls; median of #{ROUNDS} rounds"
 puts
-puts "| run | CPU time (s) | ns per call | events | added ns per event | bytes per event |"
+puts "| run | thread CPU time (s) | ns per call | events | added ns per event | bytes per event |"
 puts "|---|---:|---:|---:|---:|---:|"
 puts format("| untraced | %.3f | %.0f | - | - | - |", base, base * 1e9 / CALLS)
 times.each do |name, values|

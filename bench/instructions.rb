@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+# Instructions per GVL event, counted by valgrind (callgrind): unlike time, the same on a busy or
+# idle machine. Runs the sysread workload (CALLS calls, 3 GVL events each) in a fresh Ruby under
+# callgrind once per mode and reports each mode's extra instructions per event over "none".
+#
+#   ruby -Ilib bench/instructions.rb        (needs valgrind: apt-get install valgrind)
+require "rbconfig"
+require "tmpdir"
+
+CALLS = Integer(ENV.fetch("CALLS", 100_000))
+LIB = File.expand_path("../lib", __dir__)
+MODES = {
+  "none" => "",
+  "empty-hook" => "GVLScope::Native.probe_start",
+  "metrics" => "GVLScope::Metrics.enable",
+  "trace" => "GVLScope.start(File.join(dir, 't.gvl'))",
+  "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'))",
+}.freeze
+
+abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+
+totals = Dir.mktmpdir("gvlscope-instructions") do |dir|
+  MODES.to_h do |mode, setup|
+    script = <<~RUBY
+      require "gvlscope"
+      dir = #{dir.inspect}
+      #{setup}
+      File.open("/dev/zero") { |zero| #{CALLS}.times { zero.sysread(16) } }
+    RUBY
+    out = File.join(dir, "callgrind.#{mode}")
+    system("valgrind", "--tool=callgrind", "--callgrind-out-file=#{out}", RbConfig.ruby, "-I", LIB, "-e", script,
+           %i[out err] => File.join(dir, "log.#{mode}")) or abort "valgrind failed for #{mode}: #{File.read(File.join(dir, "log.#{mode}")).lines.last(20).join}"
+    total = File.foreach(out).find { |line| line.start_with?("summary:", "totals:") }.split[1].to_i
+    $stderr.puts "#{mode}: #{total} instructions"
+    [mode, total]
+  end
+end
+
+events = CALLS * 3
+puts "Ruby #{RUBY_DESCRIPTION}; #{CALLS} sysread calls (#{events} GVL events) under callgrind"
+puts
+puts "| mode | instructions | extra per event |"
+puts "|---|---:|---:|"
+totals.each do |mode, total|
+  extra = mode == "none" ? "-" : format("%.0f", (total - totals["none"]).fdiv(events))
+  puts "| #{mode} | #{total} | #{extra} |"
+end
