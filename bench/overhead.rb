@@ -2,14 +2,14 @@
 
 # What recording costs: one thread calling File#sysread(16) on /dev/zero CALLS times (each call
 # releases and retakes the GVL: SUSPENDED, READY, RESUMED), untraced and traced, alternating in
-# one process, ROUNDS rounds; medians reported. Time is the CPU time of the thread doing the
+# one process, ROUNDS rounds; medians reported (the added cost as the median of per-round differences). Time is the CPU time of the thread doing the
 # calls, which is where every hook runs: on a shared 2-core VM wall time of runs this short swings
 # by ±20 % with neighbours. The trace writer's own CPU time (another thread, 64 KiB write(2)s) is
 # not in it; bench/instructions.rb counts instructions, which no neighbour can disturb. Then the trace's size per event and the time to
 # export it to Chrome JSON and Perfetto.
 #
 #   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/overhead.rb
-#   (CALLS=1000000 ROUNDS=9 by default; the gvl-tracing and gvltools rows appear when those gems
+#   (CALLS=1000000 ROUNDS=15 by default; the gvl-tracing and gvltools rows appear when those gems
 #   are installed: BUNDLE_GEMFILE=bench/Gemfile bundle install)
 #
 # Rows: untraced; empty-hook (a hook that only counts: the floor any hook pays); metrics
@@ -23,7 +23,7 @@ require "gvlscope/exporters/perfetto"
 require "tmpdir"
 
 CALLS = Integer(ENV.fetch("CALLS", 1_000_000))
-ROUNDS = Integer(ENV.fetch("ROUNDS", 9))
+ROUNDS = Integer(ENV.fetch("ROUNDS", 15))
 EVENTS_PER_CALL = 3
 
 def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -94,9 +94,14 @@ end
 $stderr.puts
 
 base = median(times[:untraced])
+# Paired: each round's mode minus the same round's untraced run, then the median of those. Slow
+# drifts of the machine (a neighbour starting, frequency changes) cancel within a round.
+def paired_ns_per_event(times, name, events)
+  median(times[name].zip(times[:untraced]).map { |with, without| (with - without) * 1e9 / events })
+end
 puts "Ruby #{RUBY_DESCRIPTION}; #{CALLS} sysread calls; median of #{ROUNDS} rounds"
 puts
-puts "| run | thread CPU time (s) | ns per call | events | added ns per event | bytes per event |"
+puts "| run | thread CPU time (s) | ns per call | events | added ns per event (paired) | bytes per event |"
 puts "|---|---:|---:|---:|---:|---:|"
 puts format("| untraced | %.3f | %.0f | - | - | - |", base, base * 1e9 / CALLS)
 times.each do |name, values|
@@ -105,7 +110,7 @@ times.each do |name, values|
   t = median(values)
   n = events[name]
   puts format("| %s | %.3f | %.0f | %d | %.1f | %s |", name.to_s.tr("_", "-"), t, t * 1e9 / CALLS, n,
-              (t - base) * 1e9 / n, sizes[name].zero? ? "-" : format("%.1f", sizes[name].to_f / n))
+              paired_ns_per_event(times, name, n), sizes[name].zero? ? "-" : format("%.1f", sizes[name].to_f / n))
 end
 
 started = clock

@@ -77,9 +77,10 @@ class ExportTest < Minitest::Test
   def test_cli_export_and_summary
     out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "export", @path, "--format", "chrome-json")
     assert status.success?, err
-    assert JSON.parse(File.read(@path.sub(/\.gvl\z/, ".json")))["traceEvents"].any?
+    assert JSON.parse(File.read(@path.sub(/\.gvl\z/, ".json"), encoding: "UTF-8"))["traceEvents"].any?
     out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "summary", @path)
     assert status.success?, err
+    out.force_encoding(Encoding::UTF_8) # whatever the locale (CI may run without LANG): names are UTF-8
     assert_match(/GVL held \d+\.\d% of the time/, out)
     assert_match(/reader ünïcode/, out)
     _out, err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "export", @path, "--format", "svg")

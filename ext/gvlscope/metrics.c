@@ -58,7 +58,10 @@ void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
         return;
 
       case GVLS_EV_RESUMED: {
-        atomic_fetch_add_explicit(&M.resume_seq[ractor], 1, memory_order_relaxed);
+        // RESUMED fires with the Ractor's GVL held, so no two run at once for one Ractor: a plain
+        // increment (no locked instruction) is enough; readers only compare for equality.
+        atomic_store_explicit(&M.resume_seq[ractor],
+                              atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
         if (m->state == GVLS_M_READY) {
             int64_t still_waiting = atomic_fetch_sub_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed) - 1;
             uint64_t waited = elapsed(m->since_ns, now_ns);

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require_relative "exporter"
 
 module GVLScope
   module Exporters
@@ -8,14 +9,8 @@ module GVLScope
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
     # interval, a counter of threads wanting the GVL, and a "native threads" process showing
     # which Ruby thread each native thread ran (the M:N view).
-    class ChromeJSON
+    class ChromeJSON < Exporter
       NATIVE_PID = 0
-
-      def initialize(timeline)
-        @timeline = timeline
-      end
-
-      FLUSH_BYTES = 1 << 20
 
       def write(io)
         @io = io

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "exporter"
+
 module GVLScope
   module Exporters
     # Timeline -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
@@ -7,7 +9,7 @@ module GVLScope
     # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
     # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
     # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
-    class Perfetto
+    class Perfetto < Exporter
       # TracePacket
       TIMESTAMP = 8
       SEQUENCE_ID = 10
@@ -35,12 +37,6 @@ module GVLScope
       COUNTER_EVENT = 4
       SEQUENCE = 1
       NATIVE_PID_OFFSET = 1_000_000
-
-      def initialize(timeline)
-        @timeline = timeline
-      end
-
-      FLUSH_BYTES = 1 << 20
 
       def write(io)
         @sink = io
@@ -163,12 +159,7 @@ module GVLScope
       def varint(value)
         raise ArgumentError, "negative varint #{value}" if value.negative?
 
-        bytes = +"".b
-        while value >= 0x80
-          bytes << ((value & 0x7f) | 0x80)
-          value >>= 7
-        end
-        bytes << value
+        append_varint(+"".b, value)
       end
 
       def field_varint(number, value) = varint(number << 3) << varint(value)
