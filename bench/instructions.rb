@@ -4,7 +4,8 @@
 # idle machine. Runs the sysread workload (CALLS calls, 3 GVL events each) in a fresh Ruby under
 # callgrind once per mode and reports each mode's extra instructions per event over "none".
 #
-#   ruby -Ilib bench/instructions.rb        (needs valgrind: apt-get install valgrind)
+#   BUNDLE_GEMFILE=bench/Gemfile bundle exec ruby -Ilib bench/instructions.rb
+#   (needs valgrind: apt-get install valgrind; the gvltools row needs the bench bundle)
 require "rbconfig"
 require "tmpdir"
 
@@ -16,7 +17,14 @@ MODES = {
   "metrics" => "GVLScope::Metrics.enable",
   "trace" => "GVLScope.start(File.join(dir, 't.gvl'))",
   "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'))",
-}.freeze
+}
+begin
+  require "gvltools"
+  MODES["gvltools"] = 'require "gvltools"; [GVLTools::GlobalTimer, GVLTools::LocalTimer, GVLTools::WaitingThreads].each(&:enable)'
+rescue LoadError
+  warn "gvltools not installed: its row is skipped"
+end
+MODES.freeze
 
 abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
 
