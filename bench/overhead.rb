@@ -25,6 +25,9 @@ require "tmpdir"
 CALLS = Integer(ENV.fetch("CALLS", 1_000_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 15))
 EVENTS_PER_CALL = 3
+# ONLY=metrics,gvltools runs just those rows (and the untraced baseline), for a longer, focused run.
+ONLY = ENV["ONLY"]&.split(",")&.map(&:to_sym)
+def run?(mode) = ONLY.nil? || ONLY.include?(mode)
 
 def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 def cpu_clock = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
@@ -56,18 +59,21 @@ ROUNDS.times do |round|
   times[:untraced] << workload
 
   # The floor: a hook that only counts events (GVLScope::Probe), no clock, no buffer.
-  counts = nil
-  counts = GVLScope::Probe.count { times[:empty_hook] << workload }
-  events[:empty_hook] = counts.values.sum
-  sizes[:empty_hook] = 0
+  if run?(:empty_hook)
+    counts = GVLScope::Probe.count { times[:empty_hook] << workload }
+    events[:empty_hook] = counts.values.sum
+    sizes[:empty_hook] = 0
+  end
 
-  GVLScope::Metrics.enable
-  times[:metrics] << workload
-  events[:metrics] = GVLScope::Metrics.snapshot.then { |m| m.holds + m.waits + m.releases }
-  sizes[:metrics] = 0
-  GVLScope::Metrics.disable
+  if run?(:metrics)
+    GVLScope::Metrics.enable
+    times[:metrics] << workload
+    events[:metrics] = GVLScope::Metrics.snapshot.then { |m| m.holds + m.waits + m.releases }
+    sizes[:metrics] = 0
+    GVLScope::Metrics.disable
+  end
 
-  if defined?(GVLTools)
+  if defined?(GVLTools) && run?(:gvltools)
     [GVLTools::GlobalTimer, GVLTools::LocalTimer, GVLTools::WaitingThreads].each(&:enable)
     times[:gvltools] << workload
     [GVLTools::GlobalTimer, GVLTools::LocalTimer, GVLTools::WaitingThreads].each(&:disable)
@@ -75,14 +81,16 @@ ROUNDS.times do |round|
     sizes[:gvltools] = 0
   end
 
-  GVLScope.start(trace_path)
-  times[:gvlscope] << workload
-  summary = GVLScope.stop
-  events[:gvlscope] = summary.events
-  sizes[:gvlscope] = File.size(trace_path)
-  abort "gvlscope dropped #{summary.dropped} events" if summary.dropped.positive?
+  if run?(:gvlscope)
+    GVLScope.start(trace_path)
+    times[:gvlscope] << workload
+    summary = GVLScope.stop
+    events[:gvlscope] = summary.events
+    sizes[:gvlscope] = File.size(trace_path)
+    abort "gvlscope dropped #{summary.dropped} events" if summary.dropped.positive?
+  end
 
-  next unless defined?(GvlTracing)
+  next unless defined?(GvlTracing) && run?(:gvl_tracing)
 
   json_path = File.join(dir, "bench.json")
   GvlTracing.start(json_path)
@@ -113,19 +121,22 @@ times.each do |name, values|
               paired_ns_per_event(times, name, n), sizes[name].zero? ? "-" : format("%.1f", sizes[name].to_f / n))
 end
 
-started = clock
-timeline = GVLScope::Timeline.from_file(trace_path)
-read_s = clock - started
-started = clock
-File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Exporters::ChromeJSON.new(timeline).write(io) }
-chrome_s = clock - started
-started = clock
-File.open(File.join(dir, "bench.pftrace"), "wb") { |io| GVLScope::Exporters::Perfetto.new(timeline).write(io) }
-perfetto_s = clock - started
-puts
-puts format("Reading the %d-event trace into a timeline: %.2f s; Chrome JSON export: %.2f s (%.1f MB); " \
-            "Perfetto export: %.2f s (%.1f MB)", events[:gvlscope], read_s, chrome_s,
-            File.size(File.join(dir, "bench.chrome.json")) / 1e6, perfetto_s, File.size(File.join(dir, "bench.pftrace")) / 1e6)
+if run?(:gvlscope)
+  started = clock
+  timeline = GVLScope::Timeline.from_file(trace_path)
+  read_s = clock - started
+  started = clock
+  File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Exporters::ChromeJSON.new(timeline).write(io) }
+  chrome_s = clock - started
+  started = clock
+  File.open(File.join(dir, "bench.pftrace"), "wb") { |io| GVLScope::Exporters::Perfetto.new(timeline).write(io) }
+  perfetto_s = clock - started
+  puts
+  puts format("Reading the %d-event trace into a timeline: %.2f s; Chrome JSON export: %.2f s (%.1f MB); " \
+              "Perfetto export: %.2f s (%.1f MB)", events[:gvlscope], read_s, chrome_s,
+              File.size(File.join(dir, "bench.chrome.json")) / 1e6, perfetto_s, File.size(File.join(dir, "bench.pftrace")) / 1e6)
+end
+
 # A snapshot of 100 live threads (all blocked on a queue), median of 101.
 GVLScope::Metrics.enable
 queue = Queue.new
