@@ -20,15 +20,8 @@ static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
 
 static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused) {
     uint64_t now_ns = gvls_now_ns();
-    unsigned kind;
-    switch (event) {
-      case RUBY_INTERNAL_THREAD_EVENT_STARTED:   kind = GVLS_EV_STARTED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_READY:     kind = GVLS_EV_READY; break;
-      case RUBY_INTERNAL_THREAD_EVENT_RESUMED:   kind = GVLS_EV_RESUMED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_SUSPENDED: kind = GVLS_EV_SUSPENDED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_EXITED:    kind = GVLS_EV_EXITED; break;
-      default: return;
-    }
+    unsigned kind = gvls_kind_of(event);
+    if (!kind) return;
     // Always the subject thread: the native thread running this hook may be another one.
     gvls_thread *slot = gvls_thread_for(data->thread);
     if (!slot) return;

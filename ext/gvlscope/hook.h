@@ -1,6 +1,21 @@
 #ifndef GVLSCOPE_HOOK_H
 #define GVLSCOPE_HOOK_H
 
+#include "gvlscope.h"
+#include "format.h"
+
+// The GVL event as one of format.h's kinds (GVLS_EV_STARTED..GVLS_EV_EXITED), or 0 if not ours.
+static inline unsigned gvls_kind_of(rb_event_flag_t event) {
+    switch (event) {
+      case RUBY_INTERNAL_THREAD_EVENT_STARTED:   return GVLS_EV_STARTED;
+      case RUBY_INTERNAL_THREAD_EVENT_READY:     return GVLS_EV_READY;
+      case RUBY_INTERNAL_THREAD_EVENT_RESUMED:   return GVLS_EV_RESUMED;
+      case RUBY_INTERNAL_THREAD_EVENT_SUSPENDED: return GVLS_EV_SUSPENDED;
+      case RUBY_INTERNAL_THREAD_EVENT_EXITED:    return GVLS_EV_EXITED;
+      default: return 0;
+    }
+}
+
 void gvls_hook_init(void);
 // Installs the GVL event hook and the GC tracepoint (idempotent).
 void gvls_hook_install(void);

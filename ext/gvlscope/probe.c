@@ -1,25 +1,19 @@
 // The probe: the smallest useful hook. It counts each GVL event kind with relaxed atomics, which
 // is all a smoke test needs to prove the hook is wired, and is safe from any native thread.
 #include "gvlscope.h"
+#include "hook.h"
 #include <stdatomic.h>
 #include <stdbool.h>
 
-enum { PROBE_STARTED, PROBE_READY, PROBE_RESUMED, PROBE_SUSPENDED, PROBE_EXITED, PROBE_KINDS };
+enum { PROBE_KINDS = GVLS_EV_EXITED };  // counts of GVLS_EV_STARTED..GVLS_EV_EXITED
 
 static _Atomic unsigned long probe_counts[PROBE_KINDS];
 static rb_internal_thread_event_hook_t *probe_hook;
 
 static void probe_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *user_data) {
-    int kind;
-    switch (event) {
-      case RUBY_INTERNAL_THREAD_EVENT_STARTED:   kind = PROBE_STARTED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_READY:     kind = PROBE_READY; break;
-      case RUBY_INTERNAL_THREAD_EVENT_RESUMED:   kind = PROBE_RESUMED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_SUSPENDED: kind = PROBE_SUSPENDED; break;
-      case RUBY_INTERNAL_THREAD_EVENT_EXITED:    kind = PROBE_EXITED; break;
-      default: return;
-    }
-    atomic_fetch_add_explicit(&probe_counts[kind], 1, memory_order_relaxed);
+    unsigned kind = gvls_kind_of(event);  // 1..5 in the order of probe_counts
+    if (!kind) return;
+    atomic_fetch_add_explicit(&probe_counts[kind - 1], 1, memory_order_relaxed);
 }
 
 static VALUE probe_start(VALUE self) {
