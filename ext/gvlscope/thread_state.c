@@ -44,7 +44,9 @@ static const rb_data_type_t registry_type = {
 void gvls_thread_state_init(void) {
     // Only key we ever create: must happen in Init, while the main Ractor is the only one.
     slot_key = rb_internal_thread_specific_key_create();
-    registry_holder = TypedData_Wrap_Struct(0, &registry_type, NULL);
+    // A non-NULL data pointer: CRuby skips the mark function of a T_DATA whose pointer is NULL,
+    // and then dead Thread objects in the registry would be collected under us.
+    registry_holder = TypedData_Wrap_Struct(0, &registry_type, &registry);
     rb_gc_register_mark_object(registry_holder);
 
     VALUE main_thread = rb_thread_main();
