@@ -90,7 +90,7 @@ class MetricsTest < Minitest::Test
   def test_measure_splits_a_sleep_into_idle
     measurement = GVLScope.measure { sleep 0.2; :done }
     assert_equal :done, measurement.value
-    assert_in_delta 0.2, measurement.idle_ns / 1e9, 0.05
+    assert_includes 0.19..0.5, measurement.idle_ns / 1e9 # sleep never returns early; load may delay it
     assert_operator measurement.run_ns + measurement.wait_ns, :<, 20_000_000
   end
 

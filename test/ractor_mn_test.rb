@@ -54,8 +54,12 @@ class RactorMNTest < Minitest::Test
     trace_in_child(code, env: { "RUBY_MN_THREADS" => "1" }) do |timeline|
       assert_consistent(timeline)
       assert_equal 9, timeline.threads.size
-      # (but the tracing thread's first slice: it was running before the first event)
-      running = timeline.threads.values.flat_map { |t| t.intervals.select { |i| i.state == :running && i.start_ns.positive? } }
+      # Slices begun by RESUMED (after wanting the GVL). The tracing thread was already running
+      # before its first event: on which native thread is not recorded until it resumes.
+      running = timeline.threads.values.flat_map do |t|
+        t.intervals.each_cons(2).select { |before, i| i.state == :running && before.state == :wants_gvl }.map(&:last)
+      end
+      refute_empty running
       assert running.all?(&:native), "every running slice knows its native thread"
       lanes = timeline.file.native_tids
       refute_empty lanes

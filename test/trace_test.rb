@@ -43,7 +43,8 @@ class TraceTest < Minitest::Test
     assert_equal [[:started, nil], [:wants_gvl, nil], [:running, :blocking], [:waiting, :io_sleep],
                   [:wants_gvl, nil], [:running, :exit], [:died, nil]], states(timeline, "reader")
     blocked = timeline.threads.values.find { |t| t.label == "reader" }.intervals.find { |i| i.state == :waiting }
-    assert_in_delta 0.05, blocked.duration_ns / 1e9, 0.04
+    # At least the 50 ms the writer waited; a loaded machine may add, never subtract.
+    assert_includes 45_000_000..1_000_000_000, blocked.duration_ns
   ensure
     [reader, writer].each(&:close)
   end
@@ -95,7 +96,8 @@ class TraceTest < Minitest::Test
       thread = timeline.threads.values.find { |t| t.label == name }
       preempted = thread.intervals.select { |i| i.state == :running && i.detail == :preempted }
       assert_operator preempted.size, :>=, 2, "#{name}: #{thread.intervals.map { |i| [i.state, i.detail, i.duration_ns / 1_000_000] }}"
-      preempted.each { |slice| assert_includes 30_000_000..400_000_000, slice.duration_ns }
+      # ~100 ms each; a VM losing its CPU now and then can stretch a slice in wall time.
+      preempted.each { |slice| assert_includes 30_000_000..1_000_000_000, slice.duration_ns }
       refute thread.intervals.any? { |i| i.state == :waiting && i.detail != :unknown }, "a CPU thread never blocks"
     end
   end
