@@ -43,11 +43,14 @@ module GVLScope
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
-      # ns as microseconds with 3 decimals, by integer arithmetic (format is slow at millions).
-      def us(ns)
-        whole, fraction = ns.divmod(1000)
-        fraction < 100 ? "#{whole}.#{fraction < 10 ? "00" : "0"}#{fraction}" : "#{whole}.#{fraction}"
+      # ns as microseconds with 3 decimals, appended by integer arithmetic (format and divmod
+      # allocate; at millions of slices that is most of the export).
+      def append_us(out, ns)
+        fraction = ns % 1000
+        out << (ns / 1000).to_s << (fraction < 10 ? ".00" : fraction < 100 ? ".0" : ".") << fraction.to_s
       end
+
+      def us(ns) = append_us(+"", ns)
 
       def emit(line)
         @out << ",\n" unless @first
@@ -56,18 +59,34 @@ module GVLScope
         return if @out.bytesize < FLUSH_BYTES
 
         @io << @out
-        @out = +""
+        @out.clear
       end
 
-      # The constant part of each slice is built once per thread and state.
+      # The constant part of each slice is built once per thread and state; slices are appended
+      # straight to the buffer (this loop runs once per interval: millions of times).
       def write_slices(pid, thread)
-        prefixes = Hash.new do |cache, (state, detail)|
-          name = self.class.state_name(state, detail)
-          cache[[state, detail]] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
+        prefixes = Hash.new do |by_state, state|
+          by_state[state] = Hash.new do |by_detail, detail|
+            name = self.class.state_name(state, detail)
+            by_detail[detail] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
+          end
         end
+        released = Hash.new { |cache, detail| cache[detail] = %(,"args":{"released_by":"#{detail}"}}) }
+        out = @out
         thread.intervals.each do |interval|
-          args = interval.state == :running && interval.detail ? %(,"args":{"released_by":"#{interval.detail}"}}) : "}"
-          emit(%(#{prefixes[[interval.state, interval.detail]]}#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}#{args}))
+          out << ",\n" unless @first
+          @first = false
+          state = interval.state
+          detail = interval.detail
+          out << prefixes[state][detail]
+          append_us(out, interval.start_ns)
+          out << ',"dur":'
+          append_us(out, interval.end_ns - interval.start_ns)
+          out << (state == :running && detail ? released[detail] : "}")
+          next if out.bytesize < FLUSH_BYTES
+
+          @io << out
+          out.clear
         end
       end
 
