@@ -101,6 +101,11 @@ static int write_thread_table(int fd) {
     return err;
 }
 
+static void *stop_writer_without_gvl(void *unused) {
+    gvls_trace_writer_stop();  // writes everything queued, then joins the writer
+    return NULL;
+}
+
 // Native.trace_stop -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE trace_stop(VALUE self) {
     if (!atomic_load(&T.active)) rb_raise(rb_eRuntimeError, "no trace is running");
@@ -109,7 +114,9 @@ static VALUE trace_stop(VALUE self) {
     gvls_hook_sync();               // back on at once if metrics still need it (they write no lanes)
     uint64_t end_ns = gvls_now_ns();
     gvls_trace_buffers_flush();
-    gvls_trace_writer_stop();       // writes everything queued
+    // The writer may be blocked on a slow disk or a pipe that a Ruby thread of this process
+    // drains: wait for it without the GVL, or that thread could never run.
+    rb_thread_call_without_gvl(stop_writer_without_gvl, NULL, NULL, NULL);
 
     int err = T.write_errno;
     if (!err) err = write_thread_table(T.fd);
