@@ -44,16 +44,18 @@ module GVLScope
       totals = Hash.new(0)
       released = Hash.new(0)
       holds = waits = longest = 0
+      previous = nil
       thread.intervals.each do |interval|
         totals[interval.state] += interval.duration_ns
         case interval.state
         when :running
-          holds += 1
+          holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
           released[interval.detail] += 1 if interval.detail
         when :wants_gvl
           waits += 1
           longest = interval.duration_ns if interval.duration_ns > longest
         end
+        previous = interval
       end
       Row.new(label: thread.label, ractor_id: thread.ractor_id, running_ns: totals[:running],
               wants_gvl_ns: totals[:wants_gvl], waiting_ns: totals[:waiting], gc_ns: totals[:gc], holds: holds,
