@@ -51,6 +51,32 @@ class CLIRunTest < Minitest::Test
     end
   end
 
+  def test_run_writes_the_html_report_and_exports
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), "Thread.new { sleep 0.01 }.join\n")
+      _out, err, status = gvlscope("run", "-o", "app.gvl", "--html", "app.html", "--format", "perfetto", "--",
+                                   RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      assert_match(/full report: gvlscope report .*app\.gvl/, err)
+      assert_match(/<canvas/, File.read(File.join(dir, "app.html")))
+      assert_operator File.size(File.join(dir, "app.pftrace")), :>, 0
+    end
+  end
+
+  def test_metrics_only_prints_metrics_and_writes_no_trace
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), "2.times.map { Thread.new { x = 0; 2_000_000.times { x += 1 } } }.each(&:join)\n")
+      _out, err, status = gvlscope("run", "--metrics-only", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      assert_match(/GVL metrics of pid \d+/, err)
+      assert_match(/^GVL held [\d.]+% of/, err)
+      assert_empty Dir.children(dir).grep(/\.gvl\z/)
+      _out, err, status = gvlscope("run", "--metrics-only", "--html", "x.html", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert_equal 2, status.exitstatus
+      assert_match(/cannot go with/, err)
+    end
+  end
+
   def test_run_without_a_command_is_a_usage_error
     _out, err, status = gvlscope("run", chdir: ROOT)
     assert_equal 2, status.exitstatus

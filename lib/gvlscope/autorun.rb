@@ -21,11 +21,23 @@ module GVLScope
       template.gsub("%p", Process.pid.to_s)
     end
 
+    def metrics_only? = ENV["GVLSCOPE_METRICS_ONLY"] == "1"
+
     def start
+      return start_metrics if metrics_only?
+
       GVLScope.start(output_path)
       at_exit { stop }
     rescue SystemCallError, GVLScope::Error => e
       warn "gvlscope: not tracing: #{e.message}"
+    end
+
+    # `gvlscope run --metrics-only`: no trace, the metrics of the whole process at its exit.
+    def start_metrics
+      GVLScope::Metrics.enable
+      at_exit do
+        $stderr.puts "gvlscope: GVL metrics of pid #{Process.pid} (#{$PROGRAM_NAME})", GVLScope::Metrics.snapshot.to_s
+      end
     end
 
     def stop

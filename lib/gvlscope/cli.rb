@@ -14,15 +14,23 @@ module GVLScope
       See and measure CRuby's Global VM Lock (GVL).
 
       Commands:
-        run [-o PATH] [--no-summary] -- COMMAND [ARGS...]
+        run [options] -- COMMAND [ARGS...]
                               run a Ruby program traced from boot (no code change); print a summary
+        report FILE [--html OUT] [--json] [--thread NAME]
+                              what the GVL did and why: findings, per-thread table, histograms
         export FILE --format perfetto|chrome-json [-o OUT]
-                              convert a .gvl trace for Perfetto UI / chrome://tracing / speedscope
-        summary FILE          per-thread GVL times of a .gvl trace
+                              convert a trace for Perfetto UI / chrome://tracing / speedscope
+        summary FILE          per-thread GVL times of a trace
+
+      FILE is a gvlscope trace (.gvl) or a gvl-tracing JSON trace.
 
       Options:
         -h, --help            show this help (also: gvlscope COMMAND --help)
         -v, --version         print the version
+        --debug               show a backtrace when something goes wrong
+
+      Exit status: 0 success, 1 error (unreadable trace, failed write...), 2 bad usage;
+      `run` exits with the program's own status.
     TEXT
 
     class UsageError < StandardError; end
@@ -34,6 +42,10 @@ module GVLScope
 
     def run(argv)
       argv = argv.dup
+      # --debug anywhere before a `--` (after it, the arguments are the traced program's).
+      debug_at = argv.index("--debug")
+      @debug = !debug_at.nil? && debug_at < (argv.index("--") || argv.size)
+      argv.delete_at(debug_at) if @debug
       command = argv.shift
       case command
       when nil, "-h", "--help", "help"
@@ -43,6 +55,7 @@ module GVLScope
         @out.puts "gvlscope #{VERSION}"
         0
       when "run" then run_command(argv)
+      when "report" then report(argv)
       when "export" then export(argv)
       when "summary" then summary(argv)
       else
@@ -52,7 +65,14 @@ module GVLScope
       @err.puts "gvlscope: #{e.message}\n\n#{USAGE}"
       2
     rescue Error, SystemCallError => e
+      raise if @debug
+
       @err.puts "gvlscope: #{e.message}"
+      1
+    rescue StandardError => e
+      raise if @debug
+
+      @err.puts "gvlscope: internal error: #{e.class}: #{e.message} (run with --debug for a backtrace)"
       1
     end
 
@@ -61,16 +81,25 @@ module GVLScope
     def load_reader
       require_relative "trace_file"
       require_relative "timeline"
+      require_relative "importers/gvl_tracing"
     end
 
     def timeline_of(path)
       raise UsageError, "missing trace FILE" unless path
       raise Error, "#{path}: no such file" unless File.exist?(path)
+      raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
       load_reader
-      file = TraceFile.read(path)
+      progress("reading #{path}")
+      file = Importers::GVLTracing.json?(path) ? Importers::GVLTracing.read(path) : TraceFile.read(path)
       file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" }
+      progress("building the timeline of #{file.size} events")
       Timeline.new(file)
+    end
+
+    # Progress lines for long work, only for a person watching a terminal.
+    def progress(message)
+      @err.puts "gvlscope: #{message}..." if @err.respond_to?(:tty?) && @err.tty?
     end
 
     EXPORT_FORMATS = { "perfetto" => ".pftrace", "chrome-json" => ".json" }.freeze
@@ -87,14 +116,20 @@ module GVLScope
       path, = parser.parse(argv)
       raise UsageError, "export needs --format (perfetto or chrome-json)" unless format
 
-      timeline = timeline_of(path)
-      output ||= path.sub(/\.gvl\z/, "") + EXPORT_FORMATS.fetch(format)
+      export_timeline(timeline_of(path), path, format, output)
+      0
+    end
+
+    def export_timeline(timeline, path, format, output = nil)
+      output ||= path.sub(/\.(gvl|json)\z/, "") + EXPORT_FORMATS.fetch(format)
+      raise Error, "#{output}: would overwrite the input trace; choose another -o" if File.expand_path(output) == File.expand_path(path)
+
       require_relative "exporters/chrome_json"
       require_relative "exporters/perfetto"
       exporter = format == "perfetto" ? Exporters::Perfetto : Exporters::ChromeJSON
+      progress("writing #{output}")
       File.open(output, "wb") { |io| exporter.new(timeline).write(io) }
       @err.puts "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
-      0
     end
 
     # Runs COMMAND with the recorder loaded at boot through RUBYOPT, so any Ruby it starts (and
@@ -102,15 +137,26 @@ module GVLScope
     def run_command(argv)
       output = nil
       show_summary = true
+      html = nil
+      export_format = nil
+      metrics_only = false
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]"
+        opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
+                      "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
+                      "a trace. Output and exit status pass through; a summary goes to stderr at the end.\n\n"
         opts.on("-o", "--output PATH", "trace file (default gvlscope-<pid>.gvl; %p = pid)") { |o| output = o }
-        opts.on("--no-summary", "do not print the summary at exit") { show_summary = false }
+        opts.on("--no-report", "--no-summary", "do not print the summary at exit") { show_summary = false }
+        opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
+        opts.on("--format FORMAT", EXPORT_FORMATS.keys, "also export each trace (perfetto, chrome-json)") { |f| export_format = f }
+        opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       command = parser.order(argv)
       command.shift if command.first == "--"
       raise UsageError, "run needs a COMMAND (gvlscope run -- ruby app.rb)" if command.empty?
+      if metrics_only && (html || export_format || output)
+        raise UsageError, "--metrics-only writes no trace: it cannot go with -o, --html or --format"
+      end
 
       require "tmpdir"
       list = File.join(Dir.tmpdir, "gvlscope-run-#{Process.pid}.list")
@@ -119,6 +165,7 @@ module GVLScope
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
         "GVLSCOPE_OUTPUT" => File.expand_path(output || "gvlscope-%p.gvl"),
         "GVLSCOPE_SUMMARY_LIST" => list,
+        "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
       }
       pid = begin
         Process.spawn(env, *command)
@@ -131,18 +178,70 @@ module GVLScope
       trap("INT", previous)
       traces = File.exist?(list) ? File.readlines(list, chomp: true) : []
       File.delete(list) if File.exist?(list)
+      after_run(traces, show_summary: show_summary && !metrics_only, html: html, export_format: export_format) unless metrics_only
+      status.exitstatus || 128 + status.termsig.to_i
+    end
+
+    def after_run(traces, show_summary:, html:, export_format:)
       if traces.empty?
         @err.puts "gvlscope: no trace was written (was COMMAND a Ruby >= 3.3 program?)"
-      elsif show_summary
-        load_reader
-        require_relative "summary"
-        traces.each do |path|
-          @err.puts Summary.new(Timeline.new(TraceFile.read(path))).to_s
+        return
+      end
+      load_reader
+      traces.each_with_index do |path, index|
+        timeline = Timeline.new(TraceFile.read(path))
+        report = report_of(timeline) if show_summary || (html && index.zero?)
+        if show_summary
+          @err.puts Report::Text.new(report).short
           @err.puts
         end
-        @err.puts "gvlscope: traces: #{traces.join(', ')} (gvlscope export FILE --format perfetto)"
+        write_html(report, html) if html && index.zero?
+        export_timeline(timeline, path, export_format) if export_format
       end
-      status.exitstatus || 128 + status.termsig.to_i
+      @err.puts "gvlscope: #{traces.size == 1 ? 'trace' : "#{traces.size} traces (one per process)"}: " \
+                "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
+    end
+
+    def report(argv)
+      html = nil
+      json = false
+      thread = nil
+      parser = OptionParser.new do |opts|
+        opts.banner = "Usage: gvlscope report FILE [--html OUT] [--json] [--thread NAME]\n\n" \
+                      "Findings (convoy, hog, contention) with evidence and fixes, per-thread times, GVL held % per\n" \
+                      "Ractor and histograms of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a\n" \
+                      "gvl-tracing JSON trace.\n\n"
+        opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
+        opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text") { json = true }
+        opts.on("--thread NAME", "only this thread's row and findings") { |name| thread = name }
+        opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
+      end
+      path, *extra = parser.parse(argv)
+      raise UsageError, "report takes one FILE (got #{extra.size + 1})" unless extra.empty?
+
+      report = report_of(timeline_of(path), thread: thread)
+      if json
+        require "json"
+        @out.puts JSON.pretty_generate(report.to_h)
+      else
+        @out.puts Report::Text.new(report).to_s
+      end
+      write_html(report, html) if html
+      0
+    end
+
+    def report_of(timeline, thread: nil)
+      require_relative "report"
+      require_relative "report/text"
+      progress("analysing")
+      Report.new(timeline, thread: thread)
+    end
+
+    def write_html(report, path)
+      require_relative "report/html"
+      progress("writing #{path}")
+      File.open(path, "w") { |io| Report::HTML.new(report).write(io) }
+      @err.puts "gvlscope: wrote #{path}"
     end
 
     def summary(argv)

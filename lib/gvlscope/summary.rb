@@ -3,7 +3,7 @@
 module GVLScope
   # Per-thread totals of a timeline, as numbers and as a table.
   class Summary
-    Row = Struct.new(:label, :ractor_id, :running_ns, :wants_gvl_ns, :waiting_ns, :gc_ns, :holds, :waits,
+    Row = Struct.new(:serial, :label, :ractor_id, :running_ns, :wants_gvl_ns, :waiting_ns, :gc_ns, :holds, :waits,
                      :longest_wait_ns, :released_by, keyword_init: true)
 
     attr_reader :rows, :timeline
@@ -25,20 +25,26 @@ module GVLScope
                       file.dropped.positive? ? ", #{file.dropped} events dropped" : "")
       lines << format("GVL held %.1f%% of the time", duration.positive? ? 100.0 * held_ns / duration : 0)
       lines << ""
-      lines << format("%-24s %10s %12s %10s %8s %7s %7s %13s  %s", "thread", "running", "wants GVL", "waiting",
-                      "gc", "holds", "waits", "longest wait", "released by")
-      rows.sort_by { |row| -row.wants_gvl_ns }.each do |row|
-        released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
-        lines << format("%-24s %10s %12s %10s %8s %7d %7d %13s  %s", row.label[0, 24], ms(row.running_ns),
-                        ms(row.wants_gvl_ns), ms(row.waiting_ns), ms(row.gc_ns), row.holds, row.waits,
-                        ms(row.longest_wait_ns), released)
-      end
+      lines.concat(self.class.table(rows))
       lines.join("\n")
     end
 
-    private
+    # The per-thread table, most waiting first.
+    def self.table(rows)
+      lines = [format("%-24s %10s %10s %10s %8s %12s %6s %6s  %s", "thread", "run", "wait", "idle", "gc",
+                      "longest wait", "holds", "waits", "released by")]
+      rows.sort_by { |row| -row.wants_gvl_ns }.each do |row|
+        released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
+        lines << format("%-24s %10s %10s %10s %8s %12s %6d %6d  %s", row.label[0, 24], ms(row.running_ns),
+                        ms(row.wants_gvl_ns), ms(row.waiting_ns), ms(row.gc_ns), ms(row.longest_wait_ns), row.holds,
+                        row.waits, released)
+      end
+      lines
+    end
 
-    def ms(ns) = format("%.1f ms", ns / 1e6)
+    def self.ms(ns) = format("%.1f ms", ns / 1e6)
+
+    private
 
     def row_for(thread)
       totals = Hash.new(0)
@@ -57,7 +63,7 @@ module GVLScope
         end
         previous = interval
       end
-      Row.new(label: thread.label, ractor_id: thread.ractor_id, running_ns: totals[:running],
+      Row.new(serial: thread.serial, label: thread.label, ractor_id: thread.ractor_id, running_ns: totals[:running],
               wants_gvl_ns: totals[:wants_gvl], waiting_ns: totals[:waiting], gc_ns: totals[:gc], holds: holds,
               waits: waits, longest_wait_ns: longest, released_by: released)
     end

@@ -30,7 +30,7 @@ module GVLScope
       def ractor_id = info.ractor_id
     end
 
-    attr_reader :file, :threads, :duration_ns, :waiting_counter
+    attr_reader :file, :threads, :duration_ns, :waiting_counter, :waiters_at_acquire
 
     def self.from_file(path)
       new(TraceFile.read(path))
@@ -41,6 +41,9 @@ module GVLScope
       @duration_ns = file.duration_ns
       @threads = {}
       @waiting_counter = [] # [[time_ns, threads wanting the GVL], ...] per change, all Ractors
+      # log2 histogram (as Metrics': bucket b >= 1 holds 2**(b-1)...2**b - 1) of the threads of the
+      # same Ractor still wanting the GVL when a thread acquires it.
+      @waiters_at_acquire = Array.new(64, 0)
       build
     end
 
@@ -122,6 +125,8 @@ module GVLScope
           transition(cursor, :wants_gvl, time) unless cursor.state == :wants_gvl
         when :resumed
           resumes_by_ractor[ractor] += 1
+          still_waiting = @wanting[ractor] - (cursor.state == :wants_gvl ? 1 : 0)
+          @waiters_at_acquire[still_waiting.clamp(0, nil).bit_length] += 1
           transition(cursor, :running, time)
           cursor.resumed_at = time
           cursor.native = natives[i]

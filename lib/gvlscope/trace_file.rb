@@ -43,6 +43,23 @@ module GVLScope
       @dropped = 0
     end
 
+    # A trace built from another tool's events (lib/gvlscope/importers): the same arrays as a
+    # .gvl file gives, already in time order.
+    def self.from_events(path:, pid:, timeslice_ns:, times:, kinds:, threads:, thread_info:, end_ns:)
+      new(path).tap do |file|
+        file.instance_eval do
+          @pid = pid
+          @timeslice_ns = timeslice_ns
+          @times = times
+          @kinds = kinds
+          @threads = threads
+          @natives = threads # one native thread per Ruby thread: the other tools do not record them
+          @thread_info = thread_info
+          @end_ns = end_ns
+        end
+      end
+    end
+
     def truncated?
       @end_ns.nil?
     end

@@ -1,0 +1,78 @@
+# frozen_string_literal: true
+
+module GVLScope
+  class Report
+    # Who held the GVL while each thread waited for it. Within a Ractor the holds (running or
+    # gc intervals) never overlap, so one sweep over the waits in start order, with a pointer into
+    # the holds that only moves forward, finds every overlap: linear in waits + holds + overlaps.
+    class Blame
+      HAND_OFF = :hand_off # wait time during which nobody held the GVL (the hand-over itself)
+
+      # waiter serial -> { holder serial (or HAND_OFF) -> ns }, for all waits and for the waits
+      # that follow a blocking call (:waiting then :wants_gvl: the convoy's waits).
+      attr_reader :all_waits, :after_blocking
+
+      def initialize(timeline)
+        @all_waits = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
+        @after_blocking = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
+        timeline.ractors.each_value { |threads| sweep(threads) }
+      end
+
+      # Total time other threads waited for the GVL while +holder+ held it.
+      def waited_on(holder)
+        @all_waits.sum { |waiter, holders| waiter == holder ? 0 : holders[holder] }
+      end
+
+      # { waiter serial => ns } of the waits +holder+ caused.
+      def victims_of(holder)
+        @all_waits.filter_map { |waiter, holders| [waiter, holders[holder]] if waiter != holder && holders[holder].positive? }
+                  .to_h
+      end
+
+      private
+
+      def sweep(threads)
+        holds = []
+        waits = [] # [interval, after a blocking call?]
+        threads.each do |thread|
+          previous = nil
+          thread.intervals.each do |interval|
+            case interval.state
+            when :running, :gc then holds << interval
+            when :wants_gvl then waits << [interval, previous&.state == :waiting]
+            end
+            previous = interval
+          end
+        end
+        holds.sort_by!(&:start_ns)
+        waits.sort_by! { |interval, _| interval.start_ns }
+        first = 0
+        waits.each do |wait, after_blocking|
+          first += 1 while first < holds.size && holds[first].end_ns <= wait.start_ns
+          attribute(wait, holds, first, after_blocking)
+        end
+      end
+
+      def attribute(wait, holds, first, after_blocking)
+        all = @all_waits[wait.thread]
+        blocking = @after_blocking[wait.thread] if after_blocking
+        held = 0
+        index = first
+        while index < holds.size && (hold = holds[index]).start_ns < wait.end_ns
+          overlap = [hold.end_ns, wait.end_ns].min - [hold.start_ns, wait.start_ns].max
+          if overlap.positive? && hold.thread != wait.thread
+            all[hold.thread] += overlap
+            blocking[hold.thread] += overlap if blocking
+            held += overlap
+          end
+          index += 1
+        end
+        gap = wait.duration_ns - held
+        return unless gap.positive?
+
+        all[HAND_OFF] += gap
+        blocking[HAND_OFF] += gap if blocking
+      end
+    end
+  end
+end
