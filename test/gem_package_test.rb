@@ -24,6 +24,12 @@ class GemPackageTest < Minitest::Test
       assert status.success?, err
       assert_equal "#{GVLScope::VERSION.inspect}\n1\n", out
       assert File.executable?(File.join(dir, "home", "bin", "gvlscope"))
+      # The HTML report's template and viewer are packaged too.
+      html = File.join(dir, "r.html")
+      _out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(dir, "home", "bin", "gvlscope"), "report", "--html",
+                                         html, File.join(ROOT, "test/fixtures/gvl-tracing-1.7.0.json"), chdir: dir)
+      assert status.success?, err
+      assert_match(/const REPORT = .*firstAfter/m, File.read(html))
     end
   end
 end

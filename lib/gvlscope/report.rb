@@ -12,7 +12,7 @@ module GVLScope
   class Report
     BUCKETS = 64
 
-    attr_reader :timeline, :summary, :blame, :only_thread
+    attr_reader :timeline, :summary, :only_thread
 
     # +thread+: a thread label; the table and findings then show only that thread.
     def initialize(timeline, thread: nil)
@@ -23,8 +23,10 @@ module GVLScope
         raise Error, "no thread named #{thread.inspect} in #{timeline.file.path} " \
                      "(threads: #{@summary.rows.map(&:label).uniq.join(', ')})"
       end
-      @blame = Blame.new(timeline)
     end
+
+    # Built only when a finding needs to say who held the GVL: it is a pass over every interval.
+    def blame = @blame ||= Blame.new(@timeline)
 
     def file = @timeline.file
     def duration_ns = @timeline.duration_ns

@@ -34,9 +34,11 @@ module GVLScope
       def initialize(report)
         @report = report
         @timeline = report.timeline
-        @blame = report.blame
         @timeslice_ns = report.timeslice_ns
         @labels = @timeline.threads.transform_values(&:label)
+        # Per-thread totals, already summed: a thread that cannot match a rule is skipped without
+        # another pass over its intervals (a trace holds millions).
+        @rows = report.summary.rows.to_h { |row| [row.serial, row] }
       end
 
       def all
@@ -48,19 +50,21 @@ module GVLScope
       private
 
       def convoy(thread)
+        return if @rows[thread.serial].longest_wait_ns < @timeslice_ns / 4
+
         waits = waits_after_blocking(thread)
         return if waits.size < CONVOY_MIN_WAITS
 
         slow = waits.select { |wait| wait.duration_ns >= @timeslice_ns / 4 }
         return if slow.size < CONVOY_MIN_WAITS || slow.size < CONVOY_SLOW_SHARE * waits.size
 
-        holders = shares(@blame.after_blocking[thread.serial])
+        holders = shares(@report.blame.after_blocking[thread.serial])
         culprit = holders.find { |holder, _| holder != Blame::HAND_OFF }&.first
         total = waits.sum(&:duration_ns)
         longest = slow.max_by(&:duration_ns)
         Finding.new(
           kind: :convoy,
-          threads: [thread.label, *holders.keys.grep(String)],
+          threads: [thread.label, *holders.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
           title: format("Convoy: %s waited for the GVL after %d of its %d blocking calls, median %s " \
                         "(timeslice %s), %s in all; the GVL was held by %s",
                         quote(thread.label), slow.size, waits.size, ms(median(slow.map(&:duration_ns))),
@@ -76,12 +80,12 @@ module GVLScope
       end
 
       def hog(thread)
-        released = thread.intervals.filter_map { |interval| interval.detail if interval.state == :running }
-        preempted = released.count(:preempted)
-        releases = released.count { |cause| cause != :exit }
+        released = @rows[thread.serial].released_by
+        preempted = released[:preempted]
+        releases = released.sum { |cause, count| cause == :exit ? 0 : count }
         return if preempted < HOG_MIN_PREEMPTIONS || preempted < HOG_PREEMPTED_SHARE * releases
 
-        victims = @blame.victims_of(thread.serial)
+        victims = @report.blame.victims_of(thread.serial)
         waited = victims.values.sum
         return if waited < @timeslice_ns
 
@@ -109,11 +113,13 @@ module GVLScope
         return if acquisitions < CONTENTION_MIN_ACQUISITIONS
 
         crowded = counts.drop(3).sum # buckets 3+ hold 4 or more threads still waiting
+        return if crowded < CONTENTION_CROWDED_SHARE * acquisitions
+
         waits = @timeline.threads.values.flat_map do |thread|
           thread.intervals.filter_map { |interval| interval.duration_ns if interval.state == :wants_gvl }
         end
         total = waits.sum
-        return if crowded < CONTENTION_CROWDED_SHARE * acquisitions || total < CONTENTION_WAIT_SHARE * @report.duration_ns
+        return if total < CONTENTION_WAIT_SHARE * @report.duration_ns
 
         most = 2**(counts.rindex(&:positive?) || 1) - 1
         waiting = @timeline.threads.values.select { |thread| thread.intervals.any? { |i| i.state == :wants_gvl } }
@@ -132,8 +138,10 @@ module GVLScope
       end
 
       def waits_after_blocking(thread)
-        thread.intervals.each_cons(2).filter_map do |before, wait|
-          wait if wait.state == :wants_gvl && before.state == :waiting
+        intervals = thread.intervals
+        (1...intervals.size).filter_map do |index|
+          wait = intervals[index]
+          wait if wait.state == :wants_gvl && intervals[index - 1].state == :waiting
         end
       end
 
