@@ -6,7 +6,7 @@
 #include "clock.h"
 #include "thread_state.h"
 #include "trace.h"
-#include "metrics.h"
+#include "metrics_event.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
 static VALUE gc_tracepoint = Qnil;

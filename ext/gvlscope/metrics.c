@@ -2,6 +2,7 @@
 // threads waiting for the GVL per Ractor (atomic). Snapshots sum threads and add the part of the
 // current state that has not ended yet, so a thread running alone shows its hold before it ends.
 #include "metrics.h"
+#include "metrics_event.h"
 #include "clock.h"
 #include "format.h"
 #include "histogram.h"
@@ -11,114 +12,6 @@
 
 gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
 #define M gvls_metrics
-
-// A release is a preemption (the thread stayed runnable) when it held the GVL for at least half a
-// timeslice, others wanted it, and READY follows SUSPENDED on the same native thread before any
-// other thread of the Ractor got the GVL. Why the hold length: a blocking call that returns at
-// once (a pipe read with data waiting) shows the same SUSPENDED-READY pair within microseconds.
-// Thread.pass cannot be told from such a call and counts as blocking. See docs/format.md.
-
-static inline unsigned ractor_slot(const gvls_thread *slot) {
-    return slot->ractor_id < GVLS_MAX_RACTORS ? slot->ractor_id : GVLS_MAX_RACTORS - 1;
-}
-
-static inline uint64_t since_epoch(uint64_t start_ns) {
-    return start_ns > M.epoch_ns ? start_ns : M.epoch_ns;
-}
-
-static inline uint64_t elapsed(uint64_t start_ns, uint64_t now_ns) {
-    uint64_t start = since_epoch(start_ns);
-    return now_ns > start ? now_ns - start : 0;
-}
-
-void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
-    gvls_thread_metrics *m = &slot->metrics;
-    unsigned ractor = ractor_slot(slot);
-    switch (kind) {
-      case GVLS_EV_READY:
-        if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
-        if (m->state == GVLS_M_SUSPENDED) {
-            m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
-                         m->suspend_native == gvls_native_serial() &&
-                         atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
-            if (m->yielded) {
-                // The wait for the GVL began at SUSPENDED: keep since_ns.
-                m->released_preempted++;
-            } else {
-                m->released_blocking++;
-                m->idle_ns += elapsed(m->since_ns, now_ns);
-                m->since_ns = now_ns;
-            }
-        } else {
-            m->yielded = 0;
-            m->since_ns = now_ns;
-        }
-        m->state = GVLS_M_READY;
-        atomic_fetch_add_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed);
-        return;
-
-      case GVLS_EV_RESUMED: {
-        // RESUMED fires with the Ractor's GVL held, so no two run at once for one Ractor: a plain
-        // increment (no locked instruction) is enough; readers only compare for equality.
-        atomic_store_explicit(&M.resume_seq[ractor],
-                              atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
-        if (m->state == GVLS_M_READY) {
-            int64_t still_waiting = atomic_fetch_sub_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed) - 1;
-            uint64_t waited = elapsed(m->since_ns, now_ns);
-            m->wait_ns += waited;
-            m->waits++;
-            if (waited > m->longest_wait_ns) m->longest_wait_ns = waited;
-            m->wait_histogram[gvls_log2_bucket(waited)]++;
-            m->waiters_histogram[gvls_log2_bucket(still_waiting > 0 ? (uint64_t)still_waiting : 0)]++;
-        }
-        m->state = GVLS_M_RUNNING;
-        m->since_ns = m->hold_started_ns = now_ns;
-        return;
-      }
-
-      case GVLS_EV_SUSPENDED: {
-        if (m->state == GVLS_M_RUNNING) {
-            uint64_t held = elapsed(m->hold_started_ns, now_ns);
-            m->run_ns += elapsed(m->since_ns, now_ns);
-            m->holds++;
-            m->last_hold_ns = held;
-            if (held > m->longest_hold_ns) m->longest_hold_ns = held;
-            m->hold_histogram[gvls_log2_bucket(held)]++;
-        }
-        int64_t waiting = atomic_load_explicit(&M.waiting_threads[ractor], memory_order_relaxed);
-        m->others_wanted = waiting > 0;
-        m->suspend_native = gvls_native_serial();
-        m->resume_seq_at_suspend = atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed);
-        m->state = GVLS_M_SUSPENDED;
-        m->since_ns = now_ns;
-        return;
-      }
-
-      case GVLS_EV_EXITED:
-        if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
-        else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
-        else if (m->state == GVLS_M_READY) atomic_fetch_sub_explicit(&M.waiting_threads[ractor], 1, memory_order_relaxed);
-        m->state = GVLS_M_DEAD;
-        m->since_ns = now_ns;
-        return;
-
-      case GVLS_EV_GC_ENTER:
-        if (m->state == GVLS_M_RUNNING) {
-            m->run_ns += elapsed(m->since_ns, now_ns);
-            m->gc_started_ns = now_ns;
-            m->since_ns = now_ns;
-        }
-        return;
-
-      case GVLS_EV_GC_EXIT:
-        if (m->state == GVLS_M_RUNNING && m->gc_started_ns) {
-            m->gc_ns += elapsed(m->gc_started_ns, now_ns);
-            m->gc_started_ns = 0;
-            m->since_ns = now_ns;
-        }
-        return;
-    }
-}
 
 // ---- Ruby-visible side: enable, disable, reset, snapshot -------------------------------------
 
@@ -135,6 +28,12 @@ static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m
         into->hold_histogram[b] += m->hold_histogram[b];
         into->wait_histogram[b] += m->wait_histogram[b];
         into->waiters_histogram[b] += m->waiters_histogram[b];
+    }
+}
+
+static void reset_waiting(void) {
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
+        atomic_store(&M.readied[r], 0); atomic_store(&M.acquired[r], 0); atomic_store(&M.abandoned[r], 0);
     }
 }
 
@@ -170,7 +69,8 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     uint64_t now_ns = gvls_now_ns();
     gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
     memset(&retired, 0, sizeof(retired));
-    for (int r = 0; r < GVLS_MAX_RACTORS; r++) { atomic_store(&M.waiting_threads[r], 0); atomic_store(&M.resume_seq[r], 0); }
+    reset_waiting();
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) atomic_store(&M.resume_seq[r], 0);
     M.epoch_ns = now_ns;
     mark_caller_running(now_ns);
     atomic_store(&M.enabled, 1);
@@ -186,7 +86,7 @@ static void forget_other_thread(gvls_thread *slot, void *current) {
 
 void gvls_metrics_after_fork(void) {
     gvls_threads_each(forget_other_thread, (void *)rb_thread_current());
-    for (int r = 0; r < GVLS_MAX_RACTORS; r++) atomic_store(&M.waiting_threads[r], 0);
+    reset_waiting();
     if (atomic_load(&M.enabled)) {
         M.epoch_ns = gvls_now_ns();
         gvls_threads_each(reset_slot, NULL);
@@ -330,8 +230,8 @@ static VALUE metrics_snapshot(VALUE self) {
 
     VALUE waiting = rb_hash_new();
     for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
-        int64_t n = atomic_load(&M.waiting_threads[r]);
-        if (n) rb_hash_aset(waiting, INT2NUM(r), LL2NUM(n));
+        int64_t n = gvls_waiting_threads(r);
+        if (n > 0) rb_hash_aset(waiting, INT2NUM(r), LL2NUM(n));
     }
     gvls_threads_prune_exited();
     return rb_ary_new_from_args(6, ULL2NUM(fill.now_ns), ULL2NUM(M.epoch_ns), waiting, threads, rows, histograms);

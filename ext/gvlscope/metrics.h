@@ -11,7 +11,13 @@ enum gvls_metric_state { GVLS_M_UNKNOWN = 0, GVLS_M_READY, GVLS_M_RUNNING, GVLS_
 
 typedef struct gvls_metrics_global {
     _Atomic int enabled;
-    _Atomic int64_t waiting_threads[GVLS_MAX_RACTORS];  // per Ractor: READY, not yet RESUMED
+    // Threads waiting for a Ractor's GVL = readied - acquired - abandoned. Three counters, not
+    // one gauge, so that RESUMED (which holds the GVL: one writer at a time per Ractor) updates
+    // its counter with a plain store instead of a locked instruction; READY comes from any native
+    // thread at once and must add atomically; abandoned (exited while READY) is rare.
+    _Atomic uint64_t readied[GVLS_MAX_RACTORS];
+    _Atomic uint64_t acquired[GVLS_MAX_RACTORS];
+    _Atomic uint64_t abandoned[GVLS_MAX_RACTORS];
     _Atomic uint64_t resume_seq[GVLS_MAX_RACTORS];      // RESUMED count per Ractor (yield detection)
     uint64_t epoch_ns;          // enable/reset time: nothing before it is counted
     uint64_t timeslice_ns;      // a release after >= half of this while others wait is a preemption
@@ -19,7 +25,13 @@ typedef struct gvls_metrics_global {
 
 extern gvls_metrics_global gvls_metrics;
 
-void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns);
+static inline int64_t gvls_waiting_threads(unsigned ractor) {
+    uint64_t acquired = atomic_load_explicit(&gvls_metrics.acquired[ractor], memory_order_relaxed);
+    uint64_t abandoned = atomic_load_explicit(&gvls_metrics.abandoned[ractor], memory_order_relaxed);
+    uint64_t readied = atomic_load_explicit(&gvls_metrics.readied[ractor], memory_order_relaxed);
+    return (int64_t)(readied - acquired - abandoned);
+}
+
 void gvls_metrics_init(VALUE mNative);
 // In a forked child: every other thread is gone, and the parent's counters are not the child's.
 void gvls_metrics_after_fork(void);

@@ -79,7 +79,10 @@ out:
     return slot;
 }
 
-gvls_thread *gvls_thread_for(VALUE thread) {
+__thread __attribute__((tls_model("initial-exec"))) gvls_last_thread gvls_last;
+_Atomic uint32_t gvls_registry_generation = 1;
+
+gvls_thread *gvls_thread_lookup(VALUE thread) {
     gvls_thread *slot = rb_internal_thread_specific_get(thread, slot_key);
     return slot ? slot : create_slot(thread);
 }
@@ -99,19 +102,20 @@ void gvls_threads_prune_exited(void) {
         if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) free(registry[i]);
         else registry[kept++] = registry[i];
     }
+    if (kept != registry_len) atomic_fetch_add(&gvls_registry_generation, 1);  // before any Thread can be reused
     registry_len = kept;
     pthread_mutex_unlock(&registry_lock);
 }
 
-static __thread __attribute__((tls_model("initial-exec"))) uint32_t tls_native_serial;
+__thread __attribute__((tls_model("initial-exec"))) uint32_t gvls_tls_native_serial;
 static _Atomic uint32_t next_native_serial_global = 1;
 
-uint32_t gvls_native_serial(void) {
-    if (__builtin_expect(!tls_native_serial, 0)) tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
-    return tls_native_serial;
+uint32_t gvls_assign_native_serial(void) {
+    return gvls_tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
 }
 
 // In a forked child only the forking thread survives: a lock another thread held is held forever.
 void gvls_thread_state_after_fork(void) {
     pthread_mutex_init(&registry_lock, NULL);
+    atomic_fetch_add(&gvls_registry_generation, 1);
 }

@@ -2,6 +2,7 @@
 #define GVLSCOPE_THREAD_STATE_H
 
 #include "gvlscope.h"
+#include <stdatomic.h>
 #include <stdint.h>
 
 // What gvlscope keeps for one Ruby thread. Found from the hook through the one thread-specific
@@ -41,13 +42,39 @@ typedef struct gvls_thread {
 } gvls_thread;
 
 void gvls_thread_state_init(void);
-gvls_thread *gvls_thread_for(VALUE thread);
+gvls_thread *gvls_thread_lookup(VALUE thread);
+
+// The last thread this native thread reported, and its slot: without M:N threads nearly every
+// event is about the thread running the hook, so most lookups skip CRuby's thread-specific
+// storage call. Valid while registry_generation is unchanged: pruning (which frees slots) bumps
+// it, and a pruned thread's Thread object, marked by the registry until then, cannot have been
+// reused for another thread before that.
+typedef struct gvls_last_thread { VALUE thread; gvls_thread *slot; uint32_t generation; } gvls_last_thread;
+extern __thread __attribute__((tls_model("initial-exec"))) gvls_last_thread gvls_last;
+extern _Atomic uint32_t gvls_registry_generation;
+
+static inline gvls_thread *gvls_thread_for(VALUE thread) {
+    if (__builtin_expect(gvls_last.thread == thread, 1) &&
+        __builtin_expect(gvls_last.generation == atomic_load_explicit(&gvls_registry_generation, memory_order_relaxed), 1)) {
+        return gvls_last.slot;
+    }
+    gvls_thread *slot = gvls_thread_lookup(thread);
+    if (slot) gvls_last = (gvls_last_thread){ thread, slot, atomic_load_explicit(&gvls_registry_generation, memory_order_relaxed) };
+    return slot;
+}
 // Calls fn for each thread in the registry, under the registry lock (fn must not call Ruby
 // code that can run hooks of ours that take the lock; reading names is fine).
 void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
-uint32_t gvls_native_serial(void);
-void gvls_thread_state_after_fork(void);  // a small id of the native thread running the caller
+void gvls_thread_state_after_fork(void);
+
+// A small id of the native thread running the caller (1, 2, ... in order of first use).
+extern __thread __attribute__((tls_model("initial-exec"))) uint32_t gvls_tls_native_serial;
+uint32_t gvls_assign_native_serial(void);
+static inline uint32_t gvls_native_serial(void) {
+    uint32_t serial = gvls_tls_native_serial;
+    return __builtin_expect(serial != 0, 1) ? serial : gvls_assign_native_serial();
+}
 
 #endif

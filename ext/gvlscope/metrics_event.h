@@ -1,0 +1,124 @@
+// The metrics consumer's hot path, run by the hook for every event (ext/gvlscope/metrics.c has
+// the Ruby side: enable, reset, snapshots).
+#ifndef GVLSCOPE_METRICS_EVENT_H
+#define GVLSCOPE_METRICS_EVENT_H
+
+#include "metrics.h"
+#include "format.h"
+#include "histogram.h"
+
+#define M gvls_metrics
+
+// A release is a preemption (the thread stayed runnable) when it held the GVL for at least half a
+// timeslice, others wanted it, and READY follows SUSPENDED on the same native thread before any
+// other thread of the Ractor got the GVL. Why the hold length: a blocking call that returns at
+// once (a pipe read with data waiting) shows the same SUSPENDED-READY pair within microseconds.
+// Thread.pass cannot be told from such a call and counts as blocking. See docs/format.md.
+
+static inline unsigned ractor_slot(const gvls_thread *slot) {
+    return slot->ractor_id < GVLS_MAX_RACTORS ? slot->ractor_id : GVLS_MAX_RACTORS - 1;
+}
+
+static inline uint64_t since_epoch(uint64_t start_ns) {
+    return start_ns > M.epoch_ns ? start_ns : M.epoch_ns;
+}
+
+static inline uint64_t elapsed(uint64_t start_ns, uint64_t now_ns) {
+    uint64_t start = since_epoch(start_ns);
+    return now_ns > start ? now_ns - start : 0;
+}
+
+// Inline in the hook: one switch on the event kind for the hook and this, no call.
+static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
+    gvls_thread_metrics *m = &slot->metrics;
+    unsigned ractor = ractor_slot(slot);
+    switch (kind) {
+      case GVLS_EV_READY:
+        if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
+        if (m->state == GVLS_M_SUSPENDED) {
+            m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
+                         m->suspend_native == gvls_native_serial() &&
+                         atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
+            if (m->yielded) {
+                // The wait for the GVL began at SUSPENDED: keep since_ns.
+                m->released_preempted++;
+            } else {
+                m->released_blocking++;
+                m->idle_ns += elapsed(m->since_ns, now_ns);
+                m->since_ns = now_ns;
+            }
+        } else {
+            m->yielded = 0;
+            m->since_ns = now_ns;
+        }
+        m->state = GVLS_M_READY;
+        atomic_fetch_add_explicit(&M.readied[ractor], 1, memory_order_relaxed);
+        return;
+
+      case GVLS_EV_RESUMED: {
+        // RESUMED fires with the Ractor's GVL held, so no two run at once for one Ractor: a plain
+        // increment (no locked instruction) is enough; readers only compare for equality.
+        atomic_store_explicit(&M.resume_seq[ractor],
+                              atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
+        if (m->state == GVLS_M_READY) {
+            atomic_store_explicit(&M.acquired[ractor],
+                                  atomic_load_explicit(&M.acquired[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
+            int64_t still_waiting = gvls_waiting_threads(ractor);
+            uint64_t waited = elapsed(m->since_ns, now_ns);
+            m->wait_ns += waited;
+            m->waits++;
+            if (waited > m->longest_wait_ns) m->longest_wait_ns = waited;
+            m->wait_histogram[gvls_log2_bucket(waited)]++;
+            m->waiters_histogram[gvls_log2_bucket(still_waiting > 0 ? (uint64_t)still_waiting : 0)]++;
+        }
+        m->state = GVLS_M_RUNNING;
+        m->since_ns = m->hold_started_ns = now_ns;
+        return;
+      }
+
+      case GVLS_EV_SUSPENDED: {
+        if (m->state == GVLS_M_RUNNING) {
+            uint64_t held = elapsed(m->hold_started_ns, now_ns);
+            m->run_ns += elapsed(m->since_ns, now_ns);
+            m->holds++;
+            m->last_hold_ns = held;
+            if (held > m->longest_hold_ns) m->longest_hold_ns = held;
+            m->hold_histogram[gvls_log2_bucket(held)]++;
+        }
+        m->others_wanted = gvls_waiting_threads(ractor) > 0;
+        m->suspend_native = gvls_native_serial();
+        m->resume_seq_at_suspend = atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed);
+        m->state = GVLS_M_SUSPENDED;
+        m->since_ns = now_ns;
+        return;
+      }
+
+      case GVLS_EV_EXITED:
+        if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
+        else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
+        else if (m->state == GVLS_M_READY) atomic_fetch_add_explicit(&M.abandoned[ractor], 1, memory_order_relaxed);
+        m->state = GVLS_M_DEAD;
+        m->since_ns = now_ns;
+        return;
+
+      case GVLS_EV_GC_ENTER:
+        if (m->state == GVLS_M_RUNNING) {
+            m->run_ns += elapsed(m->since_ns, now_ns);
+            m->gc_started_ns = now_ns;
+            m->since_ns = now_ns;
+        }
+        return;
+
+      case GVLS_EV_GC_EXIT:
+        if (m->state == GVLS_M_RUNNING && m->gc_started_ns) {
+            m->gc_ns += elapsed(m->gc_started_ns, now_ns);
+            m->gc_started_ns = 0;
+            m->since_ns = now_ns;
+        }
+        return;
+    }
+}
+
+#undef M
+
+#endif
