@@ -21,6 +21,7 @@ module GVLScope
         export FILE --format perfetto|chrome-json [-o OUT]
                               convert a trace for Perfetto UI / chrome://tracing / speedscope
         summary FILE          per-thread GVL times of a trace
+        lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 
       FILE is a gvlscope trace (.gvl) or a gvl-tracing JSON trace.
 
@@ -55,6 +56,9 @@ module GVLScope
         @out.puts "gvlscope #{VERSION}"
         0
       when "run" then run_command(argv)
+      when "lab"
+        require_relative "lab/cli"
+        Lab::CLI.new(out: @out, err: @err).run(argv)
       when "report" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) }
       when "export" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) }
       when "summary" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) }

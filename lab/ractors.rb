@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+# The counters and the HTTP case again, with Ractors (Ivo Anjo 2023, examples 7 and 7-2): each
+# Ractor has its own GVL, so two counting Ractors run in parallel on 2 cores, and a counting
+# Ractor does not slow down HTTP requests made by a thread of the main Ractor.
+require_relative "lab_helper"
+require "etc"
+include LabHelper
+
+Warning[:experimental] = false
+work = iterations_for(size(tiny: 0.2, small: 1.0, full: 4.0))
+threads = seconds { 2.times.map { Thread.new { countdown(work) } }.each(&:join) }
+say format("2 threads counting:  %.2f s", threads)
+take = ->(ractor) { ractor.respond_to?(:value) ? ractor.value : ractor.take }
+ractors = seconds do
+  2.times.map { Ractor.new(work) { |count| count -= 1 while count.positive?; count } }.each(&take)
+end
+say format("2 Ractors counting:  %.2f s", ractors)
+
+window = size(tiny: 0.5, small: 3.0, full: 10.0)
+server, port = http_server(0.05)
+begin
+  requests_in(port, 0.2)
+  alone = requests_in(port, window)
+  counter = Ractor.new(now + window + 1.0) do |deadline|
+    x = 0
+    x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    x
+  end
+  beside = requests_in(port, window)
+  take.call(counter)
+ensure
+  stop_helper(server)
+end
+say format("HTTP alone: %.2f requests/s; beside a counting Ractor: %.2f requests/s", alone, beside)
+result(threads_s: threads, ractors_s: ractors, cores: Etc.nprocessors, alone_rps: alone, beside_ractor_rps: beside)

@@ -1,0 +1,61 @@
+# frozen_string_literal: true
+
+require_relative "errors"
+
+module GVLScope
+  # The lab: the published GVL experiments as scenarios that measure, on the Ruby at hand, the
+  # numbers their authors published, and judge each claim. A scenario is a program under lab/
+  # plus claims (lib/gvlscope/lab/scenarios.rb); Lab::Runner runs it traced and evaluates them.
+  module Lab
+    ROOT = File.expand_path("../..", __dir__)
+    SIZES = %w[tiny small full].freeze
+
+    # A published claim as a predicate over measured numbers. +holds+ gets the measured Hash and
+    # returns true/false; +measured+ turns the numbers into the text shown beside +published+.
+    # +tolerance+ says why the bounds are what they are.
+    Claim = Struct.new(:text, :published, :tolerance, :measured, :holds, :applies, keyword_init: true) do
+      # -> Verdict. A claim that does not apply (a knob or a Ruby without the feature) or whose
+      # numbers are missing is not judged, and says why.
+      def judge(numbers)
+        reason = applies&.call(numbers)
+        return Verdict.new(self, :not_applicable, reason, nil) if reason.is_a?(String)
+
+        shown = measured.call(numbers)
+        Verdict.new(self, holds.call(numbers) ? :holds : :differs, shown, nil)
+      rescue KeyError, NoMethodError, TypeError, ZeroDivisionError => e
+        Verdict.new(self, :not_measured, nil, "#{e.class}: #{e.message}")
+      end
+    end
+
+    Verdict = Struct.new(:claim, :status, :measured, :error) do
+      def label
+        { holds: "holds", differs: "DIFFERS", not_applicable: "n/a", not_measured: "not measured" }.fetch(status)
+      end
+    end
+
+    # +from_trace+ (optional) adds numbers read from the scenario's own trace and report.
+    Scenario = Struct.new(:name, :file, :summary, :source, :claims, :from_trace, :seconds, keyword_init: true) do
+      def path = File.absolute_path?(file) ? file : File.join(ROOT, "lab", file)
+    end
+
+    @scenarios = {}
+
+    class << self
+      def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [])
+        @scenarios[name] = Scenario.new(name: name, file: file, summary: summary, source: source, claims: claims,
+                                        from_trace: from_trace, seconds: seconds)
+      end
+
+      def scenarios
+        require_relative "lab/scenarios" if @scenarios.empty?
+        @scenarios
+      end
+
+      def fetch(name)
+        scenarios.fetch(name) do
+          raise Error, "no lab scenario named #{name.inspect} (gvlscope lab list: #{scenarios.keys.join(', ')})"
+        end
+      end
+    end
+  end
+end

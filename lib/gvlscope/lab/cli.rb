@@ -1,0 +1,121 @@
+# frozen_string_literal: true
+
+require "optparse"
+require_relative "../lab"
+
+module GVLScope
+  module Lab
+    # `gvlscope lab list | run NAME | all`.
+    class CLI
+      USAGE = <<~TEXT
+        Usage: gvlscope lab list
+               gvlscope lab run NAME [options]
+               gvlscope lab all [options] [--write docs/lab.md]
+
+        The published GVL experiments as scenarios: each runs traced on your Ruby, shows the measured
+        numbers beside the published ones, and judges each claim (holds / DIFFERS / n/a). A claim that
+        differs is a result, not an error: the exit status is 0 unless a scenario could not run.
+      TEXT
+
+      def initialize(out:, err:)
+        @out = out
+        @err = err
+      end
+
+      def run(argv)
+        command = argv.shift
+        case command
+        when nil, "-h", "--help", "help" then @out.puts USAGE, options_parser({}).summarize; 0
+        when "list" then list
+        when "run"
+          knobs = parse(argv) or return 0
+          name = argv.shift or raise OptionParser::ParseError, "lab run needs a scenario NAME (gvlscope lab list)"
+          raise OptionParser::ParseError, "lab run takes one NAME (got #{([name] + argv).join(' ')})" unless argv.empty?
+
+          run_scenarios([Lab.fetch(name)], knobs)
+          0
+        when "all"
+          write = nil
+          knobs = parse(argv) { |opts| opts.on("--write PATH", "also write the results as Markdown (e.g. docs/lab.md)") { |p| write = p } }
+          return 0 unless knobs
+          raise OptionParser::ParseError, "lab all takes no NAME (got #{argv.join(' ')})" unless argv.empty?
+
+          results = run_scenarios(Lab.scenarios.values, knobs)
+          write_markdown(results, write, knobs) if write
+          0
+        else
+          raise OptionParser::ParseError, "unknown lab command '#{command}' (list, run, all)"
+        end
+      end
+
+      private
+
+      def list
+        Lab.scenarios.each_value do |scenario|
+          @out.puts format("%-18s %s (~%d s at --size small)", scenario.name, scenario.summary, scenario.seconds)
+        end
+        0
+      end
+
+      def options_parser(knobs)
+        OptionParser.new do |opts|
+          opts.banner = ""
+          opts.on("--ruby VERSION|PATH", "3.3, 3.4 (built by script/bootstrap) or a path (default: this Ruby)") { |r| knobs[:ruby] = r }
+          opts.on("--mn", "M:N threads (RUBY_MN_THREADS=1)") { knobs[:mn] = true }
+          opts.on("--timeslice MS", Integer, "thread timeslice (RUBY_THREAD_TIMESLICE, Ruby 3.4+)") { |ms| knobs[:timeslice_ms] = ms }
+          opts.on("--priority N", Integer, "priority of the CPU-bound neighbour threads (-3..3)") { |n| knobs[:priority] = n }
+          opts.on("--size SIZE", SIZES, "tiny, small (default: ~30 s or less each) or full") { |s| knobs[:size] = s }
+          opts.on("-o", "--output DIR", "where traces go (default tmp/lab)") { |d| knobs[:out_dir] = d }
+          opts.on("-h", "--help", "show this help") { @out.puts USAGE, opts.summarize; throw :help }
+          yield opts if block_given?
+        end
+      end
+
+      # The knobs, or nil after --help.
+      def parse(argv, &extra)
+        knobs = { size: "small" }
+        catch(:help) do
+          options_parser(knobs, &extra).parse!(argv)
+          if knobs[:priority] && !(-3..3).cover?(knobs[:priority])
+            raise OptionParser::ParseError, "--priority must be -3..3 (CRuby clamps thread priorities)"
+          end
+          if knobs[:timeslice_ms] && !knobs[:timeslice_ms].positive?
+            raise OptionParser::ParseError, "--timeslice must be a positive number of ms"
+          end
+          return knobs
+        end
+        nil
+      end
+
+      def run_scenarios(scenarios, knobs)
+        require_relative "runner"
+        require_relative "render"
+        runner = Runner.new(Runner::Knobs.new(ruby: knobs[:ruby], mn: knobs[:mn], timeslice_ms: knobs[:timeslice_ms],
+                                              priority: knobs[:priority] || 0, size: knobs[:size]),
+                            out_dir: knobs[:out_dir] || File.join(ROOT, "tmp", "lab"), echo: @out)
+        warn_timeslice(knobs)
+        scenarios.map do |scenario|
+          @out.puts "== lab #{scenario.name} (#{knobs[:size]})"
+          result = runner.run(scenario)
+          @out.puts Render.text(result), ""
+          result
+        end
+      end
+
+      def warn_timeslice(knobs)
+        return unless knobs[:timeslice_ms]
+
+        version = Rubies.version_of(Rubies.resolve(knobs[:ruby]))
+        return if Gem::Version.new(version) >= Gem::Version.new("3.4")
+
+        @err.puts "gvlscope lab: warning: Ruby #{version} ignores RUBY_THREAD_TIMESLICE (3.4+); claims assume it applies"
+      end
+
+      def write_markdown(results, path, knobs)
+        flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless key == :out_dir || value.nil? }
+        File.write(path, Render.markdown(results, command: "gvlscope lab all #{flags.join(' ')}".strip) + "\n")
+        @err.puts "gvlscope lab: wrote #{path}"
+      end
+    end
+  end
+end

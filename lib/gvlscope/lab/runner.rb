@@ -1,0 +1,149 @@
+# frozen_string_literal: true
+
+require "json"
+require "open3"
+require "rbconfig"
+require "fileutils"
+require "tmpdir"
+require_relative "../lab"
+require_relative "../trace_file"
+require_relative "../timeline"
+require_relative "../report"
+require_relative "../report/text"
+
+module GVLScope
+  module Lab
+    # Runs one scenario on a chosen Ruby with the recorder loaded at boot (as `gvlscope run`
+    # does), then reads its trace, asks the report for findings and judges the claims.
+    class Runner
+      Knobs = Struct.new(:ruby, :mn, :timeslice_ms, :priority, :size, keyword_init: true)
+      Result = Struct.new(:scenario, :knobs, :ruby_description, :measured, :verdicts, :findings, :trace, :seconds,
+                          :output, keyword_init: true)
+
+      # Longest a scenario may run before it is killed (every loop in lab/ is bounded; this is for
+      # a Ruby that hangs).
+      TIMEOUT = { "tiny" => 120, "small" => 300, "full" => 1800 }.freeze
+
+      def initialize(knobs, out_dir:, echo: nil)
+        @knobs = knobs
+        @out_dir = out_dir
+        @echo = echo # an IO that gets the scenario's output line by line, or nil
+      end
+
+      def run(scenario)
+        ruby = Rubies.resolve(@knobs.ruby)
+        version = Rubies.version_of(ruby)
+        ext_dir = Rubies.extension_for(ruby, version)
+        FileUtils.mkdir_p(@out_dir)
+        Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).each { |old| File.delete(old) }
+        result_path = File.join(Dir.tmpdir, "gvlscope-lab-#{Process.pid}-#{scenario.name}.json")
+        env = environment(scenario, ext_dir, result_path)
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        output = execute(env, ruby, scenario)
+        seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+        raise Error, "lab #{scenario.name}: the scenario wrote no result (its output is above)" unless File.exist?(result_path)
+
+        measured = JSON.parse(File.read(result_path), symbolize_names: true)
+        File.delete(result_path)
+        measured[:rings] = measured[:rings].transform_keys(&:to_s) if measured[:rings]
+        trace, report = read_trace(scenario)
+        measured.merge!(scenario.from_trace.call(report.timeline, report)) if report && scenario.from_trace
+        Result.new(scenario: scenario, knobs: @knobs, ruby_description: Rubies.description_of(ruby), measured: measured,
+                   verdicts: scenario.claims.map { |claim| claim.judge(measured) }, findings: report&.findings || [],
+                   trace: trace, seconds: seconds, output: output)
+      end
+
+      private
+
+      def environment(scenario, ext_dir, result_path)
+        lib = File.join(ROOT, "lib")
+        {
+          "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{ext_dir}", "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
+          "GVLSCOPE_OUTPUT" => File.join(File.expand_path(@out_dir), "#{scenario.name}-%p.gvl"),
+          "GVLSCOPE_SUMMARY_LIST" => nil,
+          "GVLSCOPE_METRICS_ONLY" => nil,
+          "GVLSCOPE_LAB_RESULT" => result_path,
+          "GVLSCOPE_LAB_SIZE" => @knobs.size,
+          "GVLSCOPE_LAB_PRIORITY" => @knobs.priority.to_s,
+          "RUBY_MN_THREADS" => @knobs.mn ? "1" : nil,
+          "RUBY_THREAD_TIMESLICE" => @knobs.timeslice_ms&.to_s,
+        }
+      end
+
+      def execute(env, ruby, scenario)
+        output = +""
+        Open3.popen2e(env, ruby, scenario.path, chdir: ROOT) do |stdin, out, waiter|
+          stdin.close
+          reader = Thread.new do
+            out.each_line do |line|
+              output << line
+              @echo&.print("  #{line}")
+            end
+          end
+          unless waiter.join(TIMEOUT.fetch(@knobs.size))
+            Process.kill(:KILL, waiter.pid)
+            raise Error, "lab #{scenario.name}: no result after #{TIMEOUT.fetch(@knobs.size)} s; killed"
+          end
+          reader.join
+          status = waiter.value
+          raise Error, "lab #{scenario.name} failed (#{status}):\n#{output}" unless status.success?
+        end
+        output
+      end
+
+      # The scenario's own process wrote the first trace (its helpers run untraced).
+      def read_trace(scenario)
+        path = Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).min_by { |p| File.mtime(p) }
+        return [nil, nil] unless path
+
+        [path, Report.new(Timeline.new(TraceFile.read(path)))]
+      end
+    end
+
+    # Which Ruby runs a scenario, and a build of gvlscope's extension for it.
+    module Rubies
+      module_function
+
+      def resolve(choice)
+        return RbConfig.ruby if choice.nil? || choice.empty?
+        return choice if choice.include?("/") && File.executable?(choice)
+        raise Error, "--ruby #{choice}: no executable there" if choice.include?("/")
+
+        version = { "3.3" => "3.3.8", "3.4" => "3.4.5" }.fetch(choice, choice)
+        cache = File.join(ENV.fetch("XDG_CACHE_HOME", File.join(Dir.home, ".cache")), "gvlscope", "ruby-#{version}", "bin", "ruby")
+        return cache if File.executable?(cache)
+
+        raise Error, "--ruby #{choice}: Ruby #{version} is not built yet; run script/bootstrap #{version} (about 3 min), " \
+                     "or pass --ruby /path/to/ruby"
+      end
+
+      def version_of(ruby)
+        out, status = Open3.capture2(ruby, "-e", "print RUBY_VERSION")
+        raise Error, "--ruby #{ruby}: it does not run (#{status})" unless status.success?
+
+        out
+      end
+
+      def description_of(ruby) = Open3.capture2(ruby, "-e", "print RUBY_DESCRIPTION").first
+
+      # The extension for +ruby+: this process's own build when it is the same Ruby, or one
+      # compiled once under tmp/lab-ext/VERSION (a checkout shares lib/ between Rubies).
+      def extension_for(ruby, version)
+        return File.join(ROOT, "lib") if File.expand_path(ruby) == File.expand_path(RbConfig.ruby)
+
+        dir = File.join(ROOT, "tmp", "lab-ext", version)
+        built = File.join(dir, "gvlscope", "gvlscope.so")
+        return dir if File.exist?(built)
+
+        build = File.join(dir, "build")
+        FileUtils.mkdir_p(build)
+        log, status = Open3.capture2e("#{ruby} #{File.join(ROOT, 'ext/gvlscope/extconf.rb')} && make", chdir: build)
+        raise Error, "could not build gvlscope's extension for Ruby #{version}:\n#{log}" unless status.success?
+
+        FileUtils.mkdir_p(File.dirname(built))
+        FileUtils.cp(File.join(build, "gvlscope.so"), built)
+        dir
+      end
+    end
+  end
+end
