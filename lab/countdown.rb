@@ -8,19 +8,17 @@ require "etc"
 include LabHelper
 
 Warning[:experimental] = false
-work = iterations_for(size(tiny: 0.1, small: 1.0, full: 4.0))
-say "counting down #{work} (about #{size(tiny: 0.1, small: 1.0, full: 4.0)} s of this machine's CPU)"
-sequential = seconds { countdown(work) }
-say format("sequential:  %.2f s", sequential)
-threads = seconds { 2.times.map { |n| Thread.new { Thread.current.name = "countdown #{n}"; countdown(work / 2) } }.each(&:join) }
-say format("2 threads:   %.2f s", threads)
-ractors = seconds do
-  2.times.map do
-    Ractor.new(work / 2) do |count|
-      count -= 1 while count.positive?
-      count
-    end
-  end.each { |ractor| ractor.respond_to?(:value) ? ractor.value : ractor.take }
-end
-say format("2 Ractors:   %.2f s", ractors)
+work = iterations_for(size(tiny: 0.1, small: 0.7, full: 4.0))
+say "counting down #{work} (about #{size(tiny: 0.1, small: 0.7, full: 4.0)} s of this machine's CPU)"
+take = ->(ractor) { ractor.respond_to?(:value) ? ractor.value : ractor.take }
+timings = alternating(size(tiny: 1, small: 3, full: 3), {
+  sequential: -> { countdown(work) },
+  threads: -> { 2.times.map { |n| Thread.new { Thread.current.name = "countdown #{n}"; countdown(work / 2) } }.each(&:join) },
+  ractors: lambda {
+    2.times.map { Ractor.new(work / 2) { |count| count -= 1 while count.positive?; count } }.each(&take)
+  },
+})
+sequential, threads, ractors = timings.values_at(:sequential, :threads, :ractors)
+say format("median of %d rounds: sequential %.2f s, 2 threads %.2f s, 2 Ractors %.2f s",
+           size(tiny: 1, small: 3, full: 3), sequential, threads, ractors)
 result(sequential_s: sequential, threads_s: threads, ractors_s: ractors, cores: Etc.nprocessors)

@@ -59,6 +59,14 @@ module LabHelper
   end
 
   # RUBY_THREAD_TIMESLICE exists from Ruby 3.4; 3.3's timeslice is always 100 ms.
+  # Runs each variant +rounds+ times, alternating, and returns each one's median seconds: a busy
+  # neighbour on the machine then slows every variant alike instead of whichever ran first.
+  def alternating(rounds, variants)
+    times = variants.transform_values { [] }
+    rounds.times { variants.each { |name, work| times[name] << seconds(&work) } }
+    times.transform_values { |list| median(list) }
+  end
+
   def timeslice_ms
     return 100 if Gem::Version.new(RUBY_VERSION) < Gem::Version.new("3.4")
 

@@ -8,14 +8,14 @@ require "etc"
 include LabHelper
 
 Warning[:experimental] = false
-work = iterations_for(size(tiny: 0.2, small: 1.0, full: 4.0))
-threads = seconds { 2.times.map { Thread.new { countdown(work) } }.each(&:join) }
-say format("2 threads counting:  %.2f s", threads)
+work = iterations_for(size(tiny: 0.2, small: 0.7, full: 4.0))
 take = ->(ractor) { ractor.respond_to?(:value) ? ractor.value : ractor.take }
-ractors = seconds do
-  2.times.map { Ractor.new(work) { |count| count -= 1 while count.positive?; count } }.each(&take)
-end
-say format("2 Ractors counting:  %.2f s", ractors)
+timings = alternating(size(tiny: 1, small: 3, full: 3), {
+  threads: -> { 2.times.map { Thread.new { countdown(work) } }.each(&:join) },
+  ractors: -> { 2.times.map { Ractor.new(work) { |count| count -= 1 while count.positive?; count } }.each(&take) },
+})
+threads, ractors = timings.values_at(:threads, :ractors)
+say format("2 threads counting:  %.2f s; 2 Ractors counting: %.2f s (medians)", threads, ractors)
 
 window = size(tiny: 0.5, small: 3.0, full: 10.0)
 server, port = http_server(0.05)

@@ -76,7 +76,7 @@ class LabTest < Minitest::Test
       assert_match(/\[n\/a\] M:N threads/, out)
       markdown = File.read(File.join(dir, "lab.md"))
       assert_match(/^## convoy$/, markdown)
-      assert_match(/^\| claim \| published \| measured \| verdict \|$/, markdown)
+      assert_match(/^\| claim \| published \| measured \| tolerance \| verdict \|$/, markdown)
     end
   end
 

@@ -13,7 +13,8 @@ module GVLScope
     # A published claim as a predicate over measured numbers. +holds+ gets the measured Hash and
     # returns true/false; +measured+ turns the numbers into the text shown beside +published+.
     # +tolerance+ says why the bounds are what they are.
-    Claim = Struct.new(:text, :published, :tolerance, :measured, :holds, :applies, keyword_init: true) do
+    # +differs_because+ names the likely reasons when a measurement differs from the published one.
+    Claim = Struct.new(:text, :published, :tolerance, :measured, :holds, :applies, :differs_because, keyword_init: true) do
       # -> Verdict. A claim that does not apply (a knob or a Ruby without the feature) or whose
       # numbers are missing is not judged, and says why.
       def judge(numbers)

@@ -26,7 +26,10 @@ module GVLScope
           lines << "  [#{verdict.label}] #{verdict.claim.text}"
           lines << "      published: #{verdict.claim.published}"
           lines << "      measured:  #{verdict.measured || verdict.error}"
-          lines << "      tolerance: #{verdict.claim.tolerance}" if verdict.status == :differs
+          if verdict.status == :differs
+            lines << "      tolerance: #{verdict.claim.tolerance}"
+            lines << "      likely why: #{verdict.claim.differs_because}"
+          end
         end
         lines << "  findings: #{result.findings.empty? ? 'none' : ''}"
         result.findings.each { |finding| lines << "    - #{finding.title}" }
@@ -48,10 +51,11 @@ module GVLScope
           lines << "#{result.ruby_description}; #{knobs(result)}; #{format('%.1f', result.seconds)} s. " \
                    "Trace: `#{File.basename(result.trace.to_s)}` (`gvlscope report` it for the timeline)."
           lines << ""
-          lines << "| claim | published | measured | verdict |"
-          lines << "|---|---|---|---|"
+          lines << "| claim | published | measured | tolerance | verdict |"
+          lines << "|---|---|---|---|---|"
           result.verdicts.each do |verdict|
-            cells = [verdict.claim.text, verdict.claim.published, verdict.measured || verdict.error, verdict.label]
+            label = verdict.status == :differs ? "**DIFFERS** (likely: #{verdict.claim.differs_because})" : verdict.label
+            cells = [verdict.claim.text, verdict.claim.published, verdict.measured || verdict.error, verdict.claim.tolerance, label]
             lines << "| #{cells.map { |cell| cell.to_s.gsub('|', '\\|') }.join(' | ')} |"
           end
           lines << ""
