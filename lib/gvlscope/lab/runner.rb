@@ -127,11 +127,14 @@ module GVLScope
       def description_of(ruby) = Open3.capture2(ruby, "-e", "print RUBY_DESCRIPTION").first
 
       # The extension for +ruby+: this process's own build when it is the same Ruby, or one
-      # compiled once under tmp/lab-ext/VERSION (a checkout shares lib/ between Rubies).
+      # compiled once under tmp/lab-ext/VERSION-DIGEST (a checkout shares lib/ between Rubies).
       def extension_for(ruby, version)
         return File.join(ROOT, "lib") if File.expand_path(ruby) == File.expand_path(RbConfig.ruby)
 
-        dir = File.join(ROOT, "tmp", "lab-ext", version)
+        # Keyed by the sources too: a build of older sources must not be picked up.
+        require "digest"
+        sources = Dir[File.join(ROOT, "ext/gvlscope/*.{c,h,rb}")].sort.map { |path| File.read(path) }.join
+        dir = File.join(ROOT, "tmp", "lab-ext", "#{version}-#{Digest::SHA256.hexdigest(sources)[0, 12]}")
         built = File.join(dir, "gvlscope", "gvlscope.so")
         return dir if File.exist?(built)
 
