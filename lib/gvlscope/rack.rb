@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+require "gvlscope"
+
+module GVLScope
+  # Rack middleware: how the thread that handled each request spent its time — running Ruby
+  # (holding the GVL), waiting for the GVL while another thread held it, idle (IO, sleep, locks)
+  # and in GC.
+  #
+  #   use GVLScope::Rack                                  # config.ru
+  #   config.middleware.insert_before 0, GVLScope::Rack   # Rails: outermost, to see the whole request
+  #
+  # Options (anything else is a GVLScope::Error when the app is built, never at request time):
+  #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…, idle;dur=…, gc;dur=…`
+  #   log_wait_over_ms:  nil    logs one line for each request that waited at least this long for the GVL
+  #   logger:            nil    #warn receives that line; default env["rack.logger"], else $stderr
+  #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
+  #                             when a request waited or lasted too long (see FlightRecorder)
+  #       wait_over_ms: 100, duration_over_ms: nil, and FlightRecorder.start's options
+  #
+  # env["gvlscope"] is a RequestTiming: read inside the app it gives the numbers so far, after the
+  # app returned the numbers of the whole call.
+  class Rack
+    ENV_KEY = "gvlscope"
+    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder].freeze
+    RECORDER_TRIGGERS = { wait_over_ms: 100, duration_over_ms: nil }.freeze
+
+    # One request's times, in ns, for the thread that called the app.
+    class RequestTiming
+      FIELDS = %i[run_ns wait_ns idle_ns gc_ns].freeze
+
+      attr_reader :thread
+
+      def initialize(thread = Thread.current)
+        @thread = thread
+        @started_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+        @before = Native.metrics_thread(thread)
+        @after = nil
+      end
+
+      # Freezes the numbers at the end of the app call.
+      def finish!
+        @after = Native.metrics_thread(@thread)
+        @duration_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
+        freeze
+      end
+
+      def finished? = !@after.nil?
+
+      FIELDS.each_with_index do |field, index|
+        define_method(field) { (@after || Native.metrics_thread(@thread))[index] - @before[index] }
+        define_method(field.to_s.sub("_ns", "_ms")) { public_send(field) / 1e6 }
+      end
+
+      def duration_ns = @duration_ns || Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
+      def duration_ms = duration_ns / 1e6
+
+      # For structured loggers (lograge's custom_options, semantic_logger payloads).
+      def to_h
+        { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
+          gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
+      end
+
+      def server_timing
+        format("gvl-wait;dur=%.3f, gvl-run;dur=%.3f, idle;dur=%.3f, gc;dur=%.3f", wait_ms, run_ms, idle_ms, gc_ms)
+      end
+    end
+
+    def initialize(app, **options)
+      @app = app
+      unknown = options.keys - OPTIONS
+      raise Error, "GVLScope::Rack: unknown option #{unknown.map(&:inspect).join(', ')} (known: #{OPTIONS.join(', ')})" if unknown.any?
+
+      @server_timing = options.fetch(:server_timing, true)
+      @log_wait_over_ns = threshold_ns(options[:log_wait_over_ms], "log_wait_over_ms")
+      @logger = options[:logger]
+      @recorder_triggers = start_flight_recorder(options[:flight_recorder])
+      # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
+      # is shared with everything else gvlscope does.
+      Metrics.enable
+      @warned = false
+    end
+
+    def call(env)
+      timing = RequestTiming.new
+      env[ENV_KEY] = timing
+      status, headers, body = @app.call(env)
+      timing.finish!
+      [status, report(env, timing, headers), body]
+    ensure
+      timing.finish! if timing && !timing.finished?
+    end
+
+    private
+
+    # Never lets gvlscope break a response: a failure here is reported once, the response goes out.
+    def report(env, timing, headers)
+      headers = add_server_timing(headers, timing.server_timing) if @server_timing
+      log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
+      trigger_flight_recorder(env, timing) if @recorder_triggers
+      headers
+    rescue StandardError => e
+      unless @warned
+        @warned = true
+        warn "gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}"
+      end
+      headers
+    end
+
+    def add_server_timing(headers, value)
+      headers = headers.dup if headers.frozen?
+      key = headers.key?("Server-Timing") ? "Server-Timing" : "server-timing"
+      existing = headers[key]
+      headers[key] = existing && !existing.empty? ? "#{existing}, #{value}" : value
+      headers
+    end
+
+    def log_slow(env, timing)
+      line = format("gvlscope: %s %s %.1f ms: waited %.1f ms for the GVL (run %.1f ms, idle %.1f ms, gc %.1f ms)",
+                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.duration_ms, timing.wait_ms, timing.run_ms,
+                    timing.idle_ms, timing.gc_ms)
+      logger = @logger || env["rack.logger"]
+      if logger then logger.warn(line) else $stderr.puts(line) end
+    end
+
+    def trigger_flight_recorder(env, timing)
+      wait_over, duration_over = @recorder_triggers.values_at(:wait_over_ns, :duration_over_ns)
+      why = if wait_over && timing.wait_ns >= wait_over then format("gvl wait %.0f ms", timing.wait_ms)
+            elsif duration_over && timing.duration_ns >= duration_over then format("duration %.0f ms", timing.duration_ms)
+            end
+      FlightRecorder.dump_later("#{env['REQUEST_METHOD']} #{env['PATH_INFO']} #{why}") if why
+    end
+
+    def start_flight_recorder(option)
+      return nil if option.nil? || option == false
+
+      settings = option == true ? {} : option
+      raise Error, "GVLScope::Rack: flight_recorder must be true or a Hash, got #{option.inspect}" unless settings.is_a?(Hash)
+
+      triggers = RECORDER_TRIGGERS.merge(settings.slice(*RECORDER_TRIGGERS.keys))
+      recorder_options = settings.except(*RECORDER_TRIGGERS.keys)
+      known = %i[seconds dir buffer_bytes min_interval signal logger]
+      unknown = recorder_options.keys - known
+      if unknown.any?
+        raise Error, "GVLScope::Rack: unknown flight_recorder option #{unknown.map(&:inspect).join(', ')} " \
+                     "(known: #{(RECORDER_TRIGGERS.keys + known).join(', ')})"
+      end
+
+      thresholds = { wait_over_ns: threshold_ns(triggers[:wait_over_ms], "flight_recorder wait_over_ms"),
+                     duration_over_ns: threshold_ns(triggers[:duration_over_ms], "flight_recorder duration_over_ms") }
+      # Already running (started by the Puma plugin, or by a preloaded master and restarted in
+      # this worker after fork): share it.
+      FlightRecorder.start(**recorder_options) unless FlightRecorder.running?
+      thresholds
+    end
+
+    def threshold_ns(ms, name)
+      return nil if ms.nil?
+      raise Error, "GVLScope::Rack: #{name} must be a number of milliseconds >= 0, got #{ms.inspect}" unless ms.is_a?(Numeric) && ms >= 0
+
+      (ms * 1_000_000).to_i
+    end
+  end
+end
