@@ -103,7 +103,8 @@ class FlightRecorderTest < Minitest::Test
       refute_includes error.message, "\n"
       refute GVLScope::FlightRecorder.running?
     end
-    assert_raises(ArgumentError) { GVLScope::FlightRecorder.start(dir: @dir, window: 3) }
+    error = assert_raises(GVLScope::Error) { GVLScope::FlightRecorder.start(dir: @dir, window: 3) }
+    assert_match(/unknown option :window/, error.message)
   end
 
   # Runs in a child: traps are process-wide.

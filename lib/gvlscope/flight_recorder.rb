@@ -16,6 +16,8 @@ module GVLScope
   # event lanes. In a forked child (Puma worker) the recorder restarts with the same options.
   module FlightRecorder
     DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+    DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
+                 signal: "USR2", logger: nil }.freeze
     # What to write where: dumps go to dir, named by pid, time and reason.
     Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
 
@@ -27,6 +29,7 @@ module GVLScope
     class << self
       attr_reader :options, :suppressed
 
+      # Options (DEFAULTS):
       # seconds:      how much history a dump holds
       # dir:          where dumps go (created if missing; must be writable)
       # buffer_bytes: memory for the ring; when the window needs more, the oldest events go first
@@ -34,14 +37,12 @@ module GVLScope
       # signal:       a signal name that dumps ("USR2"), or nil. Installed only if the signal has no
       #               handler yet: an application's (or Puma's) handler is never replaced.
       # logger:       where to say what was dumped (#info/#warn), default $stderr
-      def start(seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
-                signal: "USR2", logger: nil)
+      def start(**options)
         @mutex.synchronize do
           raise Error, "the flight recorder is already running" if running?
           raise Error, "cannot start the flight recorder: a trace is running (GVLScope.stop it first)" if GVLScope.tracing?
 
-          options = validate(seconds: seconds, dir: dir, buffer_bytes: buffer_bytes, min_interval: min_interval,
-                             signal: signal, logger: logger)
+          options = validate(**options)
           Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us, Thread.list)
           @options = options
           @last_dump_at = nil
@@ -93,8 +94,13 @@ module GVLScope
         nil
       end
 
-      # Validates options the way start would, without starting: GVLScope::Error, one line.
-      def validate(seconds:, dir:, buffer_bytes:, min_interval:, signal:, logger:)
+      # Validates options the way start would, without starting; returns them with defaults filled
+      # in. GVLScope::Error with a one-line message when one is wrong or unknown.
+      def validate(**options)
+        unknown = options.keys - DEFAULTS.keys
+        raise Error, "flight recorder: unknown option #{unknown.map(&:inspect).join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
+
+        seconds, dir, buffer_bytes, min_interval, signal, logger = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60
           raise Error, "flight recorder: seconds must be a number in (0, 60], got #{seconds.inspect}"
         end

@@ -139,11 +139,10 @@ module GVLScope
 
       triggers = RECORDER_TRIGGERS.merge(settings.slice(*RECORDER_TRIGGERS.keys))
       recorder_options = settings.except(*RECORDER_TRIGGERS.keys)
-      known = %i[seconds dir buffer_bytes min_interval signal logger]
-      unknown = recorder_options.keys - known
+      unknown = recorder_options.keys - FlightRecorder::DEFAULTS.keys
       if unknown.any?
         raise Error, "GVLScope::Rack: unknown flight_recorder option #{unknown.map(&:inspect).join(', ')} " \
-                     "(known: #{(RECORDER_TRIGGERS.keys + known).join(', ')})"
+                     "(known: #{(RECORDER_TRIGGERS.keys + FlightRecorder::DEFAULTS.keys).join(', ')})"
       end
 
       thresholds = { wait_over_ns: threshold_ns(triggers[:wait_over_ms], "flight_recorder wait_over_ms"),
