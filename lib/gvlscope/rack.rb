@@ -26,22 +26,34 @@ module GVLScope
     RECORDER_TRIGGERS = { wait_over_ms: 100, duration_over_ms: nil }.freeze
 
     # One request's times, in ns, for the thread that called the app.
+    #
+    # run, idle and GC count from the app call to its return. GVL wait counts that too, plus the
+    # wait to pick the request up (pickup_wait_ns): what the thread waited for the GVL since it
+    # finished its previous request (since it started, for its first). A server thread woken for
+    # a new request must get the GVL back before it can even parse it; beside a CPU-bound thread
+    # that is where a quick request loses its 100 ms, before the app is called.
     class RequestTiming
       FIELDS = %i[run_ns wait_ns idle_ns gc_ns].freeze
+      WAIT = 1 # index of wait_ns in Native.metrics_thread
+      LAST_END = :gvlscope_counters_at_request_end # a thread variable: counters when its last request ended
 
-      attr_reader :thread
+      attr_reader :thread, :pickup_wait_ns
 
       def initialize(thread = Thread.current)
         @thread = thread
         @started_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
         @before = Native.metrics_thread(thread)
         @after = nil
+        last_end = thread.thread_variable_get(LAST_END)
+        # Negative after Metrics.reset: then nothing is known about the pickup.
+        @pickup_wait_ns = [@before[WAIT] - (last_end ? last_end[WAIT] : 0), 0].max
       end
 
       # Freezes the numbers at the end of the app call.
       def finish!
         @after = Native.metrics_thread(@thread)
         @duration_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
+        @thread.thread_variable_set(LAST_END, @after)
         freeze
       end
 
@@ -52,6 +64,9 @@ module GVLScope
         define_method(field.to_s.sub("_ns", "_ms")) { public_send(field) / 1e6 }
       end
 
+      def wait_ns = (@after || Native.metrics_thread(@thread))[WAIT] - @before[WAIT] + @pickup_wait_ns
+
+      def pickup_wait_ms = pickup_wait_ns / 1e6
       def duration_ns = @duration_ns || Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
       def duration_ms = duration_ns / 1e6
 
