@@ -136,7 +136,7 @@ module GVLScope
         File.delete(probe)
         path
       rescue SystemCallError => e
-        raise Error, "flight recorder: dump directory #{path} is not writable (#{e.message})"
+        raise Error, "flight recorder: dump directory #{path} is not writable (#{e.message})", cause: nil
       end
 
       # Under @mutex. True if a dump may be written now (and records that it is).

@@ -20,9 +20,9 @@ module GVLScope
       @body = body
       @server = TCPServer.new(host, port)
     rescue Errno::EADDRINUSE
-      raise Error, "gvlscope: cannot serve /metrics on #{host}:#{port}: the port is in use"
+      raise Error, "gvlscope: cannot serve /metrics on #{host}:#{port}: the port is in use", cause: nil
     rescue SystemCallError, SocketError => e
-      raise Error, "gvlscope: cannot serve /metrics on #{host}:#{port}: #{e.message}"
+      raise Error, "gvlscope: cannot serve /metrics on #{host}:#{port}: #{e.message}", cause: nil
     end
 
     def port = @server.addr[1]

@@ -7,7 +7,7 @@
 #            flight_recorder: { seconds: 10, dir: "tmp/gvlscope" }
 #
 # What it does is in GVLScope::PumaPlugin (lib/gvlscope/puma_plugin.rb); this file only wires it
-# to Puma's plugin API: `config` (to add a worker-boot hook) and `start` (in the master).
+# to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
 require "puma/plugin"
 require "gvlscope/puma_plugin"
 
@@ -23,29 +23,26 @@ end
 Puma::DSL.include(GVLScope::PumaDSL)
 
 Puma::Plugin.create do
-  # While the config is read: every worker runs the per-worker part when it boots, before it
-  # loads the app (cluster mode only; single mode starts it from `start`).
-  def config(dsl)
-    plugin = self
-    dsl.before_worker_boot { |index| plugin.gvlscope&.serve_here(index) }
-  end
-
-  attr_reader :gvlscope
-
   # In the master (cluster) or the server process (single), before workers fork. Raises
   # GVLScope::Error (one line) for a port in use or an unwritable dump directory.
   def start(launcher)
-    clustered = (launcher.options[:workers] || 0).positive?
+    options = launcher.options
+    clustered = (options[:workers] || 0).positive?
     log_writer = launcher.log_writer
-    @gvlscope = GVLScope::PumaPlugin.new(launcher.options[:gvlscope] || {}, log: ->(line) { log_writer.log(line) },
-                                                                           clustered: clustered)
+    gvlscope = GVLScope::PumaPlugin.new(options[:gvlscope] || {}, log: ->(line) { log_writer.log(line) },
+                                                                  clustered: clustered)
     if clustered
-      @gvlscope.before_workers
+      gvlscope.before_workers
+      # Each worker runs the per-worker part when it boots, before it loads the app. Added here,
+      # once the worker count is final, rather than from the plugin's `config` hook: a
+      # before_worker_boot hook added there makes Puma warn in single mode.
+      boot_hooks = options.default_options
+      boot_hooks[:before_worker_boot] = [*boot_hooks[:before_worker_boot],
+                                         { block: ->(index) { gvlscope.serve_here(index) }, cluster_only: true }]
     else
       # After Puma installed its own signal handlers, so the flight recorder sees them.
       events = launcher.events
-      hook = events.respond_to?(:after_booted) ? :after_booted : :on_booted
-      events.public_send(hook) { @gvlscope.serve_here(nil) }
+      events.public_send(events.respond_to?(:after_booted) ? :after_booted : :on_booted) { gvlscope.serve_here(nil) }
     end
   end
 end
