@@ -102,7 +102,8 @@ class RackTest < Minitest::Test
     GVLScope::Rack.new(app, log_wait_over_ms: 0, logger: logger).call(Rack::MockRequest.env_for("/slow"))
     GVLScope::Rack.new(app, log_wait_over_ms: 10_000, logger: logger).call(Rack::MockRequest.env_for("/fast"))
 
-    assert_match(%r{\Agvlscope: GET /slow [\d.]+ ms: waited [\d.]+ ms for the GVL \(run [\d.]+ ms, idle}, log.string)
+    assert_match(%r{\Agvlscope: GET /slow waited [\d.]+ ms for the GVL \([\d.]+ ms of it before the app ran\); }, log.string)
+    assert_match(/; in the app [\d.]+ ms: run [\d.]+ ms, idle [\d.]+ ms, gc [\d.]+ ms$/, log.string)
     refute_includes log.string, "/fast"
   end
 

@@ -145,9 +145,10 @@ module GVLScope
     end
 
     def log_slow(env, timing)
-      line = format("gvlscope: %s %s %.1f ms: waited %.1f ms for the GVL (run %.1f ms, idle %.1f ms, gc %.1f ms)",
-                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.duration_ms, timing.wait_ms, timing.run_ms,
-                    timing.idle_ms, timing.gc_ms)
+      line = format("gvlscope: %s %s waited %.1f ms for the GVL (%.1f ms of it before the app ran); " \
+                    "in the app %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
+                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, timing.pickup_wait_ms, timing.duration_ms,
+                    timing.run_ms, timing.idle_ms, timing.gc_ms)
       logger = @logger || env["rack.logger"]
       if logger then logger.warn(line) else $stderr.puts(line) end
     end
