@@ -32,11 +32,16 @@ def ensure_wrk
     abort("bench/web.rb: could not install wrk with apt-get")
 end
 
-SETUPS = {
+ALL_SETUPS = {
   plain: { env: { "GVLSCOPE_MIDDLEWARE" => "0" }, plugin: false },
   metrics: { env: {}, plugin: true },
   recorder: { env: { "GVLSCOPE_FLIGHT_OVER_MS" => "100000" }, plugin: true, recorder: true },
+  # To split the cost: the hook alone (metrics on, nothing per request), the middleware alone.
+  hook: { env: { "GVLSCOPE_MIDDLEWARE" => "hook" }, plugin: false },
+  middleware: { env: {}, plugin: false },
 }.freeze
+# SETUPS=plain,hook,middleware picks rows (plain, metrics, recorder by default).
+SETUPS = ALL_SETUPS.slice(*ENV.fetch("SETUPS", "plain,metrics,recorder").split(",").map(&:to_sym))
 
 def boot(dir, name, setup)
   config = File.join(dir, "#{name}.rb")
@@ -92,7 +97,7 @@ Dir.mktmpdir("gvlscope-bench-web") do |dir|
 end
 
 median = ->(values) { values.sort[values.size / 2] }
-base = median.call(results[:plain])
+base = median.call(results[:plain] || results.values.first)
 puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{`nproc`.strip} CPUs, " \
      "wrk -c 20 -d #{DURATION} -t 2, #{ROUNDS} rounds"
 puts format("%-10s %12s %8s   %s", "setup", "median rps", "vs plain", "runs")
