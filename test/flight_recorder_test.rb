@@ -2,11 +2,14 @@
 
 require "test_helper"
 require "tmpdir"
+require "logger"
 
 # The flight recorder keeps the last seconds of events in memory and dumps them as a normal .gvl
 # file: readable by TraceFile and Timeline, bounded in time, rate-limited, fork-aware.
 class FlightRecorderTest < Minitest::Test
   include GVLScopeTestHelper
+
+  QUIET = Logger.new(nil)
 
   def setup
     @dir = Dir.mktmpdir("gvlscope-flight")
@@ -29,7 +32,7 @@ class FlightRecorderTest < Minitest::Test
   end
 
   def test_a_dump_is_a_readable_trace_of_the_threads_that_ran
-    GVLScope::FlightRecorder.start(seconds: 5, dir: @dir, signal: nil)
+    GVLScope::FlightRecorder.start(seconds: 5, dir: @dir, signal: nil, logger: QUIET)
     2.times.map { |n| burn("cpu#{n}", 0.3) }.each(&:join)
     dump = GVLScope::FlightRecorder.dump("test")
 
@@ -50,7 +53,7 @@ class FlightRecorderTest < Minitest::Test
   end
 
   def test_a_dump_holds_only_the_window_before_it
-    GVLScope::FlightRecorder.start(seconds: 0.5, dir: @dir, signal: nil)
+    GVLScope::FlightRecorder.start(seconds: 0.5, dir: @dir, signal: nil, logger: QUIET)
     burn("old", 0.2).join
     sleep 1.0
     burn("new", 0.2).join
@@ -68,7 +71,7 @@ class FlightRecorderTest < Minitest::Test
   end
 
   def test_dumps_are_rate_limited
-    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 60)
+    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 60, logger: QUIET)
     assert GVLScope::FlightRecorder.dump("first")
     assert_nil GVLScope::FlightRecorder.dump("second")
     assert_nil GVLScope::FlightRecorder.dump_later("third")

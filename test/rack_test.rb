@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
+require "logger"
 require "stringio"
 require "rack"
 require "rack/lint"
@@ -141,7 +142,8 @@ class RackTest < Minitest::Test
         [200, {}, ["ok"]]
       end
       middleware = GVLScope::Rack.new(app, flight_recorder: { dir: dir, signal: nil, wait_over_ms: nil,
-                                                              duration_over_ms: 200, min_interval: 60 })
+                                                              duration_over_ms: 200, min_interval: 60,
+                                                              logger: Logger.new(nil) })
       request(middleware, "/fast")
       assert_empty Dir[File.join(dir, "*.gvl")]
       2.times { request(middleware, "/slow") }

@@ -43,7 +43,9 @@ module GVLScope
           raise Error, "cannot start the flight recorder: a trace is running (GVLScope.stop it first)" if GVLScope.tracing?
 
           options = validate(**options)
-          Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us, Thread.list)
+          # Alive only: right after fork, Thread.list can still hold the parent's other threads.
+          Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us,
+                              Thread.list.select(&:alive?))
           @options = options
           @last_dump_at = nil
           @suppressed = 0
