@@ -10,13 +10,17 @@
 #
 # The setups alternate (plain, metrics, recorder, plain, ...) for ROUNDS rounds so a noisy
 # neighbour hits all of them alike; each row reports the median requests/s. Installs wrk with
-# apt-get if it is missing (only this benchmark needs it).
+# apt-get if it is missing (only this benchmark needs it). "paired" is the median of each run's
+# ratio to the plain run of its round: steadier than the ratio of medians on a shared machine.
+# "CPU us/request" is the server process's CPU time (all threads) per request served: what
+# gvlscope adds to each request, less sensitive to neighbours than requests/s.
 #
 #   bundle exec ruby -Ilib bench/web.rb          (ROUNDS=3 DURATION=10 by default)
 require "net/http"
 require "rbconfig"
 require "tmpdir"
 require "timeout"
+require "etc"
 
 ROOT = File.expand_path("..", __dir__)
 APP = File.join(ROOT, "test/fixtures/web/app.ru")
@@ -64,6 +68,13 @@ def boot(dir, name, setup)
   [pid, Integer(text[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1]), text[%r{metrics on http://127\.0\.0\.1:(\d+)}, 1]]
 end
 
+# CPU time (user + system, all threads) of a process: what the server spent, whatever the
+# neighbours did to its wall-clock throughput.
+def cpu_seconds(pid)
+  utime, stime = File.read("/proc/#{pid}/stat").split(") ").last.split[11, 2].map(&:to_i)
+  (utime + stime).fdiv(Etc.sysconf(Etc::SC_CLK_TCK))
+end
+
 def measure(name, setup, dir)
   pid, port, metrics_port = boot(dir, name, setup)
   system("wrk", "-c", "20", "-d", "2", "-t", "2", "http://127.0.0.1:#{port}/", out: File::NULL) # warm up
@@ -73,8 +84,10 @@ def measure(name, setup, dir)
       sleep 1
     end
   end
+  cpu_before = cpu_seconds(pid)
   output = IO.popen(["wrk", "-c", "20", "-d", DURATION.to_s, "-t", "2", "http://127.0.0.1:#{port}/"], &:read)
-  Float(output[/Requests\/sec:\s+([\d.]+)/, 1])
+  requests = Integer(output[/(\d+) requests in/, 1])
+  [Float(output[/Requests\/sec:\s+([\d.]+)/, 1]), (cpu_seconds(pid) - cpu_before) * 1e6 / requests]
 ensure
   scraper&.kill
   if pid
@@ -85,11 +98,14 @@ end
 
 ensure_wrk
 results = Hash.new { |h, k| h[k] = [] }
+cpu_per_request = Hash.new { |h, k| h[k] = [] }
 Dir.mktmpdir("gvlscope-bench-web") do |dir|
   ROUNDS.times do |round|
     SETUPS.each do |name, setup|
-      results[name] << measure(name, setup, dir)
-      warn format("round %d %-8s %9.0f req/s", round + 1, name, results[name].last)
+      rps, cpu_us = measure(name, setup, dir)
+      results[name] << rps
+      cpu_per_request[name] << cpu_us
+      warn format("round %d %-10s %9.0f req/s %7.1f us CPU/request", round + 1, name, rps, cpu_us)
     end
   end
   dumps = Dir[File.join(dir, "dumps", "*.gvl")].size
@@ -98,10 +114,18 @@ end
 
 median = ->(values) { values.sort[values.size / 2] }
 base = median.call(results[:plain] || results.values.first)
+# Paired: each run against the plain run of the same round, so a neighbour's load that comes and
+# goes between rounds cancels out; the median of those ratios.
+paired = lambda do |values|
+  return nil unless results[:plain]
+
+  median.call(values.zip(results[:plain]).map { |value, plain| value / plain })
+end
 puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{`nproc`.strip} CPUs, " \
      "wrk -c 20 -d #{DURATION} -t 2, #{ROUNDS} rounds"
-puts format("%-10s %12s %8s   %s", "setup", "median rps", "vs plain", "runs")
+puts format("%-10s %12s %9s %9s %14s   %s", "setup", "median rps", "vs plain", "paired", "CPU us/request", "runs")
 results.each do |name, values|
-  puts format("%-10s %12.0f %7.1f%%   %s", name, median.call(values), 100.0 * median.call(values) / base,
-              values.map(&:round).join(", "))
+  ratio = paired.call(values)
+  puts format("%-10s %12.0f %8.1f%% %9s %14.1f   %s", name, median.call(values), 100.0 * median.call(values) / base,
+              ratio ? format("%.1f%%", 100 * ratio) : "-", median.call(cpu_per_request[name]), values.map(&:round).join(", "))
 end
