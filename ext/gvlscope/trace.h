@@ -3,6 +3,7 @@
 #ifndef GVLSCOPE_TRACE_H
 #define GVLSCOPE_TRACE_H
 
+#include "gvlscope.h"
 #include "format.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,6 +50,15 @@ typedef struct gvls_trace {
 
 extern gvls_trace gvls_current_trace;
 
+// Appends a record to the chunk of the calling native thread's lane. The count is published after
+// the record (a release store: a plain mov on x86-64), so the flight recorder can copy the first
+// `count` records of a lane's chunk while its owner keeps appending.
+static inline void gvls_chunk_append(gvls_chunk *chunk, uint64_t record) {
+    uint32_t count = chunk->header.count;
+    chunk->records[count] = record;
+    __atomic_store_n(&chunk->header.count, count + 1, __ATOMIC_RELEASE);
+}
+
 void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns);
 
 // trace_buffer.c, called with the hook removed or from the writer
@@ -62,5 +72,14 @@ void gvls_trace_recycle(gvls_chunk *chunk); // under lock
 int gvls_write_all(int fd, const void *data, size_t bytes);  // 0 or errno
 int gvls_trace_writer_start(void);     // 0 or errno
 void gvls_trace_writer_stop(void);     // drains the queue, joins the thread
+
+// trace_session.c: the file's header, and its thread table (calls Ruby: with the GVL)
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us);
+int gvls_write_thread_table(int fd);
+uint64_t gvls_realtime_ns(void);
+
+// flight_recorder.c
+void gvls_flight_recorder_init(VALUE mNative);
+void gvls_flight_recorder_after_fork(void);  // in a forked child: forget the parent's ring
 
 #endif

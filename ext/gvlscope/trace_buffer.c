@@ -89,7 +89,7 @@ __attribute__((noinline)) static void record_slow(gvls_lane *lane, unsigned kind
         chunk = lane->chunk;
         if (!chunk) { lane->dropped++; return; }
     }
-    chunk->records[chunk->header.count++] = gvls_record(kind, thread_serial, now_ns - lane->base_abs_ns);
+    gvls_chunk_append(chunk, gvls_record(kind, thread_serial, now_ns - lane->base_abs_ns));
 }
 
 void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
@@ -98,7 +98,7 @@ void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns) {
         gvls_chunk *chunk = lane->chunk;
         uint64_t delta = now_ns - lane->base_abs_ns;  // wraps to huge if now < base: slow path
         if (__builtin_expect(chunk->header.count < GVLS_RECORDS_PER_CHUNK && delta <= GVLS_RECORD_MAX_DELTA, 1)) {
-            chunk->records[chunk->header.count++] = gvls_record(kind, thread_serial, delta);
+            gvls_chunk_append(chunk, gvls_record(kind, thread_serial, delta));
             return;
         }
     }

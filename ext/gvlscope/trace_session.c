@@ -14,10 +14,20 @@
 
 #define T gvls_current_trace
 
-static uint64_t realtime_ns(void) {
+uint64_t gvls_realtime_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us) {
+    gvls_file_header header = { .version = GVLS_FORMAT_VERSION, .header_bytes = sizeof(header) };
+    memcpy(header.magic, GVLS_MAGIC, sizeof(header.magic));
+    header.start_monotonic_ns = start_monotonic_ns;
+    header.start_realtime_ns = start_realtime_ns;
+    header.pid = (uint32_t)getpid();
+    header.timeslice_us = timeslice_us;
+    return gvls_write_all(fd, &header, sizeof(header));
 }
 
 // Native.trace_start(path, max_buffer_bytes, timeslice_us, threads_already_running)
@@ -31,13 +41,8 @@ static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE t
     int fd = open(StringValueCStr(path), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) rb_sys_fail_str(path);
 
-    gvls_file_header header = { .version = GVLS_FORMAT_VERSION, .header_bytes = sizeof(header) };
-    memcpy(header.magic, GVLS_MAGIC, sizeof(header.magic));
-    header.start_monotonic_ns = gvls_now_ns();
-    header.start_realtime_ns = realtime_ns();
-    header.pid = (uint32_t)getpid();
-    header.timeslice_us = NUM2UINT(timeslice_us);
-    int err = gvls_write_all(fd, &header, sizeof(header));
+    uint64_t start_ns = gvls_now_ns();
+    int err = gvls_write_file_header(fd, start_ns, gvls_realtime_ns(), NUM2UINT(timeslice_us));
     if (err) { close(fd); errno = err; rb_sys_fail_str(path); }
 
     // Threads that already exist get their slots now, so the table names them even if they
@@ -45,7 +50,7 @@ static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE t
     for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
 
     gvls_trace_buffers_reset(max_chunks);
-    T.start_ns = header.start_monotonic_ns;
+    T.start_ns = start_ns;
     T.fd = fd;
     if ((err = gvls_trace_writer_start())) {
         T.fd = -1;
@@ -74,7 +79,7 @@ static void copy_thread(gvls_thread *slot, void *arg) {
 
 // The thread table. Names are read now, at the end, so names given after a thread started are
 // included. The registry is copied first: calling Ruby may run GC, whose mark takes its lock.
-static int write_thread_table(int fd) {
+int gvls_write_thread_table(int fd) {
     thread_copies copies = { 0 };
     gvls_threads_each(copy_thread, &copies);
     VALUE buffer = rb_str_buf_new(64 * (long)copies.len);
@@ -108,7 +113,8 @@ static void *stop_writer_without_gvl(void *unused) {
 
 // Native.trace_stop -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE trace_stop(VALUE self) {
-    if (!atomic_load(&T.active)) rb_raise(rb_eRuntimeError, "no trace is running");
+    // fd < 0: the flight recorder (flight_recorder.c) is what runs, and it has its own stop.
+    if (!atomic_load(&T.active) || T.fd < 0) rb_raise(rb_eRuntimeError, "no trace is running");
     atomic_store(&T.active, 0);
     gvls_hook_remove();             // waits for callbacks in flight: nobody appends after this
     gvls_hook_sync();               // back on at once if metrics still need it (they write no lanes)
@@ -119,7 +125,7 @@ static VALUE trace_stop(VALUE self) {
     rb_thread_call_without_gvl(stop_writer_without_gvl, NULL, NULL, NULL);
 
     int err = T.write_errno;
-    if (!err) err = write_thread_table(T.fd);
+    if (!err) err = gvls_write_thread_table(T.fd);
     gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
     if (!err) {
         gvls_chunk_header header = { GVLS_CHUNK_END, sizeof(end) };
@@ -145,6 +151,7 @@ static VALUE after_fork_in_child(VALUE self) {
     if (T.fd >= 0) { close(T.fd); T.fd = -1; }
     T.writer_running = 0;
     for (gvls_chunk *chunk = gvls_trace_take_queue(), *next; chunk; chunk = next) { next = chunk->next; free(chunk); }
+    gvls_flight_recorder_after_fork();
     gvls_trace_buffers_free();
     gvls_metrics_after_fork();
     gvls_hook_sync();
@@ -160,4 +167,5 @@ void gvls_trace_session_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "trace_stop", trace_stop, 0);
     rb_define_singleton_method(mNative, "trace_active?", trace_active_p, 0);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
+    gvls_flight_recorder_init(mNative);
 }

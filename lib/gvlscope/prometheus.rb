@@ -8,38 +8,49 @@ module GVLScope
     module_function
 
     def exposition(snapshot, **labels)
-      base = label_text(labels)
+      exposition_of([[snapshot, labels]])
+    end
+
+    # Several snapshots as series of the same metric families (one HELP/TYPE per family), e.g. one
+    # per Puma worker, told apart by their labels. Each snapshot needs what Metrics::Snapshot
+    # answers: wall_ns, held_ns, wait_ns, held_ratio, waiting_threads, acquisitions, released_*,
+    # and the three histograms.
+    def exposition_of(series)
       out = +""
-      counter(out, "gvlscope_wall_seconds_total", "Wall time covered by these metrics", base, snapshot.wall_ns / 1e9)
-      counter(out, "gvlscope_gvl_held_seconds_total", "Time some thread held the GVL", base, snapshot.held_ns / 1e9)
-      counter(out, "gvlscope_gvl_wait_seconds_total", "Time threads spent waiting for the GVL", base, snapshot.wait_ns / 1e9)
-      gauge(out, "gvlscope_gvl_held_ratio", "Share of wall time the GVL was held", base, snapshot.held_ratio)
-      gauge(out, "gvlscope_waiting_threads", "Threads waiting for the GVL now", base, snapshot.waiting_threads)
-      counter(out, "gvlscope_gvl_acquisitions_total", "Times a thread acquired the GVL after waiting", base, snapshot.acquisitions)
+      family(out, "gvlscope_wall_seconds_total", "counter", "Wall time covered by these metrics", series) { |s| s.wall_ns / 1e9 }
+      family(out, "gvlscope_gvl_held_seconds_total", "counter", "Time some thread held the GVL", series) { |s| s.held_ns / 1e9 }
+      family(out, "gvlscope_gvl_wait_seconds_total", "counter", "Time threads spent waiting for the GVL", series) { |s| s.wait_ns / 1e9 }
+      family(out, "gvlscope_gvl_held_ratio", "gauge", "Share of wall time the GVL was held", series, &:held_ratio)
+      family(out, "gvlscope_waiting_threads", "gauge", "Threads waiting for the GVL now", series, &:waiting_threads)
+      family(out, "gvlscope_gvl_acquisitions_total", "counter", "Times a thread acquired the GVL after waiting", series,
+             &:acquisitions)
       out << "# HELP gvlscope_gvl_releases_total GVL releases by cause\n# TYPE gvlscope_gvl_releases_total counter\n"
-      { blocking: snapshot.released_blocking, preempted: snapshot.released_preempted,
-        exit: snapshot.released_exit }.each do |cause, count|
-        out << "gvlscope_gvl_releases_total#{label_text(labels.merge(cause: cause))} #{count}\n"
+      series.each do |snapshot, labels|
+        { blocking: snapshot.released_blocking, preempted: snapshot.released_preempted,
+          exit: snapshot.released_exit }.each do |cause, count|
+          out << "gvlscope_gvl_releases_total#{label_text(labels.merge(cause: cause))} #{count}\n"
+        end
       end
-      histogram(out, "gvlscope_gvl_hold_seconds", "GVL hold durations", labels, snapshot.hold_histogram, 1e-9)
-      histogram(out, "gvlscope_gvl_wait_seconds", "Waits for the GVL", labels, snapshot.wait_histogram, 1e-9)
-      histogram(out, "gvlscope_waiters_at_acquire", "Threads still waiting when one acquired the GVL", labels,
-                snapshot.waiters_at_acquire_histogram, 1)
+      histogram_family(out, "gvlscope_gvl_hold_seconds", "GVL hold durations", series, :hold_histogram, 1e-9)
+      histogram_family(out, "gvlscope_gvl_wait_seconds", "Waits for the GVL", series, :wait_histogram, 1e-9)
+      histogram_family(out, "gvlscope_waiters_at_acquire", "Threads still waiting when one acquired the GVL", series,
+                       :waiters_at_acquire_histogram, 1)
       out
     end
 
-    def counter(out, name, help, labels, value)
-      out << "# HELP #{name} #{help}\n# TYPE #{name} counter\n#{name}#{labels} #{number(value)}\n"
+    def family(out, name, type, help, series)
+      out << "# HELP #{name} #{help}\n# TYPE #{name} #{type}\n"
+      series.each { |snapshot, labels| out << "#{name}#{label_text(labels)} #{number(yield(snapshot))}\n" }
     end
 
-    def gauge(out, name, help, labels, value)
-      out << "# HELP #{name} #{help}\n# TYPE #{name} gauge\n#{name}#{labels} #{number(value)}\n"
+    def histogram_family(out, name, help, series, reader, unit)
+      out << "# HELP #{name} #{help}\n# TYPE #{name} histogram\n"
+      series.each { |snapshot, labels| histogram(out, name, labels, snapshot.public_send(reader), unit) }
     end
 
     # Bucket b holds [2^(b-1), 2^b): its upper bound (le) is 2^b - 1 for integers, so we write
     # le = 2^b * unit, which bounds every value in it.
-    def histogram(out, name, help, labels, counts, unit)
-      out << "# HELP #{name} #{help}\n# TYPE #{name} histogram\n"
+    def histogram(out, name, labels, counts, unit)
       last = counts.rindex(&:positive?) || 0
       cumulative = 0
       sum = 0.0

@@ -23,6 +23,7 @@ module GVLScope
     #   buffer_bytes: memory for events not yet written; past it events are dropped (and counted).
     def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES)
       raise Error, "a trace is already running (to #{@trace_path})" if tracing?
+      raise Error, "the flight recorder is running (GVLScope::FlightRecorder.stop it first)" if Native.flight_active?
       unless buffer_bytes.is_a?(Integer) && buffer_bytes >= 1 << 20
         raise ArgumentError, "buffer_bytes must be an Integer >= 1 MiB, got #{buffer_bytes.inspect}"
       end
@@ -45,8 +46,9 @@ module GVLScope
       @trace_path = nil unless tracing?
     end
 
+    # True while a trace to a file runs (not for the flight recorder, which shares its buffers).
     def tracing?
-      Native.trace_active?
+      Native.trace_active? && !Native.flight_active?
     end
 
     # Traces the block; returns the TraceSummary (the block's value is not kept: use start/stop

@@ -1,0 +1,209 @@
+# frozen_string_literal: true
+
+require "fileutils"
+
+module GVLScope
+  # Keeps the last few seconds of GVL events in memory (a bounded ring: ext/gvlscope/flight_recorder.c)
+  # and writes them to a .gvl file when something went wrong: a slow request (GVLScope::Rack), a
+  # signal, or a call to dump. The file opens in `gvlscope summary` and `gvlscope export` like any
+  # trace, starting `seconds` before the dump.
+  #
+  #   GVLScope::FlightRecorder.start(seconds: 10, dir: "tmp/gvlscope")
+  #   GVLScope::FlightRecorder.dump("checkout was slow")  # => path, or nil (rate-limited)
+  #   GVLScope::FlightRecorder.stop
+  #
+  # Only one of a trace (GVLScope.start) and the flight recorder runs at a time: they share the
+  # event lanes. In a forked child (Puma worker) the recorder restarts with the same options.
+  module FlightRecorder
+    DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+    DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
+                 signal: "USR2", logger: nil }.freeze
+    # What to write where: dumps go to dir, named by pid, time and reason.
+    Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
+
+    @mutex = Mutex.new
+    @options = nil
+    @last_dump_at = nil
+    @suppressed = 0
+
+    class << self
+      attr_reader :options, :suppressed
+
+      # Options (DEFAULTS):
+      # seconds:      how much history a dump holds
+      # dir:          where dumps go (created if missing; must be writable)
+      # buffer_bytes: memory for the ring; when the window needs more, the oldest events go first
+      # min_interval: seconds between two dumps; triggers in between are counted in `suppressed`
+      # signal:       a signal name that dumps ("USR2"), or nil. Installed only if the signal has no
+      #               handler yet: an application's (or Puma's) handler is never replaced.
+      # logger:       where to say what was dumped (#info/#warn), default $stderr
+      def start(**options)
+        @mutex.synchronize do
+          raise Error, "the flight recorder is already running" if running?
+          raise Error, "cannot start the flight recorder: a trace is running (GVLScope.stop it first)" if GVLScope.tracing?
+
+          options = validate(**options)
+          # Alive only: right after fork, Thread.list can still hold the parent's other threads.
+          Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us,
+                              Thread.list.select(&:alive?))
+          @options = options
+          @last_dump_at = nil
+          @suppressed = 0
+          install_trap(options[:signal]) if options[:signal]
+        end
+        self
+      end
+
+      def running?
+        Native.flight_active?
+      end
+
+      # Writes the kept events to a new file in dir now, unless a dump was written less than
+      # min_interval seconds ago (then returns nil). Returns the Dump. Not from a trap handler: use
+      # dump_later there.
+      def dump(reason = "manual")
+        @mutex.synchronize do
+          raise Error, "the flight recorder is not running" unless running?
+          return nil unless claim_dump_slot
+
+          write_dump(reason)
+        end
+      end
+
+      # Like dump, but in a background thread, so a request thread (or a trap handler) does not
+      # wait for the file. Returns the Thread, or nil if rate-limited or not running.
+      def dump_later(reason = "manual")
+        return nil unless running?
+        return nil unless @mutex.synchronize { claim_dump_slot }
+
+        Thread.new do
+          Thread.current.name = "gvlscope dump"
+          @mutex.synchronize { write_dump(reason) if running? }
+        rescue StandardError => e
+          log(:warn, "gvlscope: flight recorder dump failed: #{e.class}: #{e.message}")
+          nil
+        end
+      end
+
+      def stop
+        @mutex.synchronize do
+          raise Error, "the flight recorder is not running" unless running?
+
+          Native.flight_stop
+          restore_trap
+          @options = nil
+        end
+        nil
+      end
+
+      # Validates options the way start would, without starting; returns them with defaults filled
+      # in. GVLScope::Error with a one-line message when one is wrong or unknown.
+      def validate(**options)
+        unknown = options.keys - DEFAULTS.keys
+        raise Error, "flight recorder: unknown option #{unknown.map(&:inspect).join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
+
+        seconds, dir, buffer_bytes, min_interval, signal, logger = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
+        unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60
+          raise Error, "flight recorder: seconds must be a number in (0, 60], got #{seconds.inspect}"
+        end
+        unless buffer_bytes.is_a?(Integer) && buffer_bytes >= 1 << 20
+          raise Error, "flight recorder: buffer_bytes must be an Integer >= 1 MiB, got #{buffer_bytes.inspect}"
+        end
+        unless min_interval.is_a?(Numeric) && min_interval >= 0
+          raise Error, "flight recorder: min_interval must be a number of seconds >= 0, got #{min_interval.inspect}"
+        end
+
+        signal = signal_name(signal)
+        { seconds: seconds, dir: writable_dir(dir), buffer_bytes: buffer_bytes, min_interval: min_interval,
+          signal: signal, logger: logger }
+      end
+
+      private
+
+      def signal_name(signal)
+        return nil if signal.nil? || signal == false
+
+        name = signal.to_s.delete_prefix("SIG")
+        return name if Signal.list.key?(name) && !%w[KILL STOP VTALRM SEGV BUS ILL FPE].include?(name)
+
+        raise Error, "flight recorder: signal #{signal.inspect} cannot be trapped (try \"USR2\", \"WINCH\" or nil)"
+      end
+
+      # Checked at start, so a dump never fails later for a reason known now.
+      def writable_dir(dir)
+        path = File.expand_path(dir.to_s)
+        FileUtils.mkdir_p(path)
+        probe = File.join(path, ".gvlscope-write-test-#{Process.pid}")
+        File.write(probe, "")
+        File.delete(probe)
+        path
+      rescue SystemCallError => e
+        raise Error, "flight recorder: dump directory #{path} is not writable (#{e.message})", cause: nil
+      end
+
+      # Under @mutex. True if a dump may be written now (and records that it is).
+      def claim_dump_slot
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        if @last_dump_at && now - @last_dump_at < @options[:min_interval]
+          @suppressed += 1
+          return false
+        end
+        @last_dump_at = now
+        true
+      end
+
+      # Under @mutex.
+      def write_dump(reason)
+        label = reason.to_s.downcase.gsub(/[^a-z0-9]+/, "-").delete_prefix("-").delete_suffix("-")[0, 40]
+        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%L")
+        path = File.join(@options[:dir], "gvlscope-flight-#{Process.pid}-#{stamp}-#{label.empty? ? 'dump' : label}.gvl")
+        events, dropped, duration_ns = Native.flight_dump(path)
+        dump = Dump.new(path: path, reason: reason.to_s, events: events, dropped: dropped, duration: duration_ns / 1e9)
+        log(:info, format("gvlscope: flight recorder dumped %.1f s (%d events) to %s: %s",
+                          dump.duration, events, path, reason))
+        dump
+      end
+
+      def log(level, message)
+        logger = @options && @options[:logger]
+        if logger then logger.public_send(level, message) else warn(message) end
+      end
+
+      def install_trap(name)
+        # A trap handler may not take a Mutex: hand the dump to a thread at once.
+        previous = Signal.trap(name) { Thread.new { dump_later("signal #{name}") } }
+        if %w[DEFAULT SYSTEM_DEFAULT].include?(previous)
+          @trapped = [name, previous]
+        else
+          Signal.trap(name, previous) # the application's handler stays
+          @trapped = nil
+          log(:warn, "gvlscope: SIG#{name} already has a handler; the flight recorder will not dump on it " \
+                     "(choose another with signal:, or nil)")
+        end
+      end
+
+      def restore_trap
+        name, previous = @trapped
+        Signal.trap(name, previous) if name
+        @trapped = nil
+      end
+
+      # In a forked child: the native side dropped the parent's ring; start again with the same
+      # options so every worker records its own history.
+      def restart_after_fork
+        options = @options or return
+        trapped = @trapped
+        @mutex = Mutex.new
+        @options = nil
+        # The trap handler survived the fork (Ruby keeps handlers) and already calls us: keep it.
+        start(**options, signal: nil)
+        @options = options
+        @trapped = trapped
+      rescue Error => e
+        warn "gvlscope: flight recorder not restarted after fork: #{e.message}"
+      end
+    end
+
+    GVLScope.after_fork { restart_after_fork }
+  end
+end

@@ -1,0 +1,207 @@
+# frozen_string_literal: true
+
+require "gvlscope"
+require "gvlscope/metrics_server"
+require "gvlscope/prometheus"
+require "socket"
+
+module GVLScope
+  # What `plugin :gvlscope` does in Puma (lib/puma/plugin/gvlscope.rb is the thin Puma side).
+  #
+  # In every process that serves requests (each worker in cluster mode, the server in single
+  # mode): metrics on, a reporter thread that logs GVL stats every log_interval seconds, and an
+  # optional flight recorder. Counters restart in each forked worker, so a worker's numbers are its
+  # own.
+  #
+  # /metrics (optional, loopback only): in cluster mode the master serves it. Each worker sends its
+  # totals to the master once a second over a Unix datagram socket made before the workers fork;
+  # the master answers scrapes from the latest totals, one series per worker (labels worker and
+  # pid) or summed over workers. Why the master: one port for the whole server, and it survives
+  # worker restarts. In single mode the server process serves its own numbers.
+  class PumaPlugin
+    OPTIONS = {
+      log_interval: 60,             # seconds between log lines per worker; nil or 0: no lines
+      prometheus_port: nil,         # serve /metrics on this loopback port (0: any free port)
+      prometheus_host: "127.0.0.1", # must be a loopback address
+      prometheus_per_worker: true,  # false: sum the workers into one series
+      flight_recorder: nil,         # true or FlightRecorder.start options: one recorder per worker
+    }.freeze
+    # Puma itself traps USR2 (restart) and USR1 (phased restart) in every process; WINCH is free.
+    FLIGHT_RECORDER_DEFAULTS = { signal: "WINCH" }.freeze
+    REPORT_EVERY = 1.0 # seconds between a worker's reports to the master
+    STALE_AFTER = 5.0  # a worker that has not reported for this long is gone
+
+    # The per-worker numbers that travel to the master and into the exposition.
+    Totals = Struct.new(:wall_ns, :run_ns, :gc_ns, :wait_ns, :waiting_threads, :waits, :released_blocking,
+                        :released_preempted, :released_exit, :hold_histogram, :wait_histogram,
+                        :waiters_at_acquire_histogram) do
+      def self.of(snapshot) = new(*members.map { |m| snapshot.public_send(m) })
+
+      def held_ns = run_ns + gc_ns
+      def acquisitions = waits
+      def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+
+      def +(other)
+        Totals.new(*to_a.zip(other.to_a).map do |a, b|
+          a.is_a?(Array) ? Array.new([a.size, b.size].max) { |i| a.fetch(i, 0) + b.fetch(i, 0) } : a + b
+        end)
+      end
+    end
+
+    # Options from the `gvlscope` line of the Puma config: GVLScope::Error, one line, when wrong.
+    def self.validate(options)
+      unknown = options.keys - OPTIONS.keys
+      raise Error, "gvlscope (puma plugin): unknown option #{unknown.map(&:inspect).join(', ')} (known: #{OPTIONS.keys.join(', ')})" if unknown.any?
+
+      options = OPTIONS.merge(options)
+      interval = options[:log_interval]
+      unless interval.nil? || (interval.is_a?(Numeric) && interval >= 0)
+        raise Error, "gvlscope (puma plugin): log_interval must be a number of seconds >= 0 or nil, got #{interval.inspect}"
+      end
+      recorder = options[:flight_recorder]
+      unless recorder.nil? || recorder == false || recorder == true || recorder.is_a?(Hash)
+        raise Error, "gvlscope (puma plugin): flight_recorder must be true or a Hash, got #{recorder.inspect}"
+      end
+      options
+    end
+
+    attr_reader :options, :metrics_server
+
+    def initialize(options, log:, clustered:)
+      @options = self.class.validate(options)
+      @log = log
+      @clustered = clustered
+      @workers = {} # index => [pid, Totals, reported_at]
+      @workers_lock = Mutex.new
+      recorder = @options[:flight_recorder]
+      @recorder_options = recorder && FLIGHT_RECORDER_DEFAULTS.merge(recorder == true ? {} : recorder)
+      # Checked now, in the master, so a bad directory or signal stops the boot, not a worker.
+      FlightRecorder.validate(**@recorder_options) if @recorder_options
+      @metrics_server = start_metrics_server if @options[:prometheus_port]
+    end
+
+    # Cluster mode, in the master, before any worker forks: open the reporting channel.
+    def before_workers
+      @inbox, @outbox = UNIXSocket.pair(:DGRAM)
+      @receiver = Thread.new do
+        Thread.current.name = "gvlscope workers"
+        loop { receive(@inbox.recv(1 << 16)) }
+      rescue IOError, SystemCallError
+        nil
+      end
+    end
+
+    # In each worker (cluster) or the server process (single), before requests are served.
+    def serve_here(index)
+      if @clustered
+        @metrics_server&.close_inherited
+        @inbox&.close
+      end
+      Metrics.enable
+      start_flight_recorder
+      @index = index
+      Thread.new do
+        Thread.current.name = "gvlscope reporter"
+        report_loop
+      end
+    end
+
+    def exposition
+      series = if @clustered
+                 worker_series
+               else
+                 [[Totals.of(Metrics.snapshot), { pid: Process.pid }]]
+               end
+      Prometheus.exposition_of(series)
+    end
+
+    # One log line for an interval (a Snapshot difference).
+    def self.log_line(interval, index:)
+      waits = interval.wait_histogram
+      who = index ? "worker #{index} (pid #{Process.pid})" : "pid #{Process.pid}"
+      format("gvlscope %s: %.1f s, GVL held %.1f%%, waiting threads now %d (avg %.2f), %d waits, " \
+             "wait p50 <= %s, p99 <= %s, longest so far %s",
+             who, interval.wall_ns / 1e9, 100 * interval.held_ratio, interval.waiting_threads,
+             interval.wall_ns.positive? ? interval.wait_ns.fdiv(interval.wall_ns) : 0.0, waits.sum,
+             quantile_text(waits, 0.5), quantile_text(waits, 0.99), ms_text(interval.longest_wait_ns))
+    end
+
+    # The upper bound of the log2 bucket holding the q-quantile.
+    def self.quantile_text(counts, q)
+      total = counts.sum
+      return "-" if total.zero?
+
+      cumulative = 0
+      bucket = counts.index { |count| (cumulative += count) >= q * total }
+      ms_text(2**bucket)
+    end
+
+    def self.ms_text(ns) = ns < 1_000_000 ? format("%.3g us", ns / 1e3) : format("%.3g ms", ns / 1e6)
+
+    private
+
+    def start_flight_recorder
+      return unless @recorder_options
+      return if FlightRecorder.running? # a preloaded master's recorder, restarted after fork
+
+      FlightRecorder.start(**@recorder_options)
+    rescue Error => e
+      @log.call("gvlscope: flight recorder not started: #{e.message}")
+    end
+
+    def start_metrics_server
+      server = MetricsServer.new(host: @options[:prometheus_host], port: @options[:prometheus_port]) { exposition }
+      server.start
+      @log.call("gvlscope: GVL metrics on http://#{@options[:prometheus_host]}:#{server.port}/metrics")
+      server
+    end
+
+    def report_loop
+      interval = @options[:log_interval].to_f
+      last_log = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      previous = Metrics.snapshot
+      loop do
+        sleep(@outbox ? REPORT_EVERY : [interval, REPORT_EVERY].max)
+        snapshot = Metrics.snapshot
+        send_totals(snapshot) if @outbox
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        next unless interval.positive? && now - last_log >= interval
+
+        @log.call(self.class.log_line(snapshot - previous, index: @index))
+        previous = snapshot
+        last_log = now
+      end
+    rescue StandardError => e
+      @log.call("gvlscope: reporter stopped: #{e.class}: #{e.message}")
+    end
+
+    def send_totals(snapshot)
+      @outbox.send(Marshal.dump([@index, Process.pid, Totals.of(snapshot).to_a]), 0)
+    rescue IOError, SystemCallError
+      nil # the master is gone or busy; the next report will do
+    end
+
+    def receive(message)
+      index, pid, numbers = Marshal.load(message) # rubocop:disable Security/MarshalLoad -- from our own workers
+      now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      @workers_lock.synchronize { @workers[index] = [pid, Totals.new(*numbers), now] }
+    rescue StandardError
+      nil
+    end
+
+    def worker_series
+      now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      live = @workers_lock.synchronize do
+        @workers.delete_if { |_, (_, _, at)| now - at > STALE_AFTER }
+        @workers.sort.map { |index, (pid, totals, _)| [index, pid, totals] }
+      end
+      if @options[:prometheus_per_worker]
+        live.map { |index, pid, totals| [totals, { worker: index, pid: pid }] }
+      elsif live.empty?
+        []
+      else
+        [[live.map(&:last).reduce(:+), {}]]
+      end
+    end
+  end
+end

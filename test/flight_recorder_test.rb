@@ -1,0 +1,158 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "logger"
+
+# The flight recorder keeps the last seconds of events in memory and dumps them as a normal .gvl
+# file: readable by TraceFile and Timeline, bounded in time, rate-limited, fork-aware.
+class FlightRecorderTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  QUIET = Logger.new(nil)
+
+  def setup
+    @dir = Dir.mktmpdir("gvlscope-flight")
+  end
+
+  def teardown
+    GVLScope::FlightRecorder.stop if GVLScope::FlightRecorder.running?
+    FileUtils.rm_rf(@dir)
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def burn(name, seconds)
+    Thread.new do
+      Thread.current.name = name
+      deadline = clock + seconds
+      x = 0
+      x += 1 while clock < deadline
+    end
+  end
+
+  def test_a_dump_is_a_readable_trace_of_the_threads_that_ran
+    GVLScope::FlightRecorder.start(seconds: 5, dir: @dir, signal: nil, logger: QUIET)
+    2.times.map { |n| burn("cpu#{n}", 0.3) }.each(&:join)
+    dump = GVLScope::FlightRecorder.dump("test")
+
+    assert_equal @dir, File.dirname(dump.path)
+    assert_match(/gvlscope-flight-#{Process.pid}-.*-test\.gvl\z/, dump.path)
+    trace = GVLScope::TraceFile.read(dump.path)
+    refute trace.truncated?
+    assert_equal dump.events, trace.size
+    assert_operator trace.size, :>, 10
+    timeline = GVLScope::Timeline.new(trace)
+    assert_consistent(timeline)
+    labels = timeline.threads.values.map(&:label)
+    assert_includes labels, "cpu0"
+    assert_includes labels, "cpu1"
+    # Two CPU threads preempt each other every timeslice: both wanted the GVL for a while.
+    cpu = timeline.threads.values.select { |t| t.label.start_with?("cpu") }
+    cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wants_gvl }, "#{t.label} never waited") }
+  end
+
+  def test_a_dump_holds_only_the_window_before_it
+    GVLScope::FlightRecorder.start(seconds: 0.5, dir: @dir, signal: nil, logger: QUIET)
+    burn("old", 0.2).join
+    sleep 1.0
+    burn("new", 0.2).join
+    dump = GVLScope::FlightRecorder.dump
+    trace = GVLScope::TraceFile.read(dump.path)
+
+    assert_operator dump.duration, :<=, 0.51
+    assert_operator trace.times.first, :>=, 0
+    assert_operator trace.times.last, :<=, trace.end_ns
+    serials = trace.threads.uniq
+    old = trace.thread_info.values.find { |info| info.name == "old" }
+    new = trace.thread_info.values.find { |info| info.name == "new" }
+    refute_includes serials, old.serial, "events of a thread that ran before the window"
+    assert_includes serials, new.serial
+  end
+
+  def test_dumps_are_rate_limited
+    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 60, logger: QUIET)
+    assert GVLScope::FlightRecorder.dump("first")
+    assert_nil GVLScope::FlightRecorder.dump("second")
+    assert_nil GVLScope::FlightRecorder.dump_later("third")
+    assert_equal 2, GVLScope::FlightRecorder.suppressed
+    assert_equal 1, Dir[File.join(@dir, "*.gvl")].size
+  end
+
+  def test_a_file_trace_and_the_recorder_exclude_each_other
+    GVLScope::FlightRecorder.start(dir: @dir, signal: nil)
+    refute GVLScope.tracing?
+    error = assert_raises(GVLScope::Error) { GVLScope.start(File.join(@dir, "t.gvl")) }
+    assert_match(/flight recorder is running/, error.message)
+    assert_raises(GVLScope::Error) { GVLScope.stop }
+    GVLScope::FlightRecorder.stop
+    GVLScope.trace(File.join(@dir, "t.gvl")) do
+      assert_raises(GVLScope::Error) { GVLScope::FlightRecorder.start(dir: @dir, signal: nil) }
+    end
+  end
+
+  def test_bad_options_raise_one_line_errors_at_start
+    file = File.join(@dir, "a-file")
+    File.write(file, "")
+    {
+      { dir: File.join(file, "sub") } => /dump directory .* is not writable/,
+      { seconds: 0 } => /seconds must be/,
+      { seconds: 600 } => /seconds must be/,
+      { buffer_bytes: 1000 } => /buffer_bytes/,
+      { signal: "NOPE" } => /signal "NOPE" cannot be trapped/,
+    }.each do |options, message|
+      error = assert_raises(GVLScope::Error) { GVLScope::FlightRecorder.start(dir: @dir, **options) }
+      assert_match message, error.message
+      refute_includes error.message, "\n"
+      refute GVLScope::FlightRecorder.running?
+    end
+    error = assert_raises(GVLScope::Error) { GVLScope::FlightRecorder.start(dir: @dir, window: 3) }
+    assert_match(/unknown option :window/, error.message)
+  end
+
+  # Runs in a child: traps are process-wide.
+  def test_the_signal_dumps_once_and_an_application_handler_is_kept
+    out, err, status = run_ruby(<<~RUBY, @dir, timeout: 60)
+      require "gvlscope"
+      dir = ARGV[0]
+      GVLScope::FlightRecorder.start(seconds: 2, dir: dir, signal: "USR2")
+      Process.kill(:USR2, Process.pid)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      sleep 0.05 until Dir[File.join(dir, "*.gvl")].any? || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.2
+      puts Dir[File.join(dir, "*.gvl")].size
+      GVLScope::FlightRecorder.stop
+      puts Signal.trap(:USR2, "DEFAULT")
+
+      mine = proc { puts "app handler" }
+      Signal.trap(:USR1, mine)
+      GVLScope::FlightRecorder.start(dir: dir, signal: "USR1")
+      puts Signal.trap(:USR1, "DEFAULT") == mine
+    RUBY
+    assert status.success?, err
+    count, restored, kept = out.lines.map(&:chomp)
+    assert_equal "1", count
+    assert_equal "DEFAULT", restored
+    assert_equal "true", kept
+    assert_match(/SIGUSR1 already has a handler/, err)
+  end
+
+  def test_a_forked_child_records_and_dumps_its_own_history
+    out, err, status = run_ruby(<<~RUBY, @dir, timeout: 60)
+      require "gvlscope"
+      dir = ARGV[0]
+      GVLScope::FlightRecorder.start(seconds: 5, dir: dir, signal: nil)
+      pid = fork do
+        Thread.new { Thread.current.name = "child-only"; 200_000.times { } }.join
+        print GVLScope::FlightRecorder.dump("child").path
+      end
+      Process.wait(pid)
+      exit 1 unless $?.success?
+    RUBY
+    assert status.success?, err
+    trace = GVLScope::TraceFile.read(out)
+    refute_match(/gvlscope-flight-#{Process.pid}/, out)
+    assert(trace.thread_info.values.any? { |info| info.name == "child-only" })
+    assert_operator trace.size, :>, 0
+  end
+end

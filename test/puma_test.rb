@@ -1,0 +1,185 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "net/http"
+require "tmpdir"
+require "timeout"
+
+# Real Puma processes on loopback ports, real HTTP: the middleware's Server-Timing under
+# contention, the plugin's per-worker metrics and /metrics in cluster mode, the flight recorder
+# dumping for a slow request, and boot errors for bad config. Every wait has a timeout and every
+# server is killed in ensure, so nothing here can hang CI.
+class PumaTest < Minitest::Test
+  APP = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/web/app.ru")
+  BOOT_TIMEOUT = 60
+
+  Server = Struct.new(:pid, :log_path, :port, :metrics_port) do
+    def log = File.read(log_path)
+  end
+
+  def setup
+    @dir = Dir.mktmpdir("gvlscope-puma")
+    @servers = []
+  end
+
+  def teardown
+    @servers.each { |server| stop(server) }
+    FileUtils.rm_rf(@dir)
+  end
+
+  # Starts `puma -C config` in a child Ruby (with this checkout's lib and the bundle) and waits
+  # until it listens (and, in cluster mode, every worker booted).
+  def start_puma(config, env: {}, workers: 0, wait: true)
+    config_path = File.join(@dir, "puma-#{@servers.size}.rb")
+    File.write(config_path, <<~RUBY)
+      bind "tcp://127.0.0.1:0"
+      threads 5, 5
+      workers #{workers}
+      rackup #{APP.inspect}
+      environment "test"
+      #{config}
+    RUBY
+    log_path = File.join(@dir, "puma-#{@servers.size}.log")
+    pid = Process.spawn(env, RbConfig.ruby, "-I", File.join(GVLScopeTestHelper::ROOT, "lib"), Gem.bin_path("puma", "puma"),
+                        "-C", config_path, out: log_path, err: [:child, :out], pgroup: true)
+    server = Server.new(pid, log_path)
+    @servers << server
+    return server unless wait
+
+    wait_for(server, BOOT_TIMEOUT) do |log|
+      log[%r{Listening on http://127\.0\.0\.1:(\d+)}] && (workers.zero? || log.scan(/Worker \d+ \(PID: \d+\) booted/).size >= workers)
+    end
+    server.port = Integer(server.log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
+    server.metrics_port = server.log[%r{GVL metrics on http://127\.0\.0\.1:(\d+)/metrics}, 1]&.to_i
+    server
+  end
+
+  def wait_for(server, seconds)
+    deadline = clock + seconds
+    until yield(server.log)
+      flunk "puma did not get there in #{seconds} s:\n#{server.log}" if clock > deadline
+      flunk "puma exited:\n#{server.log}" if Process.waitpid(server.pid, Process::WNOHANG)
+      sleep 0.05
+    end
+  end
+
+  def stop(server)
+    Process.kill(:TERM, -server.pid)
+    Timeout.timeout(10) { Process.wait(server.pid) }
+  rescue Timeout::Error
+    Process.kill(:KILL, -server.pid)
+    Process.wait(server.pid)
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def get(port, path)
+    Net::HTTP.start("127.0.0.1", port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }
+  end
+
+  def gvl_wait_ms(response)
+    Float(response["server-timing"][/gvl-wait;dur=([\d.]+)/, 1])
+  end
+
+  def test_server_timing_shows_a_quick_request_waiting_behind_a_cpu_request
+    server = start_puma("")
+    3.times { get(server.port, "/fast") } # warm up
+    alone = Array.new(5) { gvl_wait_ms(get(server.port, "/fast")) }
+
+    beside = Array.new(3) do
+      cpu = Thread.new { get(server.port, "/cpu") }
+      sleep 0.02 # the CPU request is running, early in its first 100 ms timeslice
+      wait = gvl_wait_ms(get(server.port, "/fast"))
+      cpu.join(30)
+      wait
+    end
+
+    warn "alone #{alone.inspect} beside #{beside.inspect}" if ENV["GVLSCOPE_TEST_VERBOSE"]
+    assert_operator alone.sort[2], :<, 20, "alone: #{alone.inspect}"
+    assert_operator beside.sort[1], :>=, 50, "beside /cpu: #{beside.inspect}"
+  end
+
+  def test_cluster_workers_report_their_own_metrics_and_metrics_parses
+    server = start_puma("plugin :gvlscope\ngvlscope log_interval: 1, prometheus_port: 0", workers: 2)
+    # Which worker answers is the kernel's choice: each /cpu response says who served it.
+    cpu_requests = Hash.new(0)
+    8.times { cpu_requests[Integer(get(server.port, "/cpu").body)] += 1 }
+    sleep 2.5 # every worker reported (once a second) after its last request
+
+    metrics = PrometheusText.parse(get(server.metrics_port, "/metrics").body)
+    assert_equal "counter", metrics.types["gvlscope_gvl_held_seconds_total"]
+    assert_equal "histogram", metrics.types["gvlscope_gvl_wait_seconds"]
+    held = metrics.values.select { |name, _, _| name == "gvlscope_gvl_held_seconds_total" }
+    assert_equal 2, held.size, held.inspect
+    assert_equal %w[0 1], held.map { |_, labels, _| labels["worker"] }.sort
+    pids = server.log.scan(/Worker \d+ \(PID: (\d+)\) booted/).flatten.map(&:to_i)
+    held.each do |_, labels, seconds|
+      pid = Integer(labels["pid"])
+      assert_includes pids, pid
+      # Each worker's held time is its own CPU requests (0.2 s each), not the other's.
+      expected = 0.2 * cpu_requests[pid]
+      assert_operator seconds, :>=, 0.8 * expected, "worker #{pid}: #{cpu_requests.inspect}"
+      assert_operator seconds, :<=, expected + 0.5, "worker #{pid}: #{cpu_requests.inspect}"
+    end
+    assert_match(/gvlscope worker [01] \(pid \d+\): [\d.]+ s, GVL held [\d.]+%, waiting threads now \d+/, server.log)
+    assert_equal "404", get(server.metrics_port, "/").code
+  end
+
+  def test_metrics_can_be_summed_over_workers
+    server = start_puma("plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0, prometheus_per_worker: false",
+                        workers: 2)
+    sleep 2.5
+    metrics = PrometheusText.parse(get(server.metrics_port, "/metrics").body)
+    wall = metrics.values.select { |name, _, _| name == "gvlscope_wall_seconds_total" }
+    assert_equal 1, wall.size
+    assert_empty wall.first[1]
+    # Two workers' wall time: about twice the time since they booted.
+    assert_operator wall.first[2], :>=, 2 * 1.5
+  end
+
+  def test_a_slow_request_triggers_exactly_one_flight_recorder_dump
+    dumps = File.join(@dir, "dumps")
+    server = start_puma("", env: { "GVLSCOPE_FLIGHT_DIR" => dumps, "GVLSCOPE_FLIGHT_OVER_MS" => "150" })
+    get(server.port, "/fast")
+    threads = [Thread.new { get(server.port, "/cpu") }, Thread.new { sleep 0.05; get(server.port, "/fast") }]
+    threads.each { |t| t.join(30) }
+    get(server.port, "/cpu") # slow again, but within min_interval (60 s): no second dump
+    deadline = clock + 15
+    sleep 0.1 until Dir[File.join(dumps, "*.gvl")].any? || clock > deadline
+    sleep 0.5
+
+    files = Dir[File.join(dumps, "*.gvl")]
+    assert_equal 1, files.size, server.log
+    assert_match(/-get-cpu-duration-\d+-ms\.gvl\z/, files.first)
+    trace = GVLScope::TraceFile.read(files.first)
+    refute trace.truncated?
+    timeline = GVLScope::Timeline.new(trace)
+    threads = timeline.threads.values
+    # Puma's pool threads around the slow request: one ran ~200 ms, another wanted the GVL then.
+    assert_operator threads.count { |t| t.label.start_with?("puma srv tp") }, :>=, 2, threads.map(&:label).inspect
+    longest_run = threads.map { |t| t.intervals.select { |i| i.state == :running }.sum(&:duration_ns) }.max
+    assert_operator longest_run, :>=, 150_000_000
+    assert(threads.any? { |t| t.intervals.any? { |i| i.state == :wants_gvl && i.duration_ns > 10_000_000 } })
+  end
+
+  def test_bad_plugin_config_stops_puma_at_boot_with_one_line
+    busy = TCPServer.new("127.0.0.1", 0)
+    {
+      "gvlscope prometheus_prot: 9394" => /: gvlscope \(puma plugin\): unknown option :prometheus_prot .*\(GVLScope::Error\)$/,
+      "gvlscope prometheus_port: #{busy.addr[1]}" =>
+        /: gvlscope: cannot serve \/metrics on 127\.0\.0\.1:#{busy.addr[1]}: the port is in use \(GVLScope::Error\)$/,
+      "gvlscope flight_recorder: { dir: '/proc/gvlscope-cannot-write' }" =>
+        /: flight recorder: dump directory \/proc\/gvlscope-cannot-write is not writable .*\(GVLScope::Error\)$/,
+    }.each do |line, message|
+      server = start_puma("plugin :gvlscope\n#{line}", wait: false)
+      Timeout.timeout(BOOT_TIMEOUT) { Process.wait(server.pid) }
+      refute $?.success?
+      assert_match message, server.log
+      refute_match(/Listening on/, server.log)
+    end
+  ensure
+    busy&.close
+  end
+end

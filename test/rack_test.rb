@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "logger"
+require "stringio"
+require "rack"
+require "rack/lint"
+require "rack/mock_request"
+require "gvlscope/rack"
+
+# The middleware in-process, with fake apps: what it measures, what it adds to the response, and
+# that bad options fail when the app is built.
+class RackTest < Minitest::Test
+  def teardown
+    GVLScope::FlightRecorder.stop if GVLScope::FlightRecorder.running?
+    GVLScope::Metrics.disable if GVLScope::Metrics.enabled?
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def burn(seconds)
+    deadline = clock + seconds
+    x = 0
+    x += 1 while clock < deadline
+  end
+
+  def server_timing(response)
+    response.headers["server-timing"].split(", ").to_h do |metric|
+      name, dur = metric.split(";dur=")
+      [name, Float(dur)]
+    end
+  end
+
+  def request(middleware, path = "/")
+    Rack::MockRequest.new(Rack::Lint.new(middleware)).get(path)
+  end
+
+  def test_server_timing_splits_the_request_into_run_wait_idle_and_gc
+    app = lambda do |env|
+      env["PATH_INFO"] == "/sleep" ? sleep(0.1) : burn(0.1)
+      [200, { "content-type" => "text/plain" }, ["ok"]]
+    end
+    middleware = GVLScope::Rack.new(app)
+
+    cpu = server_timing(request(middleware, "/cpu"))
+    assert_operator cpu["gvl-run"], :>=, 80, cpu.inspect
+    assert_operator cpu["idle"], :<, 20, cpu.inspect
+    assert_equal %w[gvl-wait gvl-run idle gc], cpu.keys
+
+    sleeper = server_timing(request(middleware, "/sleep"))
+    assert_operator sleeper["idle"], :>=, 95, sleeper.inspect
+    assert_operator sleeper["gvl-run"], :<, 20, sleeper.inspect
+  end
+
+  # Another thread burning CPU holds the GVL for whole timeslices: the request waits for it.
+  def test_a_request_beside_a_cpu_thread_waits_for_the_gvl
+    app = lambda do |_env|
+      5.times { sleep 0.001 } # each wake-up needs the GVL back
+      [200, {}, ["ok"]]
+    end
+    middleware = GVLScope::Rack.new(app)
+    alone = server_timing(request(middleware))
+    hog = Thread.new { burn(1.0) }
+    sleep 0.05
+    beside = server_timing(request(middleware))
+    hog.join
+
+    assert_operator alone["gvl-wait"], :<, 20, alone.inspect
+    assert_operator beside["gvl-wait"], :>=, 50, beside.inspect
+  end
+
+  def test_env_holds_the_timing_for_loggers_and_numbers_so_far_inside_the_app
+    seen_inside = nil
+    app = lambda do |env|
+      burn(0.05)
+      seen_inside = env["gvlscope"].run_ms
+      [200, {}, ["ok"]]
+    end
+    env = Rack::MockRequest.env_for("/")
+    GVLScope::Rack.new(app).call(env)
+    timing = env["gvlscope"]
+
+    assert timing.finished?
+    assert_operator seen_inside, :>=, 40
+    assert_operator timing.run_ms, :>=, seen_inside
+    assert_equal %i[gvl_wait_ms gvl_run_ms idle_ms gc_ms duration_ms], timing.to_h.keys
+    in_call_ms = timing.run_ms + timing.wait_ms - timing.pickup_wait_ms + timing.idle_ms
+    assert_operator timing.duration_ms, :>=, in_call_ms - 1
+  end
+
+  def test_server_timing_can_be_turned_off_and_an_existing_header_is_kept
+    app = ->(_env) { [200, { "server-timing" => "db;dur=3" }, ["ok"]] }
+    assert_match(/\Adb;dur=3, gvl-wait;dur=[\d.]+, gvl-run/, request(GVLScope::Rack.new(app)).headers["server-timing"])
+    assert_equal "db;dur=3", request(GVLScope::Rack.new(app, server_timing: false)).headers["server-timing"]
+  end
+
+  def test_a_request_that_waited_too_long_is_logged
+    log = StringIO.new
+    logger = Object.new
+    logger.define_singleton_method(:warn) { |line| log.puts(line) }
+    app = ->(_env) { [200, {}, ["ok"]] }
+    GVLScope::Rack.new(app, log_wait_over_ms: 0, logger: logger).call(Rack::MockRequest.env_for("/slow"))
+    GVLScope::Rack.new(app, log_wait_over_ms: 10_000, logger: logger).call(Rack::MockRequest.env_for("/fast"))
+
+    assert_match(%r{\Agvlscope: GET /slow waited [\d.]+ ms for the GVL \([\d.]+ ms of it before the app ran\); }, log.string)
+    assert_match(/; in the app [\d.]+ ms: run [\d.]+ ms, idle [\d.]+ ms, gc [\d.]+ ms$/, log.string)
+    refute_includes log.string, "/fast"
+  end
+
+  def test_exceptions_pass_through_and_the_timing_is_finished
+    env = Rack::MockRequest.env_for("/")
+    app = ->(_env) { raise IOError, "boom" }
+    assert_raises(IOError) { GVLScope::Rack.new(app).call(env) }
+    assert env["gvlscope"].finished?
+  end
+
+  def test_bad_options_fail_when_the_app_is_built
+    app = ->(_env) { [200, {}, []] }
+    Dir.mktmpdir do |dir|
+      blocker = File.join(dir, "file")
+      File.write(blocker, "")
+      [
+        [{ server_timming: false }, /unknown option :server_timming/],
+        [{ log_wait_over_ms: "100" }, /log_wait_over_ms must be a number/],
+        [{ flight_recorder: { dir: File.join(blocker, "x") } }, /dump directory .* is not writable/],
+        [{ flight_recorder: { wait_over: 3 } }, /unknown flight_recorder option :wait_over/],
+        [{ flight_recorder: "yes" }, /flight_recorder must be true or a Hash/],
+      ].each do |options, message|
+        error = assert_raises(GVLScope::Error) { GVLScope::Rack.new(app, **options) }
+        assert_match message, error.message
+        refute_includes error.message, "\n"
+        refute GVLScope::FlightRecorder.running?
+      end
+    end
+  end
+
+  def test_a_slow_request_dumps_the_flight_recorder_once
+    Dir.mktmpdir do |dir|
+      app = lambda do |env|
+        burn(0.25) if env["PATH_INFO"] == "/slow"
+        [200, {}, ["ok"]]
+      end
+      middleware = GVLScope::Rack.new(app, flight_recorder: { dir: dir, signal: nil, wait_over_ms: nil,
+                                                              duration_over_ms: 200, min_interval: 60,
+                                                              logger: Logger.new(nil) })
+      request(middleware, "/fast")
+      assert_empty Dir[File.join(dir, "*.gvl")]
+      2.times { request(middleware, "/slow") }
+      deadline = clock + 10
+      sleep 0.05 while Dir[File.join(dir, "*.gvl")].empty? && clock < deadline
+      sleep 0.3 # a second dump, if one were coming, would be written by now
+
+      dumps = Dir[File.join(dir, "*.gvl")]
+      assert_equal 1, dumps.size
+      assert_match(/get-slow-duration-\d+-ms\.gvl\z/, dumps.first)
+      timeline = GVLScope::Timeline.new(GVLScope::TraceFile.read(dumps.first))
+      main = timeline.threads.values.find { |thread| thread.label == "main" }
+      running_ns = main.intervals.select { |i| i.state == :running }.sum(&:duration_ns)
+      assert_operator running_ns, :>=, 200_000_000
+      assert_equal 1, GVLScope::FlightRecorder.suppressed
+    end
+  end
+end
