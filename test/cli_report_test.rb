@@ -11,10 +11,6 @@ class CLIReportTest < Minitest::Test
 
   GVL_TRACING_FIXTURE = File.join(ROOT, "test/fixtures/gvl-tracing-1.7.0.json") # written by gvl-tracing 1.7.0
 
-  def gvlscope(*args, chdir: ROOT)
-    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)
-  end
-
   def with_trace
     Dir.mktmpdir("gvlscope-cli-report") do |dir|
       path = File.join(dir, "t.gvl")

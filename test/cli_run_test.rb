@@ -8,10 +8,6 @@ require "tmpdir"
 class CLIRunTest < Minitest::Test
   include GVLScopeTestHelper
 
-  def gvlscope(*args, chdir:)
-    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)
-  end
-
   def test_run_traces_a_program_and_keeps_its_output_and_status
     Dir.mktmpdir("gvlscope-run") do |dir|
       File.write(File.join(dir, "app.rb"), <<~RUBY)

@@ -5,10 +5,6 @@ require "test_helper"
 class CLITest < Minitest::Test
   include GVLScopeTestHelper
 
-  def gvlscope(*args)
-    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args)
-  end
-
   def test_version
     out, _err, status = gvlscope("--version")
     assert status.success?

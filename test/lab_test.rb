@@ -60,10 +60,6 @@ class LabTest < Minitest::Test
     end
   end
 
-  def gvlscope(*args)
-    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args)
-  end
-
   def test_every_scenario_runs_at_its_tiny_size
     Dir.mktmpdir("gvlscope-lab") do |dir|
       out, err, status = gvlscope("lab", "all", "--size", "tiny", "-o", dir, "--write", File.join(dir, "lab.md"))

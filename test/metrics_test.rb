@@ -17,16 +17,7 @@ class MetricsTest < Minitest::Test
     GVLScope.stop if GVLScope.tracing?
   end
 
-  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-
-  def cpu_thread(name, seconds)
-    Thread.new do
-      Thread.current.name = name
-      deadline = clock + seconds
-      x = 0
-      x += 1 while clock < deadline
-    end
-  end
+  include GVLWorkloads
 
   def interval
     before = GVLScope::Metrics.snapshot
@@ -54,23 +45,7 @@ class MetricsTest < Minitest::Test
   end
 
   def echo_round_trips(count)
-    to_echo, from_main = IO.pipe
-    to_main, from_echo = IO.pipe
-    echo = Thread.new do
-      Thread.current.name = "echo"
-      while (message = to_echo.read(4))
-        from_echo.write(message)
-      end
-    end
-    count.times do
-      from_main.write("ping")
-      to_main.read(4)
-    end
-    row = GVLScope::Metrics.snapshot.threads.find { |r| r.name == "echo" && !r.exited }
-    from_main.close
-    echo.join
-    [to_echo, to_main, from_echo].each(&:close)
-    row
+    super { GVLScope::Metrics.snapshot.threads.find { |r| r.name == "echo" && !r.exited } }
   end
 
   # The convoy effect: beside a CPU-bound thread, each wake-up of the IO thread waits about a

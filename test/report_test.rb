@@ -17,6 +17,7 @@ class ReportTest < Minitest::Test
       path = File.join(dir, "t.gvl")
       _out, err, status = run_ruby(<<~RUBY, path)
         require "gvlscope"
+        require #{File.join(ROOT, "test/support/gvl_workloads").inspect}
         GVLScope.trace(ARGV[0]) do
           #{program}
         end
@@ -28,30 +29,11 @@ class ReportTest < Minitest::Test
     end
   end
 
-  CPU_THREAD = <<~RUBY
-    cpu = Thread.new do
-      Thread.current.name = "cpu"
-      x = 0
-      x += 1 until Thread.current[:stop]
-    end
-  RUBY
-
   def test_convoy_is_found_and_blames_the_cpu_thread
     report = report_of(<<~RUBY)
-      #{CPU_THREAD}
-      to_echo, from_main = IO.pipe
-      to_main, from_echo = IO.pipe
-      echo = Thread.new do
-        Thread.current.name = "echo"
-        while (message = to_echo.read(4))
-          from_echo.write(message)
-        end
-      end
-      6.times { from_main.write("ping"); to_main.read(4) }
-      from_main.close
-      echo.join
-      cpu[:stop] = true
-      cpu.join
+      cpu = GVLWorkloads.cpu_thread("cpu", 60)
+      GVLWorkloads.echo_round_trips(6)
+      cpu.kill.join
     RUBY
     convoy = report.findings.find { |f| f.kind == :convoy && f.thread == "echo" }
     assert convoy, report.findings.map(&:title).inspect

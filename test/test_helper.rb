@@ -7,6 +7,7 @@ require "open3"
 require "rbconfig"
 require "gvlscope/trace_file"
 require "gvlscope/timeline"
+require_relative "support/gvl_workloads"
 
 module GVLScopeTestHelper
   ROOT = File.expand_path("..", __dir__)
@@ -26,6 +27,11 @@ module GVLScopeTestHelper
       end
       [out_reader.value, err_reader.value, waiter.value]
     end
+  end
+
+  # Runs exe/gvlscope; returns [stdout, stderr, status].
+  def gvlscope(*args, chdir: ROOT)
+    Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)
   end
 
   # Invariants of any timeline: within a Ractor at most one thread holds the GVL at a time, and

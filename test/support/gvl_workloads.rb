@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+# Thread workloads whose GVL behaviour is known, shared by tests that run them in-process and
+# tests that trace them in a child Ruby (which requires this file).
+module GVLWorkloads
+  module_function
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # A thread that keeps the GVL busy for +seconds+ (released only at the end of each timeslice).
+  def cpu_thread(name, seconds)
+    Thread.new do
+      Thread.current.name = name
+      deadline = clock + seconds
+      x = 0
+      x += 1 while clock < deadline
+    end
+  end
+
+  # +count+ round trips through a thread named "echo" over two pipes: each read blocks, so each
+  # wakes a thread up. Yields (before the echo thread ends) so a caller can look at it.
+  def echo_round_trips(count)
+    to_echo, from_main = IO.pipe
+    to_main, from_echo = IO.pipe
+    echo = Thread.new do
+      Thread.current.name = "echo"
+      while (message = to_echo.read(4))
+        from_echo.write(message)
+      end
+    end
+    count.times do
+      from_main.write("ping")
+      to_main.read(4)
+    end
+    seen = yield if block_given?
+    from_main.close
+    echo.join
+    [to_echo, to_main, from_echo].each(&:close)
+    seen
+  end
+end
