@@ -10,7 +10,7 @@ module GVLScope
       USAGE = <<~TEXT
         Usage: gvlscope lab list
                gvlscope lab run NAME [options]
-               gvlscope lab all [options] [--write docs/lab.md]
+               gvlscope lab all [options] [--write PATH | --no-write]   (default: writes docs/lab.md)
 
         The published GVL experiments as scenarios: each runs traced on your Ruby, shows the measured
         numbers beside the published ones, and judges each claim (holds / DIFFERS / n/a). A claim that
@@ -35,8 +35,11 @@ module GVLScope
           run_scenarios([Lab.fetch(name)], knobs)
           0
         when "all"
-          write = nil
-          knobs = parse(argv) { |opts| opts.on("--write PATH", "also write the results as Markdown (e.g. docs/lab.md)") { |p| write = p } }
+          write = File.join(ROOT, "docs", "lab.md") # in a checkout: the results page the project ships
+          knobs = parse(argv) do |opts|
+            opts.on("--write PATH", "write the results as Markdown here (default docs/lab.md)") { |p| write = p }
+            opts.on("--no-write", "do not write Markdown") { write = nil }
+          end
           return 0 unless knobs
           raise OptionParser::ParseError, "lab all takes no NAME (got #{argv.join(' ')})" unless argv.empty?
 
@@ -112,6 +115,11 @@ module GVLScope
       end
 
       def write_markdown(results, path, knobs)
+        unless File.writable?(File.dirname(path))
+          @err.puts "gvlscope lab: #{File.dirname(path)} is not writable; results not written (--write PATH)"
+          return
+        end
+
         flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless key == :out_dir || value.nil? }
         File.write(path, Render.markdown(results, command: "gvlscope lab all #{flags.join(' ')}".strip) + "\n")
         @err.puts "gvlscope lab: wrote #{path}"
