@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "json"
 require "tmpdir"
 require "logger"
 
@@ -20,16 +21,7 @@ class FlightRecorderTest < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-
-  def burn(name, seconds)
-    Thread.new do
-      Thread.current.name = name
-      deadline = clock + seconds
-      x = 0
-      x += 1 while clock < deadline
-    end
-  end
+  def burn(name, seconds) = GVLWorkloads.cpu_thread(name, seconds)
 
   def test_a_dump_is_a_readable_trace_of_the_threads_that_ran
     GVLScope::FlightRecorder.start(seconds: 5, dir: @dir, signal: nil, logger: QUIET)
@@ -50,6 +42,10 @@ class FlightRecorderTest < Minitest::Test
     # Two CPU threads preempt each other every timeslice: both wanted the GVL for a while.
     cpu = timeline.threads.values.select { |t| t.label.start_with?("cpu") }
     cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wants_gvl }, "#{t.label} never waited") }
+    # And `gvlscope report` reads it like any trace.
+    out, err, status = gvlscope("report", "--json", dump.path)
+    assert status.success?, err
+    assert_equal labels.sort, JSON.parse(out)["threads"].map { |t| t["name"] }.sort
   end
 
   def test_a_dump_holds_only_the_window_before_it
