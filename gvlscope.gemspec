@@ -12,7 +12,7 @@ Gem::Specification.new do |spec|
   spec.license = "MIT"
   spec.required_ruby_version = ">= #{GVLScope::MINIMUM_RUBY}"
 
-  spec.files = Dir["lib/**/*.{rb,html,js}", "ext/**/*.{c,h,rb}", "exe/*", "README.md", "LICENSE", "docs/*.md"]
+  spec.files = Dir["lib/**/*.{rb,html,js}", "lab/*.rb", "ext/**/*.{c,h,rb}", "exe/*", "README.md", "LICENSE", "docs/*.md"]
   spec.bindir = "exe"
   spec.executables = ["gvlscope"]
   spec.require_paths = ["lib"]

@@ -30,6 +30,11 @@ class GemPackageTest < Minitest::Test
                                          html, File.join(ROOT, "test/fixtures/gvl-tracing-1.7.0.json"), chdir: dir)
       assert status.success?, err
       assert_match(/const REPORT = .*firstAfter/m, File.read(html))
+      # The lab's programs are packaged: a scenario runs from the installed gem.
+      out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(dir, "home", "bin", "gvlscope"), "lab", "run", "race",
+                                        "--size", "tiny", chdir: dir)
+      assert status.success?, err
+      assert_match(/\[holds\] With a Mutex the count is exact/, out)
     end
   end
 end

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "tmpdir"
 require_relative "errors"
 
 module GVLScope
@@ -9,6 +10,13 @@ module GVLScope
   module Lab
     ROOT = File.expand_path("../..", __dir__)
     SIZES = %w[tiny small full].freeze
+
+    # Where the lab writes traces and extension builds: tmp/ of a checkout, or (from an installed
+    # gem, whose directory may be read-only) the system's temporary directory.
+    def self.scratch(*parts)
+      base = File.writable?(ROOT) ? File.join(ROOT, "tmp") : File.join(Dir.tmpdir, "gvlscope-#{Process.uid}")
+      File.join(base, *parts)
+    end
 
     # A published claim as a predicate over measured numbers. +holds+ gets the measured Hash and
     # returns true/false; +measured+ turns the numbers into the text shown beside +published+.

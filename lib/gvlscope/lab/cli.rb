@@ -10,7 +10,7 @@ module GVLScope
       USAGE = <<~TEXT
         Usage: gvlscope lab list
                gvlscope lab run NAME [options]
-               gvlscope lab all [options] [--write PATH | --no-write]   (default: writes docs/lab.md)
+               gvlscope lab all [options] [--write PATH | --no-write]   (default: docs/lab.md in a checkout, else ./gvlscope-lab.md)
 
         The published GVL experiments as scenarios: each runs traced on your Ruby, shows the measured
         numbers beside the published ones, and judges each claim (holds / DIFFERS / n/a). A claim that
@@ -35,9 +35,10 @@ module GVLScope
           run_scenarios([Lab.fetch(name)], knobs)
           0
         when "all"
-          write = File.join(ROOT, "docs", "lab.md") # in a checkout: the results page the project ships
+          # In a checkout: the results page the project ships; from an installed gem: the current directory.
+          write = File.exist?(File.join(ROOT, ".git")) ? File.join(ROOT, "docs", "lab.md") : "gvlscope-lab.md"
           knobs = parse(argv) do |opts|
-            opts.on("--write PATH", "write the results as Markdown here (default docs/lab.md)") { |p| write = p }
+            opts.on("--write PATH", "write the results as Markdown here (default: docs/lab.md in a checkout)") { |p| write = p }
             opts.on("--no-write", "do not write Markdown") { write = nil }
           end
           return 0 unless knobs
@@ -95,7 +96,7 @@ module GVLScope
         require_relative "render"
         runner = Runner.new(Runner::Knobs.new(ruby: knobs[:ruby], mn: knobs[:mn], timeslice_ms: knobs[:timeslice_ms],
                                               priority: knobs[:priority] || 0, size: knobs[:size]),
-                            out_dir: knobs[:out_dir] || File.join(ROOT, "tmp", "lab"), echo: @out)
+                            out_dir: knobs[:out_dir] || Lab.scratch("lab"), echo: @out)
         warn_timeslice(knobs)
         scenarios.map do |scenario|
           @out.puts "== lab #{scenario.name} (#{knobs[:size]})"

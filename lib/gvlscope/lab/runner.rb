@@ -134,7 +134,7 @@ module GVLScope
         # Keyed by the sources too: a build of older sources must not be picked up.
         require "digest"
         sources = Dir[File.join(ROOT, "ext/gvlscope/*.{c,h,rb}")].sort.map { |path| File.read(path) }.join
-        dir = File.join(ROOT, "tmp", "lab-ext", "#{version}-#{Digest::SHA256.hexdigest(sources)[0, 12]}")
+        dir = Lab.scratch("lab-ext", "#{version}-#{Digest::SHA256.hexdigest(sources)[0, 12]}")
         built = File.join(dir, "gvlscope", "gvlscope.so")
         return dir if File.exist?(built)
 
