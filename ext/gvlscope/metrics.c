@@ -33,7 +33,7 @@ static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m
 
 static void reset_waiting(void) {
     for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
-        atomic_store(&M.readied[r], 0); atomic_store(&M.acquired[r], 0); atomic_store(&M.abandoned[r], 0);
+        atomic_store(&M.ractors[r].readied, 0); atomic_store(&M.ractors[r].acquired, 0); atomic_store(&M.ractors[r].abandoned, 0);
     }
 }
 
@@ -70,7 +70,7 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
     memset(&retired, 0, sizeof(retired));
     reset_waiting();
-    for (int r = 0; r < GVLS_MAX_RACTORS; r++) atomic_store(&M.resume_seq[r], 0);
+    for (int r = 0; r < GVLS_MAX_RACTORS; r++) atomic_store(&M.ractors[r].resume_seq, 0);
     M.epoch_ns = now_ns;
     mark_caller_running(now_ns);
     atomic_store(&M.enabled, 1);

@@ -9,26 +9,32 @@ enum gvls_metric_state { GVLS_M_UNKNOWN = 0, GVLS_M_READY, GVLS_M_RUNNING, GVLS_
 
 #define GVLS_MAX_RACTORS 64   // Ractor ids beyond share the last slot
 
+// A Ractor's counters, one cache line: every GVL event of the Ractor touches it.
+// Threads waiting for its GVL = readied - acquired - abandoned. Three counters, not one gauge, so
+// that RESUMED (which holds the GVL: one writer at a time per Ractor) updates its counter with a
+// plain store instead of a locked instruction; READY comes from any native thread at once and
+// must add atomically; abandoned (exited while READY) is rare.
+typedef struct gvls_ractor_counters {
+    _Atomic uint64_t readied;
+    _Atomic uint64_t acquired;
+    _Atomic uint64_t abandoned;
+    _Atomic uint64_t resume_seq;  // RESUMED count (yield detection)
+} __attribute__((aligned(64))) gvls_ractor_counters;
+
 typedef struct gvls_metrics_global {
+    // Read by every event: together in the first cache line.
     _Atomic int enabled;
-    // Threads waiting for a Ractor's GVL = readied - acquired - abandoned. Three counters, not
-    // one gauge, so that RESUMED (which holds the GVL: one writer at a time per Ractor) updates
-    // its counter with a plain store instead of a locked instruction; READY comes from any native
-    // thread at once and must add atomically; abandoned (exited while READY) is rare.
-    _Atomic uint64_t readied[GVLS_MAX_RACTORS];
-    _Atomic uint64_t acquired[GVLS_MAX_RACTORS];
-    _Atomic uint64_t abandoned[GVLS_MAX_RACTORS];
-    _Atomic uint64_t resume_seq[GVLS_MAX_RACTORS];      // RESUMED count per Ractor (yield detection)
     uint64_t epoch_ns;          // enable/reset time: nothing before it is counted
     uint64_t timeslice_ns;      // a release after >= half of this while others wait is a preemption
+    gvls_ractor_counters ractors[GVLS_MAX_RACTORS];
 } gvls_metrics_global;
 
 extern gvls_metrics_global gvls_metrics;
 
 static inline int64_t gvls_waiting_threads(unsigned ractor) {
-    uint64_t acquired = atomic_load_explicit(&gvls_metrics.acquired[ractor], memory_order_relaxed);
-    uint64_t abandoned = atomic_load_explicit(&gvls_metrics.abandoned[ractor], memory_order_relaxed);
-    uint64_t readied = atomic_load_explicit(&gvls_metrics.readied[ractor], memory_order_relaxed);
+    uint64_t acquired = atomic_load_explicit(&gvls_metrics.ractors[ractor].acquired, memory_order_relaxed);
+    uint64_t abandoned = atomic_load_explicit(&gvls_metrics.ractors[ractor].abandoned, memory_order_relaxed);
+    uint64_t readied = atomic_load_explicit(&gvls_metrics.ractors[ractor].readied, memory_order_relaxed);
     return (int64_t)(readied - acquired - abandoned);
 }
 

@@ -38,7 +38,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
         if (m->state == GVLS_M_SUSPENDED) {
             m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
                          m->suspend_native == gvls_native_serial() &&
-                         atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) == m->resume_seq_at_suspend;
+                         atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed) == m->resume_seq_at_suspend;
             if (m->yielded) {
                 // The wait for the GVL began at SUSPENDED: keep since_ns.
                 m->released_preempted++;
@@ -52,17 +52,17 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             m->since_ns = now_ns;
         }
         m->state = GVLS_M_READY;
-        atomic_fetch_add_explicit(&M.readied[ractor], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&M.ractors[ractor].readied, 1, memory_order_relaxed);
         return;
 
       case GVLS_EV_RESUMED: {
         // RESUMED fires with the Ractor's GVL held, so no two run at once for one Ractor: a plain
         // increment (no locked instruction) is enough; readers only compare for equality.
-        atomic_store_explicit(&M.resume_seq[ractor],
-                              atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
+        atomic_store_explicit(&M.ractors[ractor].resume_seq,
+                              atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed) + 1, memory_order_relaxed);
         if (m->state == GVLS_M_READY) {
-            atomic_store_explicit(&M.acquired[ractor],
-                                  atomic_load_explicit(&M.acquired[ractor], memory_order_relaxed) + 1, memory_order_relaxed);
+            atomic_store_explicit(&M.ractors[ractor].acquired,
+                                  atomic_load_explicit(&M.ractors[ractor].acquired, memory_order_relaxed) + 1, memory_order_relaxed);
             int64_t still_waiting = gvls_waiting_threads(ractor);
             uint64_t waited = elapsed(m->since_ns, now_ns);
             m->wait_ns += waited;
@@ -87,7 +87,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
         }
         m->others_wanted = gvls_waiting_threads(ractor) > 0;
         m->suspend_native = gvls_native_serial();
-        m->resume_seq_at_suspend = atomic_load_explicit(&M.resume_seq[ractor], memory_order_relaxed);
+        m->resume_seq_at_suspend = atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed);
         m->state = GVLS_M_SUSPENDED;
         m->since_ns = now_ns;
         return;
@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
       case GVLS_EV_EXITED:
         if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
         else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
-        else if (m->state == GVLS_M_READY) atomic_fetch_add_explicit(&M.abandoned[ractor], 1, memory_order_relaxed);
+        else if (m->state == GVLS_M_READY) atomic_fetch_add_explicit(&M.ractors[ractor].abandoned, 1, memory_order_relaxed);
         m->state = GVLS_M_DEAD;
         m->since_ns = now_ns;
         return;
