@@ -73,6 +73,25 @@ class CLIRunTest < Minitest::Test
     end
   end
 
+  # Each recording native thread holds a 64 KiB chunk: 40 threads need more than 1 MB.
+  def test_buffer_size_decides_whether_many_threads_lose_events
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), "40.times.map { Thread.new { sleep 0.01 } }.each(&:join)\n")
+      _out, err, status = gvlscope("run", "--no-report", "--buffer", "1", "-o", "small.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      assert_match(/dropped/, err)
+      assert_match(/gvlscope run --buffer MB \(now 1 MB/, err)
+      assert_operator GVLScope::TraceFile.read(File.join(dir, "small.gvl")).dropped, :>, 0
+      _out, err, status = gvlscope("run", "--no-report", "-o", "default.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      refute_match(/dropped/, err)
+      assert_equal 0, GVLScope::TraceFile.read(File.join(dir, "default.gvl")).dropped
+      _out, err, status = gvlscope("run", "--buffer", "0", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert_equal 2, status.exitstatus
+      assert_match(/--buffer must be at least 1/, err)
+    end
+  end
+
   def test_run_without_a_command_is_a_usage_error
     _out, err, status = gvlscope("run", chdir: ROOT)
     assert_equal 2, status.exitstatus

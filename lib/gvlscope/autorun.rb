@@ -23,10 +23,18 @@ module GVLScope
 
     def metrics_only? = ENV["GVLSCOPE_METRICS_ONLY"] == "1"
 
+    # GVLSCOPE_BUFFER_MB (`gvlscope run --buffer MB`): memory for events not yet written. Each
+    # native thread that records holds a 64 KiB chunk, so thousands of threads need more than the
+    # default 64 MiB (about 1,000 threads) or their events are dropped.
+    def buffer_bytes
+      megabytes = Integer(ENV.fetch("GVLSCOPE_BUFFER_MB", GVLScope::DEFAULT_BUFFER_BYTES >> 20), exception: false)
+      megabytes&.positive? ? megabytes << 20 : GVLScope::DEFAULT_BUFFER_BYTES
+    end
+
     def start
       return start_metrics if metrics_only?
 
-      GVLScope.start(output_path)
+      GVLScope.start(output_path, buffer_bytes: buffer_bytes)
       at_exit { stop }
     rescue SystemCallError, GVLScope::Error => e
       warn "gvlscope: not tracing: #{e.message}"
@@ -46,6 +54,10 @@ module GVLScope
       summary = GVLScope.stop
       File.open(ENV["GVLSCOPE_SUMMARY_LIST"], "a") { |f| f.puts(summary.path) } if ENV["GVLSCOPE_SUMMARY_LIST"]
       warn "gvlscope: #{summary}" if summary.dropped.positive? || summary.write_error
+      if summary.dropped.positive? && !summary.write_error
+        warn "gvlscope: to keep them, give the recorder more memory: gvlscope run --buffer MB (now " \
+             "#{buffer_bytes >> 20} MB; each recording native thread holds 64 KiB)"
+      end
     end
   end
 end

@@ -156,6 +156,7 @@ module GVLScope
       html = nil
       export_format = nil
       metrics_only = false
+      buffer_mb = nil
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
@@ -165,6 +166,11 @@ module GVLScope
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
         opts.on("--format FORMAT", EXPORT_FORMATS.keys, "also export each trace (perfetto, chrome-json)") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
+        opts.on("--buffer MB", Integer, "recorder memory per process (default 64; each native thread holds 64 KiB)") do |mb|
+          raise UsageError, "--buffer must be at least 1 (MB)" unless mb.positive?
+
+          buffer_mb = mb
+        end
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       command = parser.order(argv)
@@ -182,6 +188,7 @@ module GVLScope
         "GVLSCOPE_OUTPUT" => File.expand_path(output || "gvlscope-%p.gvl"),
         "GVLSCOPE_SUMMARY_LIST" => list,
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
+        "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
       }
       pid = begin
         Process.spawn(env, *command)

@@ -16,7 +16,7 @@ module GVLScope
     end
   end
 
-  DEFAULT_BUFFER_BYTES = 16 * 1024 * 1024
+  DEFAULT_BUFFER_BYTES = 64 * 1024 * 1024
 
   class << self
     # Starts tracing every thread's GVL state changes into +path+ (the native .gvl format).

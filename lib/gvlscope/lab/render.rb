@@ -33,7 +33,8 @@ module GVLScope
         end
         lines << "  findings: #{result.findings.empty? ? 'none' : ''}"
         result.findings.each { |finding| lines << "    - #{finding.title}" }
-        lines << "  trace: #{result.trace} (gvlscope report #{result.trace})" if result.trace
+        lines << (result.trace ? "  trace: #{result.trace} (gvlscope report #{result.trace})" :
+                                 "  trace: none was written (see the scenario's output above): claims from the trace are not measured")
         lines.join("\n")
       end
 

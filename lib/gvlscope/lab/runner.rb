@@ -67,6 +67,8 @@ module GVLScope
           "GVLSCOPE_LAB_PRIORITY" => @knobs.priority.to_s,
           "RUBY_MN_THREADS" => @knobs.mn ? "1" : nil,
           "RUBY_THREAD_TIMESLICE" => @knobs.timeslice_ms&.to_s,
+          # A 64 KiB chunk per recording native thread: the ring's 11,000 threads need ~700 MB.
+          "GVLSCOPE_BUFFER_MB" => scenario.name == "ring" ? "1024" : nil,
         }
       end
 
@@ -126,10 +128,13 @@ module GVLScope
 
       def description_of(ruby) = Open3.capture2(ruby, "-e", "print RUBY_DESCRIPTION").first
 
-      # The extension for +ruby+: this process's own build when it is the same Ruby, or one
-      # compiled once under tmp/lab-ext/VERSION-DIGEST (a checkout shares lib/ between Rubies).
+      # The extension for +ruby+: lib/'s build when it loads there, or one compiled once under
+      # tmp/lab-ext/VERSION-DIGEST (a checkout shares lib/ between Rubies).
       def extension_for(ruby, version)
-        return File.join(ROOT, "lib") if File.expand_path(ruby) == File.expand_path(RbConfig.ruby)
+        # lib/'s own build, when it loads in that Ruby (a checkout's build may be another Ruby's).
+        lib = File.join(ROOT, "lib")
+        _out, status = Open3.capture2e(ruby, "-I", lib, "-e", 'require "gvlscope"')
+        return lib if status.success?
 
         # Keyed by the sources too: a build of older sources must not be picked up.
         require "digest"
