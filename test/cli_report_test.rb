@@ -95,12 +95,17 @@ class CLIReportTest < Minitest::Test
     end
   end
 
-  def test_a_truncated_trace_is_reported_with_a_warning
+  def test_a_truncated_trace_is_an_error_unless_partial
     with_trace do |path, dir|
       cut = File.join(dir, "cut.gvl")
       data = File.binread(path)
       File.binwrite(cut, data[0, data.bytesize - 30])
       out, err, status = gvlscope("report", cut)
+      assert_equal 1, status.exitstatus
+      assert_equal "", out
+      assert_equal 1, err.lines.size, err
+      assert_match(/cut\.gvl: truncated .*--partial/, err)
+      out, err, status = gvlscope("report", "--partial", cut)
       assert status.success?, err
       assert_match(/warning: .*file ends inside a chunk/, err)
       assert_match(/truncated/, out.lines.first)

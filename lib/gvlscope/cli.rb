@@ -29,6 +29,7 @@ module GVLScope
         -h, --help            show this help (also: gvlscope COMMAND --help)
         -v, --version         print the version
         --debug               show a backtrace when something goes wrong
+        --partial             read a truncated trace (a killed process's) up to its last whole chunk
 
       Exit status: 0 success, 1 error (unreadable trace, failed write...), 2 bad usage;
       `run` exits with the program's own status.
@@ -44,9 +45,8 @@ module GVLScope
     def run(argv)
       argv = argv.dup
       # --debug anywhere before a `--` (after it, the arguments are the traced program's).
-      debug_at = argv.index("--debug")
-      @debug = !debug_at.nil? && debug_at < (argv.index("--") || argv.size)
-      argv.delete_at(debug_at) if @debug
+      @debug = take_flag(argv, "--debug")
+      @partial = take_flag(argv, "--partial")
       command = argv.shift
       case command
       when nil, "-h", "--help", "help"
@@ -82,6 +82,15 @@ module GVLScope
 
     private
 
+    # A global flag anywhere before a `--` (after it, the arguments are the traced program's).
+    def take_flag(argv, flag)
+      at = argv.index(flag)
+      return false unless at && at < (argv.index("--") || argv.size)
+
+      argv.delete_at(at)
+      true
+    end
+
     def load_reader
       require_relative "trace_file"
       require_relative "timeline"
@@ -96,6 +105,10 @@ module GVLScope
       load_reader
       progress("reading #{path}")
       file = Importers::GVLTracing.json?(path) ? Importers::GVLTracing.read(path) : TraceFile.read(path)
+      if file.truncated? && !@partial
+        raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
+                     "--partial reads what it holds"
+      end
       file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" }
       progress("building the timeline of #{file.size} events")
       Timeline.new(file)
