@@ -43,6 +43,7 @@ ALL_SETUPS = {
   # To split the cost: the hook alone (metrics on, nothing per request), the middleware alone.
   hook: { env: { "GVLSCOPE_MIDDLEWARE" => "hook" }, plugin: false },
   middleware: { env: {}, plugin: false },
+  no_server_timing: { env: { "GVLSCOPE_SERVER_TIMING" => "0" }, plugin: false },
 }.freeze
 # SETUPS=plain,hook,middleware picks rows (plain, metrics, recorder by default).
 SETUPS = ALL_SETUPS.slice(*ENV.fetch("SETUPS", "plain,metrics,recorder").split(",").map(&:to_sym))
