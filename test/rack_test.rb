@@ -89,6 +89,27 @@ class RackTest < Minitest::Test
     assert_operator timing.duration_ms, :>=, in_call_ms - 1
   end
 
+  # The header's numbers are the timing's own, in ms rounded to the microsecond (formatted in C).
+  def test_server_timing_is_the_timing_in_milliseconds_to_three_decimals
+    GVLScope::Metrics.enable
+    timing = GVLScope::RequestTiming.new
+    sleep 0.0123
+    burn(0.004)
+    timing.finish!
+    assert_predicate timing, :frozen?
+    fields = timing.server_timing.split(", ").to_h { |metric| metric.split(";dur=") }
+    assert_equal %w[gvl-wait gvl-run idle gc], fields.keys
+    fields.each_value { |value| assert_match(/\A\d+\.\d{3}\z/, value) }
+    { "gvl-wait" => timing.wait_ns, "gvl-run" => timing.run_ns, "idle" => timing.idle_ns, "gc" => timing.gc_ns }.each do |name, ns|
+      assert_equal format("%.3f", ((ns + 500) / 1000) / 1000.0), fields[name], name
+    end
+    assert_operator timing.idle_ms, :>=, 12
+    assert_operator timing.run_ms, :>=, 3
+    assert_equal timing.server_timing, timing.server_timing # frozen numbers
+    assert_raises(TypeError) { GVLScope::RequestTiming.new(42) }
+    assert_same GVLScope::RequestTiming, GVLScope::Rack::RequestTiming
+  end
+
   def test_server_timing_can_be_turned_off_and_an_existing_header_is_kept
     app = ->(_env) { [200, { "server-timing" => "db;dur=3" }, ["ok"]] }
     assert_match(/\Adb;dur=3, gvl-wait;dur=[\d.]+, gvl-run/, request(GVLScope::Rack.new(app)).headers["server-timing"])

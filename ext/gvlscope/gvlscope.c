@@ -14,5 +14,6 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvlscope_probe_init(mNative);
     gvls_trace_session_init(mNative);
     gvls_metrics_init(mNative);
+    gvls_request_timing_init(mGVLScope);
     rb_define_const(mNative, "CLOCK_SOURCE", rb_str_new_cstr(gvls_clock_source()));
 }

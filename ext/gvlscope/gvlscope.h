@@ -7,5 +7,6 @@
 
 void gvlscope_probe_init(VALUE mNative);
 void gvls_trace_session_init(VALUE mNative);
+void gvls_request_timing_init(VALUE mGVLScope);
 
 #endif

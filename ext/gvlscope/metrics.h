@@ -39,6 +39,8 @@ static inline int64_t gvls_waiting_threads(unsigned ractor) {
 }
 
 void gvls_metrics_init(VALUE mNative);
+// A thread's run, wait, idle and GC ns so far, the state it is in counted up to now_ns.
+void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4]);
 // In a forked child: every other thread is gone, and the parent's counters are not the child's.
 void gvls_metrics_after_fork(void);
 

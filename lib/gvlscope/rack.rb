@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "gvlscope"
+require "gvlscope/request_timing"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
@@ -25,75 +26,8 @@ module GVLScope
     OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder].freeze
     RECORDER_TRIGGERS = { wait_over_ms: 100, duration_over_ms: nil }.freeze
 
-    # One request's times, in ns, for the thread that called the app.
-    #
-    # run, idle and GC count from the app call to its return. GVL wait counts that too, plus the
-    # wait to pick the request up (pickup_wait_ns): what the thread waited for the GVL since it
-    # finished its previous request (since it started, for its first). A server thread woken for
-    # a new request must get the GVL back before it can even parse it; beside a CPU-bound thread
-    # that is where a quick request loses its 100 ms, before the app is called.
-    class RequestTiming
-      WAIT = 1 # index of wait_ns in Native.metrics_thread
-      LAST_END = :gvlscope_counters_at_request_end # a thread variable: counters when its last request ended
-
-      attr_reader :thread, :pickup_wait_ns
-
-      def initialize(thread = Thread.current)
-        @thread = thread
-        @started_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
-        @before = Native.metrics_thread(thread)
-        @after = @duration_ns = @run_ns = @wait_ns = @idle_ns = @gc_ns = nil # one object shape
-        last_end = thread.thread_variable_get(LAST_END)
-        # Negative after Metrics.reset: then nothing is known about the pickup.
-        @pickup_wait_ns = [@before[WAIT] - (last_end ? last_end[WAIT] : 0), 0].max
-      end
-
-      # Freezes the numbers at the end of the app call.
-      def finish!
-        after = Native.metrics_thread(@thread)
-        @duration_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
-        @thread.thread_variable_set(LAST_END, after)
-        before = @before
-        @run_ns = after[0] - before[0]
-        @wait_ns = after[1] - before[1] + @pickup_wait_ns
-        @idle_ns = after[2] - before[2]
-        @gc_ns = after[3] - before[3]
-        @after = after
-        freeze
-      end
-
-      def finished? = !@after.nil?
-
-      # Before finish! (inside the app): the numbers so far.
-      def run_ns = @after ? @run_ns : so_far(0)
-      def wait_ns = @after ? @wait_ns : so_far(1) + @pickup_wait_ns
-      def idle_ns = @after ? @idle_ns : so_far(2)
-      def gc_ns = @after ? @gc_ns : so_far(3)
-      def duration_ns = @duration_ns || Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - @started_ns
-
-      def run_ms = run_ns / 1e6
-      def wait_ms = wait_ns / 1e6
-      def idle_ms = idle_ns / 1e6
-      def gc_ms = gc_ns / 1e6
-      def pickup_wait_ms = pickup_wait_ns / 1e6
-      def duration_ms = duration_ns / 1e6
-
-      # For structured loggers (lograge's custom_options, semantic_logger payloads).
-      def to_h
-        { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
-          gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
-      end
-
-      # Milliseconds, µs precision (about 1 µs per response: formatting is most of the middleware's cost).
-      def server_timing
-        format("gvl-wait;dur=%.3f, gvl-run;dur=%.3f, idle;dur=%.3f, gc;dur=%.3f", wait_ns / 1e6, run_ns / 1e6,
-               idle_ns / 1e6, gc_ns / 1e6)
-      end
-
-      private
-
-      def so_far(index) = Native.metrics_thread(@thread)[index] - @before[index]
-    end
+    # env["gvlscope"]: see GVLScope::RequestTiming.
+    RequestTiming = GVLScope::RequestTiming
 
     def initialize(app, **options)
       @app = app

@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "gvlscope"
+
+module GVLScope
+  # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per
+  # request; the counting is in C, ext/gvlscope/request_timing.c).
+  #
+  #   timing = GVLScope::RequestTiming.new   # Thread.current by default; the request starts now
+  #   ...                                    # run_ns, wait_ns, ... give the numbers so far
+  #   timing.finish!                         # freezes them (and the object)
+  #
+  # run, idle and GC count from #initialize to #finish!. GVL wait counts that too, plus the wait to
+  # pick the request up (pickup_wait_ns): what the thread waited for the GVL since it finished its
+  # previous request. A server thread woken for a new request must get the GVL back before it can
+  # even parse it; beside a CPU-bound thread that is where a quick request loses its 100 ms, before
+  # the app is called. Numbers come from GVLScope::Metrics, which must be enabled.
+  class RequestTiming
+    def run_ms = run_ns / 1e6
+    def wait_ms = wait_ns / 1e6
+    def idle_ms = idle_ns / 1e6
+    def gc_ms = gc_ns / 1e6
+    def pickup_wait_ms = pickup_wait_ns / 1e6
+    def duration_ms = duration_ns / 1e6
+
+    # For structured loggers (lograge's custom_options, semantic_logger payloads).
+    def to_h
+      { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
+        gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
+    end
+
+    def inspect
+      format("#<%s%s wait %.3f ms (pickup %.3f), run %.3f ms, idle %.3f ms, gc %.3f ms, duration %.3f ms>",
+             self.class, finished? ? "" : " (so far)", wait_ms, pickup_wait_ms, run_ms, idle_ms, gc_ms, duration_ms)
+    end
+  end
+end
