@@ -32,8 +32,8 @@ static inline uint64_t gvls_monotonic_ns(void) {
 static inline uint64_t gvls_now_ns(void) {
 #if defined(__x86_64__)
     if (__builtin_expect(gvls_clock.use_tsc, 1)) {
-        int64_t ticks = (int64_t)(__rdtsc() - gvls_clock.tsc_base);
-        if (ticks < 0) ticks = 0;  // a core a few ticks behind the calibrating one
+        uint64_t tsc = __rdtsc();
+        uint64_t ticks = tsc > gvls_clock.tsc_base ? tsc - gvls_clock.tsc_base : 0;  // a core a few ticks behind the calibrating one
         return gvls_clock.ns_base + (uint64_t)(((unsigned __int128)ticks * gvls_clock.ns_per_tick_q32) >> 32);
     }
 #endif

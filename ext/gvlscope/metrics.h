@@ -11,9 +11,13 @@ enum gvls_metric_state { GVLS_M_UNKNOWN = 0, GVLS_M_READY, GVLS_M_RUNNING, GVLS_
 
 // A Ractor's counters, one cache line: every GVL event of the Ractor touches it.
 // Threads waiting for its GVL = readied - acquired - abandoned. Three counters, not one gauge, so
-// that RESUMED (which holds the GVL: one writer at a time per Ractor) updates its counter with a
-// plain store instead of a locked instruction; READY comes from any native thread at once and
-// must add atomically; abandoned (exited while READY) is rare.
+// that each has one kind of writer. And no locked instruction on the hot path: CRuby fires READY,
+// RESUMED and EXITED of a thread with its Ractor's scheduler lock held (thread_pthread.c, 3.3.8 and
+// 3.4.5: every caller of thread_sched_to_ready_common takes thread_sched_lock; RESUMED comes at the
+// end of thread_sched_wait_running_turn, "locked"; thread_sched_to_dead_common is "locked"), so
+// writers of one Ractor's counters never overlap and a plain load + store adds. Only a slot that
+// several Ractors share (ids past GVLS_MAX_RACTORS - 2, or 0 when the id cannot be read) needs
+// locked adds: gvls_ractor_add picks.
 typedef struct gvls_ractor_counters {
     _Atomic uint64_t readied;
     _Atomic uint64_t acquired;
@@ -30,6 +34,15 @@ typedef struct gvls_metrics_global {
 } gvls_metrics_global;
 
 extern gvls_metrics_global gvls_metrics;
+
+static inline int gvls_ractor_slot_shared(unsigned slot) {
+    return slot == 0 || slot == GVLS_MAX_RACTORS - 1;
+}
+
+static inline void gvls_ractor_add(_Atomic uint64_t *counter, unsigned slot) {
+    if (__builtin_expect(gvls_ractor_slot_shared(slot), 0)) atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+    else atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1, memory_order_relaxed);
+}
 
 static inline int64_t gvls_waiting_threads(unsigned ractor) {
     uint64_t acquired = atomic_load_explicit(&gvls_metrics.ractors[ractor].acquired, memory_order_relaxed);

@@ -52,17 +52,14 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             m->since_ns = now_ns;
         }
         m->state = GVLS_M_READY;
-        atomic_fetch_add_explicit(&M.ractors[ractor].readied, 1, memory_order_relaxed);
+        gvls_ractor_add(&M.ractors[ractor].readied, ractor);
         return;
 
       case GVLS_EV_RESUMED: {
-        // RESUMED fires with the Ractor's GVL held, so no two run at once for one Ractor: a plain
-        // increment (no locked instruction) is enough; readers only compare for equality.
-        atomic_store_explicit(&M.ractors[ractor].resume_seq,
-                              atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed) + 1, memory_order_relaxed);
+        // Readers of resume_seq only compare it for equality (see metrics.h for why adds are plain).
+        gvls_ractor_add(&M.ractors[ractor].resume_seq, ractor);
         if (m->state == GVLS_M_READY) {
-            atomic_store_explicit(&M.ractors[ractor].acquired,
-                                  atomic_load_explicit(&M.ractors[ractor].acquired, memory_order_relaxed) + 1, memory_order_relaxed);
+            gvls_ractor_add(&M.ractors[ractor].acquired, ractor);
             int64_t still_waiting = gvls_waiting_threads(ractor);
             uint64_t waited = elapsed(m->since_ns, now_ns);
             m->wait_ns += waited;
@@ -96,7 +93,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
       case GVLS_EV_EXITED:
         if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
         else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
-        else if (m->state == GVLS_M_READY) atomic_fetch_add_explicit(&M.ractors[ractor].abandoned, 1, memory_order_relaxed);
+        else if (m->state == GVLS_M_READY) gvls_ractor_add(&M.ractors[ractor].abandoned, ractor);
         m->state = GVLS_M_DEAD;
         m->since_ns = now_ns;
         return;
