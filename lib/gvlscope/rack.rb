@@ -47,11 +47,16 @@ module GVLScope
     def call(env)
       timing = RequestTiming.new
       env[ENV_KEY] = timing
-      status, headers, body = @app.call(env)
+      response = @app.call(env)
       timing.finish!
-      [status, report(env, timing, headers), body]
+      headers = report(env, timing, response[1])
+      # The app's own Array when it may be changed: one allocation less per request.
+      return [response[0], headers, response[2]] if response.frozen? || !response.is_a?(Array)
+
+      response[1] = headers
+      response
     ensure
-      timing.finish! if timing && !timing.finished?
+      timing&.finish! # when the app raised: env["gvlscope"] still ends up finished
     end
 
     private
