@@ -132,9 +132,12 @@ class RailsTest < Minitest::Test
     3.times { get("/fast") } # warm up
     alone = Array.new(5) { gvlscope_timing(get("/fast"))["gvl-wait"] }
 
+    # 600 ms of CPU, so that /fast still arrives while it runs when a busy machine is slow to
+    # deliver it. Up to a 100 ms timeslice of the wait may fall on Puma's acceptor thread, which
+    # belongs to no request yet; only what the thread serving /fast waits after that is counted.
     beside = Array.new(3) do
-      cpu = Thread.new { get("/cpu") }
-      sleep 0.02 # the 200 ms CPU request is running, early in its first 100 ms timeslice
+      cpu = Thread.new { get("/cpu?ms=600") }
+      sleep 0.05
       wait = gvlscope_timing(get("/fast"))["gvl-wait"]
       cpu.join(30)
       wait
