@@ -1,0 +1,151 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "net/http"
+require "tmpdir"
+require "timeout"
+
+# GVLScope::Rack inside a real Rails app (test/fixtures/rails/config.ru) under real Puma, over
+# loopback HTTP, set up as docs/web.md tells Rails users to: outermost in the middleware stack,
+# env["gvlscope"] read by a controller and logged through Rails' instrumentation. Rails runs only
+# in the Puma child: this process never loads it, so the rest of the suite is unaffected. Every
+# wait has a timeout and every server is killed in teardown.
+class RailsTest < Minitest::Test
+  APP = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/rails/config.ru")
+  BOOT_TIMEOUT = 60
+
+  Server = Struct.new(:pid, :log_path, :port) do
+    def log = File.read(log_path)
+  end
+
+  # Rails is in the bundle's test group, so this is only for a run outside the bundle without it.
+  def self.rails_load_error
+    return @rails_load_error if defined?(@rails_load_error)
+
+    _out, err, status = Open3.capture3(RbConfig.ruby, "-e", 'require "action_controller/railtie"')
+    @rails_load_error = status.success? ? nil : err.lines.first.to_s.strip
+  end
+
+  def setup
+    error = self.class.rails_load_error
+    skip "Rails (railties, actionpack) cannot be loaded, so there is no Rails app to test: #{error}" if error
+    @dir = Dir.mktmpdir("gvlscope-rails")
+    @server = nil
+  end
+
+  def teardown
+    stop(@server) if @server
+    FileUtils.rm_rf(@dir) if @dir
+  end
+
+  # Starts Puma on the fixture app in a child Ruby (this checkout's lib, the bundle) and waits
+  # until it listens.
+  def start_rails
+    config_path = File.join(@dir, "puma.rb")
+    File.write(config_path, <<~RUBY)
+      bind "tcp://127.0.0.1:0"
+      threads 5, 5
+      workers 0
+      rackup #{APP.inspect}
+      environment "production"
+    RUBY
+    log_path = File.join(@dir, "puma.log")
+    pid = Process.spawn({ "RAILS_ENV" => "production" }, RbConfig.ruby, "-I", File.join(GVLScopeTestHelper::ROOT, "lib"),
+                        Gem.bin_path("puma", "puma"), "-C", config_path,
+                        out: log_path, err: [:child, :out], pgroup: true)
+    @server = Server.new(pid, log_path)
+    deadline = clock + BOOT_TIMEOUT
+    until (port = @server.log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
+      flunk "puma did not listen in #{BOOT_TIMEOUT} s:\n#{@server.log}" if clock > deadline
+      flunk "puma exited:\n#{@server.log}" if Process.waitpid(pid, Process::WNOHANG)
+      sleep 0.05
+    end
+    @server.port = Integer(port)
+    @server
+  end
+
+  def stop(server)
+    Process.kill(:TERM, -server.pid)
+    Timeout.timeout(10) { Process.wait(server.pid) }
+  rescue Timeout::Error
+    Process.kill(:KILL, -server.pid)
+    Process.wait(server.pid)
+  rescue Errno::ESRCH, Errno::ECHILD
+    nil
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  def get(path)
+    response = Net::HTTP.start("127.0.0.1", @server.port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }
+    assert_equal "200", response.code, "GET #{path}:\n#{@server.log}"
+    response
+  end
+
+  # gvlscope's entries of the Server-Timing header, in ms.
+  def gvlscope_timing(response)
+    entries = response["server-timing"].split(", ").to_h { |entry| entry.split(";dur=") }
+    entries.slice("gvl-wait", "gvl-run", "idle", "gc").transform_values { |ms| Float(ms) }
+  end
+
+  def test_gvlscope_is_the_outermost_middleware
+    start_rails
+    stack = JSON.parse(get("/middleware").body)
+
+    assert_equal "GVLScope::Rack", stack["stack"].first, stack.inspect
+    assert_equal 1, stack["stack"].count("GVLScope::Rack"), stack.inspect
+    # What Puma calls is the built chain; its outermost object is the middleware itself.
+    assert_equal "GVLScope::Rack", stack["outermost"]
+  end
+
+  def test_server_timing_comes_after_rails_own_entries_and_the_request_log_carries_the_numbers
+    start_rails
+    response = get("/fast")
+
+    assert_equal "ok", response.body
+    header = response["server-timing"]
+    # config.server_timing: Rails' ActionDispatch::ServerTiming runs inside ours, so its entries come first.
+    assert_match(/\A(?:[\w.]+;dur=[\d.]+, )*process_action\.action_controller;dur=[\d.]+, gvl-wait;dur=[\d.]+, /,
+                 header)
+    timing = gvlscope_timing(response)
+    assert_equal %w[gvl-wait gvl-run idle gc], timing.keys
+    assert_operator timing["gvl-run"], :>, 0, header
+    # The fixture's ActiveSupport::Notifications subscriber: one line per request in Rails' log.
+    assert_match(%r{^gvl GET /fast gvl_wait_ms=[\d.]+ gvl_run_ms=[\d.]+ idle_ms=[\d.]+ gc_ms=[\d.]+ duration_ms=[\d.]+$},
+                 @server.log)
+  end
+
+  def test_a_controller_reads_the_numbers_so_far_from_env
+    start_rails
+    get("/fast") # warm up
+    seen = JSON.parse(get("/timing?cpu_ms=50").body)
+
+    assert_equal %w[gvl_wait_ms gvl_run_ms idle_ms gc_ms duration_ms], seen.keys
+    # The action burned 50 ms of CPU before reading them.
+    assert_operator seen["gvl_run_ms"], :>=, 40, seen.inspect
+    assert_operator seen["duration_ms"], :>=, seen["gvl_run_ms"] - 1, seen.inspect
+  end
+
+  def test_a_quick_request_waits_for_the_gvl_behind_a_cpu_request
+    start_rails
+    3.times { get("/fast") } # warm up
+    alone = Array.new(5) { gvlscope_timing(get("/fast"))["gvl-wait"] }
+
+    # 600 ms of CPU, so that /fast still arrives while it runs when a busy machine is slow to
+    # deliver it. Up to a 100 ms timeslice of the wait may fall on Puma's acceptor thread, which
+    # belongs to no request yet; only what the thread serving /fast waits after that is counted.
+    beside = Array.new(3) do
+      cpu = Thread.new { get("/cpu?ms=600") }
+      sleep 0.05
+      wait = gvlscope_timing(get("/fast"))["gvl-wait"]
+      cpu.join(30)
+      wait
+    end
+
+    warn "alone #{alone.inspect} beside #{beside.inspect}" if ENV["GVLSCOPE_TEST_VERBOSE"]
+    # Medians: one request of a few may land on a noisy moment of a shared 2-core machine.
+    assert_operator alone.sort[2], :<, 20, "alone: #{alone.inspect}"
+    assert_operator beside.sort[1], :>=, 30, "beside /cpu: #{beside.inspect}"
+  end
+end
