@@ -44,6 +44,8 @@ ALL_SETUPS = {
   hook: { env: { "GVLSCOPE_MIDDLEWARE" => "hook" }, plugin: false },
   middleware: { env: {}, plugin: false },
   no_server_timing: { env: { "GVLSCOPE_SERVER_TIMING" => "0" }, plugin: false },
+  # No gvlscope, but the app adds a Server-Timing header as long as the middleware's.
+  static_header: { env: { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_STATIC_SERVER_TIMING" => "1" }, plugin: false },
 }.freeze
 # SETUPS=plain,hook,middleware picks rows (plain, metrics, recorder by default).
 SETUPS = ALL_SETUPS.slice(*ENV.fetch("SETUPS", "plain,metrics,recorder").split(",").map(&:to_sym))
