@@ -16,6 +16,7 @@
 # gvlscope adds to each request, less sensitive to neighbours than requests/s.
 #
 #   bundle exec ruby -Ilib bench/web.rb          (ROUNDS=3 DURATION=10 by default)
+#   SAME_PROCESS=1 ROUNDS=10 DURATION=4 bundle exec ruby -Ilib bench/web.rb   (one Puma, switched)
 require "net/http"
 require "rbconfig"
 require "tmpdir"
@@ -49,6 +50,18 @@ ALL_SETUPS = {
 }.freeze
 # SETUPS=plain,hook,middleware picks rows (plain, metrics, recorder by default).
 SETUPS = ALL_SETUPS.slice(*ENV.fetch("SETUPS", "plain,metrics,recorder").split(",").map(&:to_sym))
+# SAME_PROCESS=1: one Puma serves plain, metrics and recorder in turn, switched at run time between
+# load runs (no Puma plugin: it cannot be switched). Boots differ from each other by more than the
+# 2 % measured here (the same setup gave 7,000 and 9,100 req/s from two boots), so this is the
+# sharper comparison of the middleware + hook and of the recorder.
+SAME_PROCESS = ENV["SAME_PROCESS"] == "1"
+# TOGGLED=plain,hook,middleware_only,metrics splits the cost (see test/fixtures/web/app.ru).
+# PIN=1: Puma on CPU 0, wrk on CPU 1 (taskset), so that they stop trading places on the two cores,
+# which is most of the run-to-run spread.
+PIN = ENV["PIN"] == "1"
+SERVER_CPU = PIN ? %w[taskset -c 0] : [].freeze
+CLIENT_CPU = PIN ? %w[taskset -c 1] : [].freeze
+TOGGLED = ENV.fetch("TOGGLED", "plain,metrics,recorder").split(",").map(&:to_sym).freeze
 
 def boot(dir, name, setup)
   config = File.join(dir, "#{name}.rb")
@@ -64,7 +77,7 @@ def boot(dir, name, setup)
   env = setup[:env].dup
   env["GVLSCOPE_FLIGHT_DIR"] = File.join(dir, "dumps") if setup[:recorder]
   log = File.join(dir, "#{name}.log")
-  pid = Process.spawn(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config,
+  pid = Process.spawn(env, *SERVER_CPU, RbConfig.ruby, "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config,
                       out: log, err: %i[child out], pgroup: true)
   Timeout.timeout(60) { sleep 0.05 until File.read(log).match?(/Listening on/) }
   text = File.read(log)
@@ -78,9 +91,9 @@ def cpu_seconds(pid)
   (utime + stime).fdiv(Etc.sysconf(Etc::SC_CLK_TCK))
 end
 
-def measure(name, setup, dir)
-  pid, port, metrics_port = boot(dir, name, setup)
-  system("wrk", "-c", "20", "-d", "2", "-t", "2", "http://127.0.0.1:#{port}/", out: File::NULL) # warm up
+# One wrk run against a server already up: [requests/s, server CPU us per request].
+def load_run(pid, port, metrics_port = nil)
+  system(*CLIENT_CPU, "wrk", "-c", "20", "-d", "2", "-t", "2", "http://127.0.0.1:#{port}/", out: File::NULL) # warm up
   scraper = metrics_port && Thread.new do
     loop do
       Net::HTTP.get(URI("http://127.0.0.1:#{metrics_port}/metrics"))
@@ -88,27 +101,54 @@ def measure(name, setup, dir)
     end
   end
   cpu_before = cpu_seconds(pid)
-  output = IO.popen(["wrk", "-c", "20", "-d", DURATION.to_s, "-t", "2", "http://127.0.0.1:#{port}/"], &:read)
+  output = IO.popen([*CLIENT_CPU, "wrk", "-c", "20", "-d", DURATION.to_s, "-t", "2", "http://127.0.0.1:#{port}/"], &:read)
   requests = Integer(output[/(\d+) requests in/, 1])
   [Float(output[/Requests\/sec:\s+([\d.]+)/, 1]), (cpu_seconds(pid) - cpu_before) * 1e6 / requests]
 ensure
   scraper&.kill
-  if pid
-    Process.kill(:TERM, -pid)
-    Process.wait(pid)
-  end
+end
+
+def shutdown(pid)
+  Process.kill(:TERM, -pid)
+  Process.wait(pid)
+end
+
+def measure(name, setup, dir)
+  pid, port, metrics_port = boot(dir, name, setup)
+  load_run(pid, port, metrics_port)
+ensure
+  shutdown(pid) if pid
 end
 
 ensure_wrk
 results = Hash.new { |h, k| h[k] = [] }
 cpu_per_request = Hash.new { |h, k| h[k] = [] }
 Dir.mktmpdir("gvlscope-bench-web") do |dir|
-  ROUNDS.times do |round|
-    SETUPS.each do |name, setup|
-      rps, cpu_us = measure(name, setup, dir)
-      results[name] << rps
-      cpu_per_request[name] << cpu_us
-      warn format("round %d %-10s %9.0f req/s %7.1f us CPU/request", round + 1, name, rps, cpu_us)
+  if SAME_PROCESS
+    # One Puma for all setups, switched between runs (test/fixtures/web/app.ru, GVLSCOPE_TOGGLE).
+    pid, port, = boot(dir, "toggled", { env: { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_TOGGLE" => "1" }, plugin: false,
+                                            recorder: true })
+    begin
+      ROUNDS.times do |round|
+        TOGGLED.each do |name|
+          Net::HTTP.get(URI("http://127.0.0.1:#{port}/__gvlscope/#{name}"))
+          rps, cpu_us = load_run(pid, port)
+          results[name] << rps
+          cpu_per_request[name] << cpu_us
+          warn format("round %d %-10s %9.0f req/s %7.1f us CPU/request", round + 1, name, rps, cpu_us)
+        end
+      end
+    ensure
+      shutdown(pid)
+    end
+  else
+    ROUNDS.times do |round|
+      SETUPS.each do |name, setup|
+        rps, cpu_us = measure(name, setup, dir)
+        results[name] << rps
+        cpu_per_request[name] << cpu_us
+        warn format("round %d %-10s %9.0f req/s %7.1f us CPU/request", round + 1, name, rps, cpu_us)
+      end
     end
   end
   dumps = Dir[File.join(dir, "dumps", "*.gvl")].size

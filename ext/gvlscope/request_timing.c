@@ -23,7 +23,8 @@ static size_t timing_size(const void *ptr) { return sizeof(request_timing); }
 static const rb_data_type_t timing_type = {
     .wrap_struct_name = "GVLScope::RequestTiming",
     .function = { .dmark = timing_mark, .dfree = RUBY_TYPED_DEFAULT_FREE, .dsize = timing_size },
-    .flags = RUBY_TYPED_FREE_IMMEDIATELY | RUBY_TYPED_WB_PROTECTED,
+    // Embeddable: the struct lives in the object's own slot, no malloc and free per request.
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY | RUBY_TYPED_WB_PROTECTED | RUBY_TYPED_EMBEDDABLE,
 };
 
 static VALUE timing_alloc(VALUE klass) {

@@ -1,0 +1,81 @@
+# frozen_string_literal: true
+
+# Instructions per request, counted by valgrind (callgrind): what each web setup adds to a Puma
+# request, in a number no neighbour on the machine can move (bench/web.rb measures requests/s,
+# which on a shared 2-core VM swings by ±10 % from one run to the next, more than the 2 % it is
+# asked to resolve). One Puma (5 threads, single mode) runs under callgrind serving
+# test/fixtures/web/app.ru in its switchable mode (GVLSCOPE_TOGGLE); for each setup: switch, warm
+# up, zero the counters, REQUESTS keep-alive requests from one client, dump the counters; ROUNDS
+# rounds of all setups, the minimum per setup (the GC's work comes in bursts: a window that held a
+# major GC counts more; switching runs a full GC first, so each window starts from a clean heap).
+# Instructions are not time (cache misses, the kernel's share and the client are not in them),
+# but a setup that adds 2 % of the instructions of a request adds about that much work.
+#
+#   bundle exec ruby -Ilib bench/web_instructions.rb        (REQUESTS=2000 ROUNDS=3; needs valgrind)
+#   SETUPS=plain,metrics,recorder,no_server_timing,static_header,hook,middleware_only
+require "net/http"
+require "rbconfig"
+require "tmpdir"
+require "timeout"
+
+ROOT = File.expand_path("..", __dir__)
+REQUESTS = Integer(ENV.fetch("REQUESTS", 2000))
+ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
+SETUPS = ENV.fetch("SETUPS", "plain,metrics,recorder,no_server_timing,static_header").split(",")
+
+abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+
+def totals(dump)
+  Integer(File.read(dump)[/^(?:summary|totals): (\d+)/, 1])
+end
+
+results = Hash.new { |h, k| h[k] = [] }
+Dir.mktmpdir("gvlscope-web-instructions") do |dir|
+  config = File.join(dir, "puma.rb")
+  File.write(config, <<~RUBY)
+    bind "tcp://127.0.0.1:0"
+    threads 5, 5
+    workers 0
+    environment "production"
+    rackup #{File.join(ROOT, 'test/fixtures/web/app.ru').inspect}
+  RUBY
+  log = File.join(dir, "puma.log")
+  env = { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_TOGGLE" => "1", "GVLSCOPE_FLIGHT_DIR" => File.join(dir, "dumps") }
+  pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,
+                      "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config, out: log, err: %i[child out])
+  begin
+    Timeout.timeout(300) { sleep 0.5 until File.read(log).match?(/Listening on/) }
+    port = Integer(File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
+    Net::HTTP.start("127.0.0.1", port, read_timeout: 120) do |http|
+      (SETUPS * ROUNDS).each do |setup|
+        http.get("/__gvlscope/#{setup}").is_a?(Net::HTTPOK) or abort "unknown setup #{setup}"
+        200.times { http.get("/") }
+        system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
+        REQUESTS.times { http.get("/") }
+        before = Dir[File.join(dir, "callgrind.#{pid}.*")]
+        system("callgrind_control", "--dump=#{setup}", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
+        dump = nil
+        Timeout.timeout(60) { sleep 0.2 until (dump = (Dir[File.join(dir, "callgrind.#{pid}.*")] - before).first) }
+        sleep 0.5 # let the dump finish writing
+        results[setup] << totals(dump).fdiv(REQUESTS)
+        warn format("%-17s %10.0f instructions per request", setup, results[setup].last)
+      end
+    end
+  ensure
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+  end
+end
+
+runs = results.transform_values(&:dup)
+results = results.transform_values(&:min)
+plain = results["plain"]
+puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{REQUESTS} keep-alive requests per setup " \
+     "under callgrind, minimum of #{ROUNDS} rounds"
+puts "| setup | instructions per request | added | plain / setup | rounds |"
+puts "|---|---:|---:|---:|---|"
+results.each do |setup, per_request|
+  added = plain ? per_request - plain : 0
+  puts format("| %s | %.0f | %s | %s | %s |", setup, per_request, setup == "plain" || !plain ? "-" : format("%+.0f", added),
+              plain ? format("%.1f%%", 100 * plain / per_request) : "-", runs[setup].map(&:round).join(", "))
+end
