@@ -96,7 +96,7 @@ class RackTest < Minitest::Test
     sleep 0.0123
     burn(0.004)
     timing.finish!
-    assert_predicate timing, :frozen?
+    assert_predicate timing, :finished?
     fields = timing.server_timing.split(", ").to_h { |metric| metric.split(";dur=") }
     assert_equal %w[gvl-wait gvl-run idle gc], fields.keys
     fields.each_value { |value| assert_match(/\A\d+\.\d{3}\z/, value) }
@@ -114,6 +114,32 @@ class RackTest < Minitest::Test
     app = ->(_env) { [200, { "server-timing" => "db;dur=3" }, ["ok"]] }
     assert_match(/\Adb;dur=3, gvl-wait;dur=[\d.]+, gvl-run/, request(GVLScope::Rack.new(app)).headers["server-timing"])
     assert_equal "db;dur=3", request(GVLScope::Rack.new(app, server_timing: false)).headers["server-timing"]
+  end
+
+  # The header goes in wherever the app's response allows: in place (C) for a plain response, on
+  # copies for frozen ones, appended to what is there under either spelling or as an Array value.
+  def test_server_timing_on_every_shape_of_response
+    value = /gvl-wait;dur=[\d.]+, gvl-run;dur=[\d.]+, idle;dur=[\d.]+, gc;dur=[\d.]+/
+    env = { "REQUEST_METHOD" => "GET", "PATH_INFO" => "/" }
+    shapes = {
+      plain: [200, { "content-type" => "text/plain" }, ["ok"]],
+      frozen_response: [200, { "content-type" => "text/plain" }, ["ok"]].freeze,
+      frozen_headers: [200, { "content-type" => "text/plain" }.freeze, ["ok"]],
+      capitalized: [200, { "Server-Timing" => "db;dur=3" }, ["ok"]],
+      array_value: [200, { "server-timing" => ["db;dur=3"] }, ["ok"]],
+    }
+    shapes.each do |shape, response|
+      status, headers, body = GVLScope::Rack.new(->(_env) { response }).call(env)
+      assert_equal [200, ["ok"]], [status, body], shape
+      case shape
+      when :capitalized
+        assert_match(/\Adb;dur=3, #{value}\z/, headers["Server-Timing"], shape)
+        refute headers.key?("server-timing"), shape
+      when :array_value then assert_match(value, headers["server-timing"].last, shape)
+      else assert_match(/\A#{value}\z/, headers["server-timing"], shape)
+      end
+    end
+    refute shapes[:frozen_headers][1].key?("server-timing"), "a frozen Hash is copied, not changed"
   end
 
   def test_a_request_that_waited_too_long_is_logged

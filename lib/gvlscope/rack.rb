@@ -38,6 +38,7 @@ module GVLScope
       @log_wait_over_ns = threshold_ns(options[:log_wait_over_ms], "log_wait_over_ms")
       @logger = options[:logger]
       @recorder_triggers = start_flight_recorder(options[:flight_recorder])
+      @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
       # is shared with everything else gvlscope does.
       Metrics.enable
@@ -45,42 +46,47 @@ module GVLScope
     end
 
     def call(env)
-      timing = RequestTiming.new
-      env[ENV_KEY] = timing
+      timing = env[ENV_KEY] = RequestTiming.start
       response = @app.call(env)
-      timing.finish!
-      headers = report(env, timing, response[1])
-      # The app's own Array when it may be changed: one allocation less per request.
-      return [response[0], headers, response[2]] if response.frozen? || !response.is_a?(Array)
+      # Finishes the timing and, in the common case, adds the header in C; nil when it is not the
+      # common case (a frozen response or headers, an Array value already there).
+      done = timing.finish_response(response, @server_timing)
+      return done if done && !@after_response
 
-      response[1] = headers
-      response
-    ensure
-      timing&.finish! # when the app raised: env["gvlscope"] still ends up finished
+      report(env, timing, done || response, done.nil?)
+    rescue Exception # rubocop:disable Lint/RescueException -- re-raised; unlike ensure, free when nothing is raised
+      timing&.finish! # the app raised: env["gvlscope"] still ends up finished
+      raise
     end
 
     private
 
-    # Never lets gvlscope break a response: a failure here is reported once, the response goes out.
-    def report(env, timing, headers)
-      headers = add_server_timing(headers, timing.server_timing) if @server_timing
+    # Everything but the common case: the header on an unusual response, the slow-request log, the
+    # flight recorder's triggers. Never lets gvlscope break a response: a failure here is reported
+    # once, the response goes out.
+    def report(env, timing, response, needs_header)
+      response = with_server_timing(response, timing.server_timing) if needs_header
       log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
       trigger_flight_recorder(env, timing) if @recorder_triggers
-      headers
+      response
     rescue StandardError => e
       unless @warned
         @warned = true
         warn "gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}"
       end
-      headers
+      response
     end
 
-    def add_server_timing(headers, value)
+    def with_server_timing(response, value)
+      status, headers, body = response
       headers = headers.dup if headers.frozen?
       key = headers.key?("Server-Timing") ? "Server-Timing" : "server-timing"
       existing = headers[key]
-      headers[key] = existing && !existing.empty? ? "#{existing}, #{value}" : value
-      headers
+      headers[key] = if existing.is_a?(Array) then [*existing, value]
+                     elsif existing && !existing.empty? then "#{existing}, #{value}"
+                     else value
+                     end
+      [status, headers, body]
     end
 
     def log_slow(env, timing)

@@ -6,9 +6,9 @@ module GVLScope
   # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per
   # request; the counting is in C, ext/gvlscope/request_timing.c).
   #
-  #   timing = GVLScope::RequestTiming.new   # Thread.current by default; the request starts now
+  #   timing = GVLScope::RequestTiming.start # or .new; Thread.current by default; the request starts now
   #   ...                                    # run_ns, wait_ns, ... give the numbers so far
-  #   timing.finish!                         # freezes them (and the object)
+  #   timing.finish!                         # fixes them
   #
   # run, idle and GC count from #initialize to #finish!. GVL wait counts that too, plus the wait to
   # pick the request up (pickup_wait_ns): what the thread waited for the GVL since it finished its
