@@ -38,6 +38,7 @@ module GVLScope
       @log_wait_over_ns = threshold_ns(options[:log_wait_over_ms], "log_wait_over_ms")
       @logger = options[:logger]
       @recorder_triggers = start_flight_recorder(options[:flight_recorder])
+      @recorder_wait_over_ns, @recorder_duration_over_ns = @recorder_triggers&.values_at(:wait_over_ns, :duration_over_ns)
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
       # is shared with everything else gvlscope does.
@@ -99,9 +100,10 @@ module GVLScope
     end
 
     def trigger_flight_recorder(env, timing)
-      wait_over, duration_over = @recorder_triggers.values_at(:wait_over_ns, :duration_over_ns)
-      why = if wait_over && timing.wait_ns >= wait_over then format("gvl wait %.0f ms", timing.wait_ms)
-            elsif duration_over && timing.duration_ns >= duration_over then format("duration %.0f ms", timing.duration_ms)
+      why = if @recorder_wait_over_ns && timing.wait_ns >= @recorder_wait_over_ns
+              format("gvl wait %.0f ms", timing.wait_ms)
+            elsif @recorder_duration_over_ns && timing.duration_ns >= @recorder_duration_over_ns
+              format("duration %.0f ms", timing.duration_ms)
             end
       FlightRecorder.dump_later("#{env['REQUEST_METHOD']} #{env['PATH_INFO']} #{why}") if why
     end
