@@ -22,9 +22,9 @@ require "rbconfig"
 require "tmpdir"
 require "timeout"
 require "etc"
+require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)
-APP = File.join(ROOT, "test/fixtures/web/app.ru")
 ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
 DURATION = Integer(ENV.fetch("DURATION", 10))
 
@@ -64,16 +64,8 @@ CLIENT_CPU = PIN ? %w[taskset -c 1] : [].freeze
 TOGGLED = ENV.fetch("TOGGLED", "plain,metrics,recorder").split(",").map(&:to_sym).freeze
 
 def boot(dir, name, setup)
-  config = File.join(dir, "#{name}.rb")
-  File.write(config, <<~RUBY)
-    bind "tcp://127.0.0.1:0"
-    threads 5, 5
-    workers 0
-    environment "production"
-    quiet
-    rackup #{APP.inspect}
-    #{"plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0" if setup[:plugin]}
-  RUBY
+  config = write_puma_config(File.join(dir, "#{name}.rb"),
+                             "quiet\n#{"plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0" if setup[:plugin]}")
   env = setup[:env].dup
   env["GVLSCOPE_FLIGHT_DIR"] = File.join(dir, "dumps") if setup[:recorder]
   log = File.join(dir, "#{name}.log")

@@ -17,6 +17,7 @@ require "net/http"
 require "rbconfig"
 require "tmpdir"
 require "timeout"
+require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)
 REQUESTS = Integer(ENV.fetch("REQUESTS", 2000))
@@ -31,14 +32,7 @@ end
 
 results = Hash.new { |h, k| h[k] = [] }
 Dir.mktmpdir("gvlscope-web-instructions") do |dir|
-  config = File.join(dir, "puma.rb")
-  File.write(config, <<~RUBY)
-    bind "tcp://127.0.0.1:0"
-    threads 5, 5
-    workers 0
-    environment "production"
-    rackup #{File.join(ROOT, 'test/fixtures/web/app.ru').inspect}
-  RUBY
+  config = write_puma_config(File.join(dir, "puma.rb"))
   log = File.join(dir, "puma.log")
   env = { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_TOGGLE" => "1", "GVLSCOPE_FLIGHT_DIR" => File.join(dir, "dumps") }
   pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,

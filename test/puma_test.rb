@@ -4,6 +4,7 @@ require "test_helper"
 require "net/http"
 require "tmpdir"
 require "timeout"
+require_relative "support/puma_process"
 
 # Real Puma processes on loopback ports, real HTTP: the middleware's Server-Timing under
 # contention, the plugin's per-worker metrics and /metrics in cluster mode, the flight recorder
@@ -13,9 +14,7 @@ class PumaTest < Minitest::Test
   APP = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/web/app.ru")
   BOOT_TIMEOUT = 60
 
-  Server = Struct.new(:pid, :log_path, :port, :metrics_port) do
-    def log = File.read(log_path)
-  end
+  include PumaProcess
 
   def setup
     @dir = Dir.mktmpdir("gvlscope-puma")
@@ -62,18 +61,6 @@ class PumaTest < Minitest::Test
       sleep 0.05
     end
   end
-
-  def stop(server)
-    Process.kill(:TERM, -server.pid)
-    Timeout.timeout(10) { Process.wait(server.pid) }
-  rescue Timeout::Error
-    Process.kill(:KILL, -server.pid)
-    Process.wait(server.pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
-  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
   def get(port, path)
     Net::HTTP.start("127.0.0.1", port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }

@@ -5,6 +5,7 @@ require "json"
 require "net/http"
 require "tmpdir"
 require "timeout"
+require_relative "support/puma_process"
 
 # GVLScope::Rack inside a real Rails app (test/fixtures/rails/config.ru) under real Puma, over
 # loopback HTTP, set up as docs/web.md tells Rails users to: outermost in the middleware stack,
@@ -15,9 +16,7 @@ class RailsTest < Minitest::Test
   APP = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/rails/config.ru")
   BOOT_TIMEOUT = 60
 
-  Server = Struct.new(:pid, :log_path, :port) do
-    def log = File.read(log_path)
-  end
+  include PumaProcess
 
   # Rails is in the bundle's test group, so this is only for a run outside the bundle without it.
   def self.rails_load_error
@@ -64,18 +63,6 @@ class RailsTest < Minitest::Test
     @server.port = Integer(port)
     @server
   end
-
-  def stop(server)
-    Process.kill(:TERM, -server.pid)
-    Timeout.timeout(10) { Process.wait(server.pid) }
-  rescue Timeout::Error
-    Process.kill(:KILL, -server.pid)
-    Process.wait(server.pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
-  end
-
-  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
   def get(path)
     response = Net::HTTP.start("127.0.0.1", @server.port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }

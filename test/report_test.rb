@@ -103,25 +103,16 @@ class ReportTest < Minitest::Test
     assert_empty report.findings
   end
 
-  # Counting until a deadline, not to a number: on a fast machine 8M increments took 2 timeslices
-  # per thread, fewer acquisitions than the finding needs (20).
-  def counters_until(threads, seconds)
-    <<~RUBY
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + #{seconds}
-      #{threads}.times.map do |n|
-        Thread.new do
-          Thread.current.name = "counter \#{n}"
-          x = 0
-          x += 1 while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-        end
-      end.each(&:join)
-    RUBY
+  # Counters that run for a time, not to a number: on a fast machine 8M increments took 2
+  # timeslices per thread, fewer acquisitions than the finding needs (20).
+  def counters_for(threads, seconds)
+    "#{threads}.times.map { |n| GVLWorkloads.cpu_thread(\"counter \#{n}\", #{seconds}) }.each(&:join)"
   end
 
   def test_contention_needs_many_threads_waiting_at_once
-    two = report_of(counters_until(2, 1.5))
+    two = report_of(counters_for(2, 1.5))
     assert_empty two.findings.select { |f| f.kind == :contention }
-    six = report_of(counters_until(6, 3))
+    six = report_of(counters_for(6, 3))
     contention = six.findings.find { |f| f.kind == :contention }
     assert contention, six.findings.map(&:title).inspect
     assert_operator contention.evidence[:most_waiters], :>=, 4
