@@ -40,7 +40,9 @@ class FlightRecorderTest < Minitest::Test
     assert_includes labels, "cpu0"
     assert_includes labels, "cpu1"
     # Two CPU threads preempt each other every timeslice: both wanted the GVL for a while.
-    cpu = timeline.threads.values.select { |t| t.label.start_with?("cpu") }
+    # (By name: threads of earlier tests in this process, one named "cpu", are in the thread table.)
+    cpu = timeline.threads.values.select { |t| %w[cpu0 cpu1].include?(t.label) }
+    assert_equal 2, cpu.size
     cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wants_gvl }, "#{t.label} never waited") }
     # And `gvlscope report` reads it like any trace.
     out, err, status = gvlscope("report", "--json", dump.path)
