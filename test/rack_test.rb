@@ -110,6 +110,19 @@ class RackTest < Minitest::Test
     assert_same GVLScope::RequestTiming, GVLScope::Rack::RequestTiming
   end
 
+  # A timing can outlive its thread, and the thread's slot is freed once it exited and a snapshot
+  # retired it: reading the timing then must not touch the freed slot (it reads no counters).
+  def test_a_timing_outlives_its_thread
+    GVLScope::Metrics.enable
+    timing = nil
+    Thread.new { timing = GVLScope::RequestTiming.new; burn(0.01) }.join
+    2.times { GVLScope::Metrics.snapshot } # retires, then prunes, the exited thread's slot
+    assert_nil GVLScope::Native.metrics_thread(timing.thread)
+    assert_equal 0, timing.run_ns # no slot: the counters read as unchanged (clamped at 0)
+    timing.finish!
+    assert_equal 0, timing.wait_ns
+  end
+
   def test_server_timing_can_be_turned_off_and_an_existing_header_is_kept
     app = ->(_env) { [200, { "server-timing" => "db;dur=3" }, ["ok"]] }
     assert_match(/\Adb;dur=3, gvl-wait;dur=[\d.]+, gvl-run/, request(GVLScope::Rack.new(app)).headers["server-timing"])

@@ -251,7 +251,8 @@ static VALUE metrics_snapshot(VALUE self) {
 // Native.metrics_thread(thread) -> counters of one thread (in-progress state included), or nil
 static VALUE metrics_thread(VALUE self, VALUE thread) {
     uint64_t now_ns = gvls_now_ns();
-    gvls_thread *slot = gvls_thread_for(thread);
+    // Only the caller's own thread gets a slot made here; another thread may have exited.
+    gvls_thread *slot = thread == rb_thread_current() ? gvls_thread_for(thread) : gvls_thread_find(thread);
     if (!slot) return Qnil;
     gvls_thread_metrics m = slot->metrics;
     add_in_progress(&m, now_ns);

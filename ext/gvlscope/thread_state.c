@@ -82,6 +82,10 @@ out:
 __thread __attribute__((tls_model("initial-exec"))) gvls_last_thread gvls_last;
 _Atomic uint32_t gvls_registry_generation = 1;
 
+gvls_thread *gvls_thread_find(VALUE thread) {
+    return rb_internal_thread_specific_get(thread, slot_key);
+}
+
 gvls_thread *gvls_thread_lookup(VALUE thread) {
     gvls_thread *slot = rb_internal_thread_specific_get(thread, slot_key);
     return slot ? slot : create_slot(thread);
@@ -99,8 +103,14 @@ void gvls_threads_prune_exited(void) {
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
         // An exited thread fires no more events; its metrics, if collected, were retired first.
-        if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) free(registry[i]);
-        else registry[kept++] = registry[i];
+        if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
+            // The Thread object may outlive its slot (a RequestTiming, a caller of metrics_thread
+            // holds it): a later lookup must find nothing, not freed memory.
+            rb_internal_thread_specific_set(registry[i]->thread, slot_key, NULL);
+            free(registry[i]);
+        } else {
+            registry[kept++] = registry[i];
+        }
     }
     if (kept != registry_len) atomic_fetch_add(&gvls_registry_generation, 1);  // before any Thread can be reused
     registry_len = kept;

@@ -45,6 +45,8 @@ typedef struct gvls_thread {
 
 void gvls_thread_state_init(void);
 gvls_thread *gvls_thread_lookup(VALUE thread);
+// The thread's slot if it has one; never creates one (for threads that may have exited).
+gvls_thread *gvls_thread_find(VALUE thread);
 
 // The last thread this native thread reported, and its slot: without M:N threads nearly every
 // event is about the thread running the hook, so most lookups skip CRuby's thread-specific
