@@ -36,7 +36,9 @@ static request_timing *timing_of(VALUE self) { return rb_check_typeddata(self, &
 
 static gvls_thread *slot_of(VALUE thread) {
     if (!rb_obj_is_kind_of(thread, rb_cThread)) rb_raise(rb_eTypeError, "expected a Thread, got %"PRIsVALUE, rb_obj_class(thread));
-    return gvls_thread_for(thread);
+    // As Native.metrics_thread: a slot is made only for the caller's own thread (a slot made for
+    // an exited thread would never see EXITED, so would never be freed).
+    return thread == rb_thread_current() ? gvls_thread_for(thread) : gvls_thread_find(thread);
 }
 
 static uint64_t minus(uint64_t later, uint64_t earlier) { return later > earlier ? later - earlier : 0; }
