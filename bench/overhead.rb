@@ -16,8 +16,7 @@
 # (GVLScope::Metrics on); gvltools (its GlobalTimer, LocalTimer and WaitingThreads on); gvlscope
 # (tracing to a file); gvl-tracing (tracing to its JSON).
 require "gvlscope"
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
+require "gvlscope/model"
 require "gvlscope/exporters/chrome_json"
 require "gvlscope/exporters/perfetto"
 require "tmpdir"
@@ -123,13 +122,13 @@ end
 
 if run?(:gvlscope)
   started = clock
-  timeline = GVLScope::Timeline.from_file(trace_path)
+  timeline = GVLScope::Model.timeline(trace_path)
   read_s = clock - started
   started = clock
-  File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Exporters::ChromeJSON.new(timeline).write(io) }
+  File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Formats::ChromeJSON.new(timeline).write(io) }
   chrome_s = clock - started
   started = clock
-  File.open(File.join(dir, "bench.pftrace"), "wb") { |io| GVLScope::Exporters::Perfetto.new(timeline).write(io) }
+  File.open(File.join(dir, "bench.pftrace"), "wb") { |io| GVLScope::Formats::Perfetto.new(timeline).write(io) }
   perfetto_s = clock - started
   puts
   puts format("Reading the %d-event trace into a timeline: %.2f s; Chrome JSON export: %.2f s (%.1f MB); " \

@@ -48,16 +48,15 @@ html_s = seconds { system(*gvlscope, "report", trace, "--html", html, out: File:
 
 # The parts, in this process with YJIT (as exe/gvlscope runs).
 RubyVM::YJIT.enable if defined?(RubyVM::YJIT.enable)
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
+require "gvlscope/model"
 require "gvlscope/report"
 require "gvlscope/report/text"
 require "gvlscope/report/html"
 file = timeline = report = nil
-read_s = seconds { file = GVLScope::TraceFile.read(trace) }
-timeline_s = seconds { timeline = GVLScope::Timeline.new(file) }
-analyse_s = seconds { report = GVLScope::Report.new(timeline).tap(&:findings).tap(&:histograms) }
-render_s = seconds { GVLScope::Report::Text.new(report).to_s }
+read_s = seconds { file = GVLScope::Model::TraceFile.read(trace) }
+timeline_s = seconds { timeline = GVLScope::Model::Timeline.new(file) }
+analyse_s = seconds { report = GVLScope::Analysis::Report.new(timeline).tap(&:findings).tap(&:histograms) }
+render_s = seconds { GVLScope::Formats::ReportText.new(report).to_s }
 puts "Ruby #{RUBY_DESCRIPTION}; #{file.size} events, #{timeline.threads.size} threads, #{report.findings.size} findings"
 puts format("gvlscope report (wall, whole command): %.2f s; with --html: %.2f s (%.1f MB)", text_s, html_s,
             File.size(html) / 1e6)

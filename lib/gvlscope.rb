@@ -1,31 +1,24 @@
 # frozen_string_literal: true
 
-require_relative "gvlscope/version"
-require_relative "gvlscope/errors"
-
-module GVLScope
-  def self.check_ruby!(engine = RUBY_ENGINE, version = RUBY_VERSION)
-    return if engine == "ruby" && Gem::Version.new(version) >= Gem::Version.new(MINIMUM_RUBY)
-
-    raise UnsupportedRuby,
-          "gvlscope needs CRuby >= #{MINIMUM_RUBY} (the GVL instrumentation API with STARTED/EXITED " \
-          "events and thread-specific storage); this is #{engine} #{version}. " \
-          "script/bootstrap in the gvlscope repository builds a suitable Ruby."
-  end
-  check_ruby!
-end
-
-begin
-  require "gvlscope/gvlscope"
-rescue LoadError => e
-  raise unless e.message.include?("incompatible") || e.message.include?("undefined symbol")
-
-  # A checkout shared by two Rubies: lib/gvlscope/gvlscope.so was compiled by the other one.
-  raise GVLScope::Error, "gvlscope's native extension does not match this Ruby (#{RUBY_VERSION}): #{e.message}. " \
-                         "In a checkout, rebuild it with `bundle exec rake clobber compile`."
-end
+# gvlscope's data path, one folder per stage (docs/architecture.md):
+#   the C hook (ext/gvlscope) -> the live API here (trace, metrics, flight recorder, measure)
+#   -> model/ (a trace becomes a Timeline) -> analysis/ (findings) -> formats/ (bytes)
+#   -> integrations/ (Rack, Puma, autorun), cli.rb, lab/.
+# `require "gvlscope"` loads the live API; the other stages load when first used (autoload), so
+# `use GVLScope::Rack` in a config.ru needs nothing more than what Bundler.require does.
+require_relative "gvlscope/native"
 require_relative "gvlscope/probe"
 require_relative "gvlscope/trace"
 require_relative "gvlscope/metrics"
 require_relative "gvlscope/fork"
 require_relative "gvlscope/flight_recorder"
+require_relative "gvlscope/request_timing"
+
+module GVLScope
+  autoload :Rack, File.expand_path("gvlscope/integrations/rack", __dir__)
+  autoload :PumaPlugin, File.expand_path("gvlscope/integrations/puma_plugin", __dir__)
+  autoload :MetricsServer, File.expand_path("gvlscope/integrations/metrics_server", __dir__)
+  autoload :Model, File.expand_path("gvlscope/model", __dir__)
+  autoload :Analysis, File.expand_path("gvlscope/analysis", __dir__)
+  autoload :Formats, File.expand_path("gvlscope/formats", __dir__)
+end

@@ -23,7 +23,7 @@ class CLIRunTest < Minitest::Test
       assert_match(/^app error$/, err)
       assert_match(/GVL held .* of the time/, err)
       assert_match(/^worker /, err)
-      timeline = GVLScope::Timeline.from_file(File.join(dir, "trace.gvl"))
+      timeline = GVLScope::Model.timeline(File.join(dir, "trace.gvl"))
       assert(timeline.threads.values.any? { |t| t.label == "worker" })
     end
   end
@@ -41,7 +41,7 @@ class CLIRunTest < Minitest::Test
       files = Dir.children(dir).grep(/\.gvl\z/).sort
       assert_equal 2, files.size, files.inspect
       assert_includes files, "t-#{child}.gvl"
-      child_trace = GVLScope::TraceFile.read(File.join(dir, "t-#{child}.gvl"))
+      child_trace = GVLScope::Model::TraceFile.read(File.join(dir, "t-#{child}.gvl"))
       refute child_trace.truncated?
       assert_equal child, child_trace.pid
     end
@@ -81,11 +81,11 @@ class CLIRunTest < Minitest::Test
       assert status.success?, err
       assert_match(/dropped/, err)
       assert_match(/gvlscope run --buffer MB \(now 1 MB/, err)
-      assert_operator GVLScope::TraceFile.read(File.join(dir, "small.gvl")).dropped, :>, 0
+      assert_operator GVLScope::Model::TraceFile.read(File.join(dir, "small.gvl")).dropped, :>, 0
       _out, err, status = gvlscope("run", "--no-report", "-o", "default.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
       assert status.success?, err
       refute_match(/dropped/, err)
-      assert_equal 0, GVLScope::TraceFile.read(File.join(dir, "default.gvl")).dropped
+      assert_equal 0, GVLScope::Model::TraceFile.read(File.join(dir, "default.gvl")).dropped
       _out, err, status = gvlscope("run", "--buffer", "0", "--", RbConfig.ruby, "app.rb", chdir: dir)
       assert_equal 2, status.exitstatus
       assert_match(/--buffer must be at least 1/, err)

@@ -29,7 +29,7 @@ class DropTest < Minitest::Test
     file.binmode
     file.write(drained)
     file.close
-    trace = GVLScope::TraceFile.read(file.path)
+    trace = GVLScope::Model::TraceFile.read(file.path)
     refute trace.truncated?
     assert_equal summary.dropped, trace.dropped
     assert_equal summary.events, trace.size

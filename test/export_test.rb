@@ -1,10 +1,9 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
-require "gvlscope/exporters/chrome_json"
-require "gvlscope/exporters/perfetto"
+require "gvlscope/model"
+require "gvlscope/formats/chrome_json"
+require "gvlscope/formats/perfetto"
 require "json"
 require "tmpdir"
 
@@ -27,7 +26,7 @@ class ExportTest < Minitest::Test
       thread.join
     end
     [reader, writer].each(&:close)
-    @timeline = GVLScope::Timeline.from_file(@path)
+    @timeline = GVLScope::Model.timeline(@path)
   end
 
   def teardown
@@ -35,18 +34,18 @@ class ExportTest < Minitest::Test
   end
 
   def test_chrome_json_round_trip
-    json = JSON.parse(GVLScope::Exporters::ChromeJSON.new(@timeline).write(+"").to_s)
+    json = JSON.parse(GVLScope::Formats::ChromeJSON.new(@timeline).write(+"").to_s)
     events = json.fetch("traceEvents")
     slices = events.select { |e| e["ph"] == "X" && e["cat"] == "gvl" }
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size }, slices.size
     names = events.select { |e| e["name"] == "thread_name" }.map { |e| e.dig("args", "name") }
     assert_includes names, "reader ünïcode"
     assert_includes names, "main"
-    assert_includes slices.map { |e| e["name"] }, "waiting (io/sleep)"
+    assert_includes slices.map { |e| e["name"] }, "idle (io/sleep)"
     reader_tid = events.find { |e| e["name"] == "thread_name" && e.dig("args", "name") == "reader ünïcode" }["tid"]
     reader_states = slices.select { |e| e["tid"] == reader_tid }.sort_by { |e| e["ts"] }.map { |e| e["name"] }
-    assert_equal ["started", "wants_gvl", "running", "waiting (io/sleep)", "wants_gvl", "running", "died"], reader_states
-    assert events.any? { |e| e["ph"] == "C" }, "a counter of threads wanting the GVL"
+    assert_equal ["started", "wait", "run", "idle (io/sleep)", "wait", "run", "exited"], reader_states
+    assert events.any? { |e| e["ph"] == "C" }, "a counter of threads waiting for the GVL"
   end
 
   def test_perfetto_decodes_against_the_real_schema
@@ -54,7 +53,7 @@ class ExportTest < Minitest::Test
     skip "no #{DESCRIPTOR}" unless File.exist?(DESCRIPTOR)
 
     pftrace = File.join(@dir, "t.pftrace")
-    File.open(pftrace, "wb") { |io| GVLScope::Exporters::Perfetto.new(@timeline).write(io) }
+    File.open(pftrace, "wb") { |io| GVLScope::Formats::Perfetto.new(@timeline).write(io) }
     text, err, status = Open3.capture3("protoc", "--decode=perfetto.protos.Trace", "--descriptor_set_in=#{DESCRIPTOR}",
                                        stdin_data: File.binread(pftrace), binmode: true)
     assert status.success?, err
@@ -62,15 +61,15 @@ class ExportTest < Minitest::Test
     ends = text.scan("type: TYPE_SLICE_END").size
     # The native-thread view appears only when Ruby and native threads are not one-to-one.
     running_intervals = if @timeline.shared_native_threads?
-                          @timeline.threads.values.sum { |t| t.intervals.count { |i| i.state == :running && i.native } }
+                          @timeline.threads.values.sum { |t| t.intervals.count { |i| i.state == :run && i.native } }
                         else
                           0
                         end
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size } + running_intervals, begins
     assert_equal begins, ends
     assert_includes text, 'thread_name: "reader \303\274n\303\257code"'
-    assert_match(/name: "waiting \(io\/sleep\)"/, text)
-    assert_includes text, 'name: "threads wanting the GVL"'
+    assert_match(/name: "idle \(io\/sleep\)"/, text)
+    assert_includes text, 'name: "threads waiting for the GVL"'
     assert_includes text, "type: TYPE_COUNTER"
   end
 

@@ -30,11 +30,11 @@ class FlightRecorderTest < Minitest::Test
 
     assert_equal @dir, File.dirname(dump.path)
     assert_match(/gvlscope-flight-#{Process.pid}-.*-test\.gvl\z/, dump.path)
-    trace = GVLScope::TraceFile.read(dump.path)
+    trace = GVLScope::Model::TraceFile.read(dump.path)
     refute trace.truncated?
     assert_equal dump.events, trace.size
     assert_operator trace.size, :>, 10
-    timeline = GVLScope::Timeline.new(trace)
+    timeline = GVLScope::Model::Timeline.new(trace)
     assert_consistent(timeline)
     labels = timeline.threads.values.map(&:label)
     assert_includes labels, "cpu0"
@@ -43,7 +43,7 @@ class FlightRecorderTest < Minitest::Test
     # (By name: threads of earlier tests in this process, one named "cpu", are in the thread table.)
     cpu = timeline.threads.values.select { |t| %w[cpu0 cpu1].include?(t.label) }
     assert_equal 2, cpu.size
-    cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wants_gvl }, "#{t.label} never waited") }
+    cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wait }, "#{t.label} never waited") }
     # And `gvlscope report` reads it like any trace.
     out, err, status = gvlscope("report", "--json", dump.path)
     assert status.success?, err
@@ -56,7 +56,7 @@ class FlightRecorderTest < Minitest::Test
     sleep 1.0
     burn("new", 0.2).join
     dump = GVLScope::FlightRecorder.dump
-    trace = GVLScope::TraceFile.read(dump.path)
+    trace = GVLScope::Model::TraceFile.read(dump.path)
 
     assert_operator dump.duration, :<=, 0.51
     assert_operator trace.times.first, :>=, 0
@@ -148,7 +148,7 @@ class FlightRecorderTest < Minitest::Test
       exit 1 unless $?.success?
     RUBY
     assert status.success?, err
-    trace = GVLScope::TraceFile.read(out)
+    trace = GVLScope::Model::TraceFile.read(out)
     refute_match(/gvlscope-flight-#{Process.pid}/, out)
     assert(trace.thread_info.values.any? { |info| info.name == "child-only" })
     assert_operator trace.size, :>, 0

@@ -12,7 +12,6 @@ class ForkTest < Minitest::Test
       path = File.join(dir, "parent.gvl")
       out, err, status = run_ruby(<<~RUBY, timeout: 60)
         require "gvlscope"
-        require "gvlscope/trace_file"
         GVLScope::Metrics.enable
         4.times.map { Thread.new { sleep 0.01 } }.each(&:join)
         GVLScope.start(#{path.inspect})
@@ -32,7 +31,7 @@ class ForkTest < Minitest::Test
         GVLScope.stop
         puts child
         puts $?.success?
-        puts GVLScope::TraceFile.read(#{path.inspect}).thread_info.values.count { |t| !t.main }
+        puts GVLScope::Model::TraceFile.read(#{path.inspect}).thread_info.values.count { |t| !t.main }
       RUBY
       assert status.success?, err
       child, child_ok, parent_threads = out.lines.map(&:chomp)

@@ -109,10 +109,10 @@ class MetricsTest < Minitest::Test
     after = GVLScope::Metrics.snapshot
     GVLScope.stop
     metrics = after - before
-    timeline = GVLScope::Timeline.from_file(path)
+    timeline = GVLScope::Model.timeline(path)
     3.times do |n|
       name = "agree#{n}"
-      traced = timeline.threads.values.find { |t| t.label == name }.intervals.select { |i| i.state == :wants_gvl }.sum(&:duration_ns)
+      traced = timeline.threads.values.find { |t| t.label == name }.intervals.select { |i| i.state == :wait }.sum(&:duration_ns)
       counted = metrics.all_rows.find { |row| row.name == name }.wait_ns
       assert_operator traced, :>, 100_000_000
       assert_in_delta traced, counted, 0.01 * traced, name

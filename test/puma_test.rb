@@ -140,15 +140,15 @@ class PumaTest < Minitest::Test
     files = Dir[File.join(dumps, "*.gvl")]
     assert_equal 1, files.size, server.log
     assert_match(/-get-cpu-duration-\d+-ms\.gvl\z/, files.first)
-    trace = GVLScope::TraceFile.read(files.first)
+    trace = GVLScope::Model::TraceFile.read(files.first)
     refute trace.truncated?
-    timeline = GVLScope::Timeline.new(trace)
+    timeline = GVLScope::Model::Timeline.new(trace)
     threads = timeline.threads.values
     # Puma's pool threads around the slow request: one ran ~200 ms, another wanted the GVL then.
     assert_operator threads.count { |t| t.label.start_with?("puma srv tp") }, :>=, 2, threads.map(&:label).inspect
-    longest_run = threads.map { |t| t.intervals.select { |i| i.state == :running }.sum(&:duration_ns) }.max
+    longest_run = threads.map { |t| t.intervals.select { |i| i.state == :run }.sum(&:duration_ns) }.max
     assert_operator longest_run, :>=, 150_000_000
-    assert(threads.any? { |t| t.intervals.any? { |i| i.state == :wants_gvl && i.duration_ns > 10_000_000 } })
+    assert(threads.any? { |t| t.intervals.any? { |i| i.state == :wait && i.duration_ns > 10_000_000 } })
   end
 
   def test_bad_plugin_config_stops_puma_at_boot_with_one_line

@@ -1,11 +1,10 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
+require "gvlscope/model"
 require "tmpdir"
 require "json"
-require "gvlscope/exporters/chrome_json"
+require "gvlscope/formats/chrome_json"
 
 # Ractors run their hooks concurrently, and M:N moves Ruby threads between native threads: both
 # must give complete, consistent per-thread sequences. Run in child processes (Ractor warnings,
@@ -23,7 +22,7 @@ class RactorMNTest < Minitest::Test
         abort "dropped \#{summary.dropped}" unless summary.dropped.zero?
       RUBY
       assert status.success?, err
-      yield GVLScope::Timeline.from_file(path)
+      yield GVLScope::Model.timeline(path)
     end
   end
 
@@ -44,7 +43,7 @@ class RactorMNTest < Minitest::Test
       assert_consistent(timeline)
       by_ractor = timeline.ractors
       assert_operator by_ractor.keys.count { |id| id > 1 }, :>=, 4, "ractor ids: #{by_ractor.keys}"
-      workers = by_ractor.reject { |id, _| id <= 1 }.values.map { |threads| threads.count { |t| t.intervals.any? { |i| i.state == :died } } }
+      workers = by_ractor.reject { |id, _| id <= 1 }.values.map { |threads| threads.count { |t| t.intervals.any? { |i| i.state == :exited } } }
       assert workers.all? { |n| n >= 4 }, "threads that ran and died per Ractor: #{workers}"
     end
   end
@@ -57,7 +56,7 @@ class RactorMNTest < Minitest::Test
       # Slices begun by RESUMED (after wanting the GVL). The tracing thread was already running
       # before its first event: on which native thread is not recorded until it resumes.
       running = timeline.threads.values.flat_map do |t|
-        t.intervals.each_cons(2).select { |before, i| i.state == :running && before.state == :wants_gvl }.map(&:last)
+        t.intervals.each_cons(2).select { |before, i| i.state == :run && before.state == :wait }.map(&:last)
       end
       refute_empty running
       assert running.all?(&:native), "every running slice knows its native thread"
@@ -66,7 +65,7 @@ class RactorMNTest < Minitest::Test
       # Under M:N a few native threads serve the 8 Ruby threads, and exports show them.
       assert_operator lanes.size, :<=, timeline.threads.size + 2
       assert timeline.shared_native_threads?
-      json = JSON.parse(GVLScope::Exporters::ChromeJSON.new(timeline).write(+""))
+      json = JSON.parse(GVLScope::Formats::ChromeJSON.new(timeline).write(+""))
       assert(json["traceEvents"].any? { |e| e["cat"] == "native" })
     end
   end

@@ -2,9 +2,8 @@
 
 require "test_helper"
 require "tmpdir"
-require "gvlscope/report"
-require "gvlscope/report/text"
-require "gvlscope/report/html"
+require "gvlscope/analysis"
+require "gvlscope/formats/report_html"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread.
@@ -44,9 +43,9 @@ class ReportHTMLTest < Minitest::Test
         end
       RUBY
       assert status.success?, err
-      report = GVLScope::Report.new(GVLScope::Timeline.from_file(trace))
+      report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
       html = File.join(dir, "report.html")
-      File.open(html, "w") { |io| GVLScope::Report::HTML.new(report).write(io) }
+      File.open(html, "w") { |io| GVLScope::Formats::ReportHTML.new(report).write(io) }
       refute_match(%r{https?://}, File.read(html), "the report must not load anything from the network")
 
       dom, log, status = chromium("--virtual-time-budget=10000", "--dump-dom", "file://#{html}")

@@ -3,8 +3,9 @@
 require "test_helper"
 require "tmpdir"
 require "json"
-require "gvlscope/report"
-require "gvlscope/report/text"
+require "gvlscope/analysis"
+require "gvlscope/formats/report_text"
+require "gvlscope/formats/report_json"
 
 # Findings on scripted programs: each problem is found and blamed on the right thread, and
 # healthy programs get no finding at all.
@@ -23,9 +24,9 @@ class ReportTest < Minitest::Test
         end
       RUBY
       assert status.success?, err
-      timeline = GVLScope::Timeline.from_file(path)
+      timeline = GVLScope::Model.timeline(path)
       assert_consistent(timeline)
-      GVLScope::Report.new(timeline)
+      GVLScope::Analysis::Report.new(timeline)
     end
   end
 
@@ -95,7 +96,7 @@ class ReportTest < Minitest::Test
       4.times.map { |n| Thread.new { 5.times { sleep 0.02 } } }.each(&:join)
     RUBY
     assert_empty report.findings, report.findings.map(&:title).inspect
-    assert_match(/^No findings/, GVLScope::Report::Text.new(report).to_s)
+    assert_match(/^No findings/, GVLScope::Formats::ReportText.new(report).to_s)
   end
 
   def test_a_single_thread_has_no_finding
@@ -133,7 +134,7 @@ class ReportTest < Minitest::Test
 
   def test_json_has_the_documented_fields_and_adds_up
     report = report_of("Thread.new { sleep 0.01 }.join")
-    data = JSON.parse(JSON.generate(report.to_h))
+    data = JSON.parse(GVLScope::Formats::ReportJSON.new(report).to_s)
     assert_equal 1, data["gvlscope_report"]
     assert_equal %w[dropped_events duration_ns events file findings gvlscope_report histograms pid ractors threads
                     timeslice_ns truncated wait_ns], data.keys.sort

@@ -5,8 +5,7 @@ require "gvlscope"
 require "minitest/autorun"
 require "open3"
 require "rbconfig"
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
+require "gvlscope/model"
 require_relative "support/gvl_workloads"
 
 module GVLScopeTestHelper
@@ -46,9 +45,9 @@ module GVLScopeTestHelper
       end
       threads.each do |thread|
         thread.intervals.each_cons(2) do |a, b|
-          next unless b.state == :running && a.state != :gc && a.state != :running
+          next unless b.state == :run && a.state != :gc && a.state != :run
 
-          assert_equal :wants_gvl, a.state, "#{thread.label}: running after #{a.state}"
+          assert_equal :wait, a.state, "#{thread.label}: running after #{a.state}"
         end
       end
     end

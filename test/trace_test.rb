@@ -1,8 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "gvlscope/trace_file"
-require "gvlscope/timeline"
+require "gvlscope/model"
 require "tmpdir"
 
 # Scripted thread interactions, traced, and the exact state sequences they must produce.
@@ -22,13 +21,13 @@ class TraceTest < Minitest::Test
   def timeline_of(&block)
     summary = GVLScope.trace(@path, &block)
     assert_equal 0, summary.dropped
-    GVLScope::Timeline.from_file(@path)
+    GVLScope::Model.timeline(@path)
   end
 
-  # [state, detail] per interval, GC intervals merged back into running.
+  # [state, reason] per interval, GC intervals merged back into running.
   def states(timeline, name)
     thread = timeline.threads.values.find { |t| t.label == name } or flunk "no thread #{name}: #{timeline.threads.values.map(&:label)}"
-    thread.intervals.reject { |i| i.state == :gc }.map { |i| [i.state, i.detail] }.chunk_while { |a, b| a == b && a[0] == :running }.map(&:first)
+    thread.intervals.reject { |i| i.state == :gc }.map { |i| [i.state, i.reason] }.chunk_while { |a, b| a == b && a[0] == :run }.map(&:first)
   end
 
   def test_thread_blocked_on_a_pipe_then_woken
@@ -40,9 +39,9 @@ class TraceTest < Minitest::Test
       writer.write("x")
       thread.join
     end
-    assert_equal [[:started, nil], [:wants_gvl, nil], [:running, :blocking], [:waiting, :io_sleep],
-                  [:wants_gvl, nil], [:running, :exit], [:died, nil]], states(timeline, "reader")
-    blocked = timeline.threads.values.find { |t| t.label == "reader" }.intervals.find { |i| i.state == :waiting }
+    assert_equal [[:started, nil], [:wait, nil], [:run, :blocking], [:idle, :io_sleep],
+                  [:wait, nil], [:run, :exit], [:exited, nil]], states(timeline, "reader")
+    blocked = timeline.threads.values.find { |t| t.label == "reader" }.intervals.find { |i| i.state == :idle }
     # At least the 50 ms the writer waited; a loaded machine may add, never subtract.
     assert_includes 45_000_000..1_000_000_000, blocked.duration_ns
   ensure
@@ -54,9 +53,9 @@ class TraceTest < Minitest::Test
       Thread.new { Thread.current.name = "sleeper"; sleep 0.1 }.join
     end
     sequence = states(timeline, "sleeper")
-    assert_equal [:started, :wants_gvl, :running, :waiting, :wants_gvl, :running, :died], sequence.map(&:first)
-    waiting = timeline.threads.values.find { |t| t.label == "sleeper" }.intervals.find { |i| i.state == :waiting }
-    assert_equal :io_sleep, waiting.detail
+    assert_equal [:started, :wait, :run, :idle, :wait, :run, :exited], sequence.map(&:first)
+    waiting = timeline.threads.values.find { |t| t.label == "sleeper" }.intervals.find { |i| i.state == :idle }
+    assert_equal :io_sleep, waiting.reason
     assert_operator waiting.duration_ns, :>=, 95_000_000
   end
 
@@ -73,9 +72,9 @@ class TraceTest < Minitest::Test
       assert_equal :got_it, waiter.value
       holder.join
     end
-    waits = timeline.threads.values.find { |t| t.label == "waiter" }.intervals.select { |i| i.state == :waiting }
-    lock_wait = waits.find { |i| i.detail == :lock }
-    refute_nil lock_wait, "waiter's waits: #{waits.map(&:detail)}"
+    waits = timeline.threads.values.find { |t| t.label == "waiter" }.intervals.select { |i| i.state == :idle }
+    lock_wait = waits.find { |i| i.reason == :lock }
+    refute_nil lock_wait, "waiter's waits: #{waits.map(&:reason)}"
     assert_operator lock_wait.duration_ns, :>, 20_000_000
   end
 
@@ -94,11 +93,11 @@ class TraceTest < Minitest::Test
     end
     %w[cpu0 cpu1].each do |name|
       thread = timeline.threads.values.find { |t| t.label == name }
-      preempted = thread.intervals.select { |i| i.state == :running && i.detail == :preempted }
-      assert_operator preempted.size, :>=, 2, "#{name}: #{thread.intervals.map { |i| [i.state, i.detail, i.duration_ns / 1_000_000] }}"
+      preempted = thread.intervals.select { |i| i.state == :run && i.reason == :preempted }
+      assert_operator preempted.size, :>=, 2, "#{name}: #{thread.intervals.map { |i| [i.state, i.reason, i.duration_ns / 1_000_000] }}"
       # ~100 ms each; a VM losing its CPU now and then can stretch a slice in wall time.
       preempted.each { |slice| assert_includes 30_000_000..1_000_000_000, slice.duration_ns }
-      refute thread.intervals.any? { |i| i.state == :waiting && i.detail != :unknown }, "a CPU thread never blocks"
+      refute thread.intervals.any? { |i| i.state == :idle && i.reason != :unknown }, "a CPU thread never blocks"
     end
   end
 
@@ -116,8 +115,8 @@ class TraceTest < Minitest::Test
     sleep 0.02
     timeline = timeline_of { queue << :go; thread.join }
     early = timeline.threads.values.find { |t| t.label == "early" }
-    assert_equal %i[waiting wants_gvl running died], early.intervals.map(&:state).uniq
-    assert_equal :unknown, early.intervals.first.detail # its blocking call began before the trace
+    assert_equal %i[idle wait run exited], early.intervals.map(&:state).uniq
+    assert_equal :unknown, early.intervals.first.reason # its blocking call began before the trace
     assert_equal 0, early.intervals.first.start_ns
   end
 
@@ -145,20 +144,20 @@ class TraceTest < Minitest::Test
 
   def test_reader_errors
     File.binwrite(@path, "")
-    assert_raises_message(/empty file/) { GVLScope::TraceFile.read(@path) }
+    assert_raises_message(/empty file/) { GVLScope::Model::TraceFile.read(@path) }
     File.binwrite(@path, "#!/bin/sh\necho not a trace\n" * 3)
-    assert_raises_message(/not a gvlscope trace/) { GVLScope::TraceFile.read(@path) }
-    File.binwrite(@path, ["GVLSCOPE", 99, 40, 0, 0, 1, 100_000].pack(GVLScope::TraceFile::HEADER))
-    assert_raises_message(/version 99 is newer/) { GVLScope::TraceFile.read(@path) }
+    assert_raises_message(/not a gvlscope trace/) { GVLScope::Model::TraceFile.read(@path) }
+    File.binwrite(@path, ["GVLSCOPE", 99, 40, 0, 0, 1, 100_000].pack(GVLScope::Model::TraceFile::HEADER))
+    assert_raises_message(/version 99 is newer/) { GVLScope::Model::TraceFile.read(@path) }
   end
 
   def test_a_truncated_file_reads_up_to_its_last_whole_chunk
     timeline_of { 3.times.map { Thread.new { sleep 0.001 } }.each(&:join) }
-    whole = GVLScope::TraceFile.read(@path)
+    whole = GVLScope::Model::TraceFile.read(@path)
     refute whole.truncated?
     data = File.binread(@path)
     File.binwrite(@path, data[0, data.bytesize - 10]) # cut inside the end record
-    cut = GVLScope::TraceFile.read(@path)
+    cut = GVLScope::Model::TraceFile.read(@path)
     assert cut.truncated?
     assert_equal whole.size, cut.size
     assert_match(/ends inside a chunk/, cut.warnings.first)

@@ -52,14 +52,14 @@ static void reset_slot(gvls_thread *slot, void *unused) {
 
 static void forget_slot(gvls_thread *slot, void *unused) {
     memset(&slot->metrics, 0, sizeof(slot->metrics));
-    slot->metrics.state = slot->exited ? GVLS_M_DEAD : GVLS_M_UNKNOWN;
+    slot->metrics.state = slot->exited ? GVLS_STATE_EXITED : GVLS_STATE_UNKNOWN;
 }
 
 // The calling thread holds the GVL: it is running from now on.
 static void mark_caller_running(uint64_t now_ns) {
     gvls_thread *self = gvls_thread_for(rb_thread_current());
     if (!self) return;
-    self->metrics.state = GVLS_M_RUNNING;
+    self->metrics.state = GVLS_STATE_RUN;
     self->metrics.since_ns = self->metrics.hold_started_ns = now_ns;
 }
 
@@ -81,7 +81,7 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
 static void forget_other_thread(gvls_thread *slot, void *current) {
     if (slot->thread == (VALUE)current) return;
     slot->exited = 1;
-    slot->metrics.state = GVLS_M_DEAD;
+    slot->metrics.state = GVLS_STATE_EXITED;
 }
 
 void gvls_metrics_after_fork(void) {
@@ -117,12 +117,12 @@ static VALUE metrics_reset(VALUE self) {
 // The part of the current state that has not ended yet.
 static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
     switch (m->state) {
-      case GVLS_M_RUNNING:
+      case GVLS_STATE_RUN:
         if (m->gc_started_ns) m->gc_ns += elapsed(m->gc_started_ns, now_ns);
         else m->run_ns += elapsed(m->since_ns, now_ns);
         break;
-      case GVLS_M_READY: m->wait_ns += elapsed(m->since_ns, now_ns); break;
-      case GVLS_M_SUSPENDED: m->idle_ns += elapsed(m->since_ns, now_ns); break;
+      case GVLS_STATE_WAIT: m->wait_ns += elapsed(m->since_ns, now_ns); break;
+      case GVLS_STATE_IDLE: m->idle_ns += elapsed(m->since_ns, now_ns); break;
     }
 }
 
@@ -195,12 +195,12 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     // The unfinished part of the current state, added to the packed counters (run, wait, idle, gc).
     const gvls_thread_metrics *m = &slot->metrics;
     switch (m->state) {
-      case GVLS_M_RUNNING:
+      case GVLS_STATE_RUN:
         if (m->gc_started_ns) row[4 + 3] += elapsed(m->gc_started_ns, fill->now_ns);
         else row[4 + 0] += elapsed(m->since_ns, fill->now_ns);
         break;
-      case GVLS_M_READY: row[4 + 1] += elapsed(m->since_ns, fill->now_ns); break;
-      case GVLS_M_SUSPENDED: row[4 + 2] += elapsed(m->since_ns, fill->now_ns); break;
+      case GVLS_STATE_WAIT: row[4 + 1] += elapsed(m->since_ns, fill->now_ns); break;
+      case GVLS_STATE_IDLE: row[4 + 2] += elapsed(m->since_ns, fill->now_ns); break;
     }
     if (slot->exited) {  // reported once more now, then only as part of the retired totals
         add_counters(&retired, &slot->metrics);
@@ -229,7 +229,7 @@ static VALUE metrics_snapshot(VALUE self) {
     gvls_threads_each(fill_slot, &fill);
 
     gvls_thread none = { .exited = 1 };
-    retired_now.state = GVLS_M_DEAD;
+    retired_now.state = GVLS_STATE_EXITED;
     pack_row(&none, &retired_now, fill.rows + fill.len * ROW_FIELDS * sizeof(uint64_t));
     add_histograms(fill.histograms, &retired_now);
     rb_str_set_len(rows, (long)((fill.len + 1) * ROW_FIELDS * sizeof(uint64_t)));
@@ -271,4 +271,8 @@ void gvls_metrics_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "metrics_snapshot", metrics_snapshot, 0);
     rb_define_singleton_method(mNative, "metrics_thread", metrics_thread, 1);
     rb_define_singleton_method(mNative, "now_ns", metrics_now_ns, 0);
+    static const char *const names[] = GVLS_STATE_NAMES;
+    VALUE states = rb_ary_new();
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) rb_ary_push(states, ID2SYM(rb_intern(names[i])));
+    rb_define_const(mNative, "STATES", rb_ary_freeze(states));
 }

@@ -5,7 +5,10 @@
 #include "thread_state.h"
 #include <stdatomic.h>
 
-enum gvls_metric_state { GVLS_M_UNKNOWN = 0, GVLS_M_READY, GVLS_M_RUNNING, GVLS_M_SUSPENDED, GVLS_M_DEAD };
+// A thread's state, in the words of lib/gvlscope/vocabulary.rb (METRIC_STATES lists them in this
+// order; Native::STATES, made from GVLS_STATE_NAMES, lets a test check that they agree).
+enum gvls_state { GVLS_STATE_UNKNOWN = 0, GVLS_STATE_WAIT, GVLS_STATE_RUN, GVLS_STATE_IDLE, GVLS_STATE_EXITED };
+#define GVLS_STATE_NAMES { "unknown", "wait", "run", "idle", "exited" }
 
 #define GVLS_MAX_RACTORS 64   // Ractor ids beyond share the last slot
 

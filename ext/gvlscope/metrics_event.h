@@ -34,8 +34,8 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
     unsigned ractor = ractor_slot(slot);
     switch (kind) {
       case GVLS_EV_READY:
-        if (m->state == GVLS_M_READY) return;  // a second READY (M:N parking): one wait
-        if (m->state == GVLS_M_SUSPENDED) {
+        if (m->state == GVLS_STATE_WAIT) return;  // a second READY (M:N parking): one wait
+        if (m->state == GVLS_STATE_IDLE) {
             m->yielded = m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
                          m->suspend_native == gvls_native_serial() &&
                          atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed) == m->resume_seq_at_suspend;
@@ -51,14 +51,14 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             m->yielded = 0;
             m->since_ns = now_ns;
         }
-        m->state = GVLS_M_READY;
+        m->state = GVLS_STATE_WAIT;
         gvls_ractor_add(&M.ractors[ractor].readied, ractor);
         return;
 
       case GVLS_EV_RESUMED: {
         // Readers of resume_seq only compare it for equality (see metrics.h for why adds are plain).
         gvls_ractor_add(&M.ractors[ractor].resume_seq, ractor);
-        if (m->state == GVLS_M_READY) {
+        if (m->state == GVLS_STATE_WAIT) {
             gvls_ractor_add(&M.ractors[ractor].acquired, ractor);
             int64_t still_waiting = gvls_waiting_threads(ractor);
             uint64_t waited = elapsed(m->since_ns, now_ns);
@@ -68,13 +68,13 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             m->wait_histogram[gvls_log2_bucket(waited)]++;
             m->waiters_histogram[gvls_log2_bucket(still_waiting > 0 ? (uint64_t)still_waiting : 0)]++;
         }
-        m->state = GVLS_M_RUNNING;
+        m->state = GVLS_STATE_RUN;
         m->since_ns = m->hold_started_ns = now_ns;
         return;
       }
 
       case GVLS_EV_SUSPENDED: {
-        if (m->state == GVLS_M_RUNNING) {
+        if (m->state == GVLS_STATE_RUN) {
             uint64_t held = elapsed(m->hold_started_ns, now_ns);
             m->run_ns += elapsed(m->since_ns, now_ns);
             m->holds++;
@@ -85,21 +85,21 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
         m->others_wanted = gvls_waiting_threads(ractor) > 0;
         m->suspend_native = gvls_native_serial();
         m->resume_seq_at_suspend = atomic_load_explicit(&M.ractors[ractor].resume_seq, memory_order_relaxed);
-        m->state = GVLS_M_SUSPENDED;
+        m->state = GVLS_STATE_IDLE;
         m->since_ns = now_ns;
         return;
       }
 
       case GVLS_EV_EXITED:
-        if (m->state == GVLS_M_SUSPENDED) m->released_exit++;
-        else if (m->state == GVLS_M_RUNNING) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
-        else if (m->state == GVLS_M_READY) gvls_ractor_add(&M.ractors[ractor].abandoned, ractor);
-        m->state = GVLS_M_DEAD;
+        if (m->state == GVLS_STATE_IDLE) m->released_exit++;
+        else if (m->state == GVLS_STATE_RUN) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
+        else if (m->state == GVLS_STATE_WAIT) gvls_ractor_add(&M.ractors[ractor].abandoned, ractor);
+        m->state = GVLS_STATE_EXITED;
         m->since_ns = now_ns;
         return;
 
       case GVLS_EV_GC_ENTER:
-        if (m->state == GVLS_M_RUNNING) {
+        if (m->state == GVLS_STATE_RUN) {
             m->run_ns += elapsed(m->since_ns, now_ns);
             m->gc_started_ns = now_ns;
             m->since_ns = now_ns;
@@ -107,7 +107,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
         return;
 
       case GVLS_EV_GC_EXIT:
-        if (m->state == GVLS_M_RUNNING && m->gc_started_ns) {
+        if (m->state == GVLS_STATE_RUN && m->gc_started_ns) {
             m->gc_ns += elapsed(m->gc_started_ns, now_ns);
             m->gc_started_ns = 0;
             m->since_ns = now_ns;

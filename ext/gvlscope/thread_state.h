@@ -15,7 +15,7 @@
 // (READY, RESUMED and SUSPENDED of one thread never overlap in time), so plain fields suffice;
 // snapshots read them racily, which on x86-64 gives each field's old or new value, never a mix.
 typedef struct gvls_thread_metrics {
-    uint8_t state;              // gvls_metric_state: what the last event said
+    uint8_t state;              // gvls_state: what the last event said
     uint8_t others_wanted;      // at SUSPENDED: another thread of the Ractor wanted the GVL
     uint8_t yielded;            // READY came straight after SUSPENDED: a preemption
     uint32_t suspend_native;    // native thread of the last SUSPENDED

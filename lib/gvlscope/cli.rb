@@ -3,6 +3,7 @@
 require "optparse"
 require_relative "version"
 require_relative "errors"
+require_relative "formats"
 
 module GVLScope
   # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
@@ -18,8 +19,8 @@ module GVLScope
                               run a Ruby program traced from boot (no code change); print a summary
         report FILE [--html OUT] [--json] [--thread NAME]
                               what the GVL did and why: findings, per-thread table, histograms
-        export FILE --format perfetto|chrome-json [-o OUT]
-                              convert a trace for Perfetto UI / chrome://tracing / speedscope
+        export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
+                              convert a trace for Perfetto UI / chrome://tracing
         summary FILE          per-thread GVL times of a trace
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 
@@ -91,27 +92,21 @@ module GVLScope
       true
     end
 
-    def load_reader
-      require_relative "trace_file"
-      require_relative "timeline"
-      require_relative "importers/gvl_tracing"
-    end
-
     def timeline_of(path)
       raise UsageError, "missing trace FILE" unless path
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
-      load_reader
+      require_relative "model"
       progress("reading #{path}")
-      file = Importers::GVLTracing.json?(path) ? Importers::GVLTracing.read(path) : TraceFile.read(path)
+      file = Model.read(path)
       if file.truncated? && !@partial
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
       file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" }
       progress("building the timeline of #{file.size} events")
-      Timeline.new(file)
+      Model::Timeline.new(file)
     end
 
     # Reading makes millions of objects that all live to the end; the GC would mark them again
@@ -131,33 +126,32 @@ module GVLScope
       @err.puts "gvlscope: #{message}..." if @err.respond_to?(:tty?) && @err.tty?
     end
 
-    EXPORT_FORMATS = { "perfetto" => ".pftrace", "chrome-json" => ".json" }.freeze
+    EXPORT_FORMATS = Formats.for_command("export").map(&:name).freeze
 
     def export(argv)
       format = nil
       output = nil
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope export FILE --format perfetto|chrome-json [-o OUT]"
-        opts.on("-f", "--format FORMAT", EXPORT_FORMATS.keys, "perfetto (.pftrace) or chrome-json (.json)") { |f| format = f }
+        opts.banner = "Usage: gvlscope export FILE --format #{EXPORT_FORMATS.join('|')} [-o OUT]\n\nFormats:\n" \
+                      "#{Formats.help('export').join("\n")}\n\n"
+        opts.on("-f", "--format FORMAT", EXPORT_FORMATS, "one of the formats above") { |f| format = f }
         opts.on("-o", "--output OUT", "output file (default: FILE with the format's extension)") { |o| output = o }
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, = parser.parse(argv)
-      raise UsageError, "export needs --format (perfetto or chrome-json)" unless format
+      raise UsageError, "export needs --format (#{EXPORT_FORMATS.join(' or ')})" unless format
 
       export_timeline(timeline_of(path), path, format, output)
       0
     end
 
     def export_timeline(timeline, path, format, output = nil)
-      output ||= path.sub(/\.(gvl|json)\z/, "") + EXPORT_FORMATS.fetch(format)
+      entry = Formats.fetch(format, command: "export")
+      output ||= path.sub(/\.(gvl|json)\z/, "") + entry.extension
       raise Error, "#{output}: would overwrite the input trace; choose another -o" if File.expand_path(output) == File.expand_path(path)
 
-      require_relative "exporters/chrome_json"
-      require_relative "exporters/perfetto"
-      exporter = format == "perfetto" ? Exporters::Perfetto : Exporters::ChromeJSON
       progress("writing #{output}")
-      File.open(output, "wb") { |io| exporter.new(timeline).write(io) }
+      File.open(output, "wb") { |io| entry.format_class.new(timeline).write(io) }
       @err.puts "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
     end
 
@@ -177,7 +171,7 @@ module GVLScope
         opts.on("-o", "--output PATH", "trace file (default gvlscope-<pid>.gvl; %p = pid)") { |o| output = o }
         opts.on("--no-report", "--no-summary", "do not print the summary at exit") { show_summary = false }
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
-        opts.on("--format FORMAT", EXPORT_FORMATS.keys, "also export each trace (perfetto, chrome-json)") { |f| export_format = f }
+        opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("--buffer MB", Integer, "recorder memory per process (default 64; each native thread holds 64 KiB)") do |mb|
           raise UsageError, "--buffer must be at least 1 (MB)" unless mb.positive?
@@ -223,12 +217,12 @@ module GVLScope
         @err.puts "gvlscope: no trace was written (was COMMAND a Ruby >= 3.3 program?)"
         return
       end
-      load_reader
+      require_relative "model"
       traces.each_with_index do |path, index|
-        timeline = Timeline.new(TraceFile.read(path))
+        timeline = Model.timeline(path)
         report = report_of(timeline) if show_summary || (html && index.zero?)
         if show_summary
-          @err.puts Report::Text.new(report).short
+          @err.puts Formats::ReportText.new(report).short
           @err.puts
         end
         write_html(report, html) if html && index.zero?
@@ -257,26 +251,23 @@ module GVLScope
 
       report = report_of(timeline_of(path), thread: thread)
       if json
-        require "json"
-        @out.puts JSON.pretty_generate(report.to_h)
+        Formats::ReportJSON.new(report).write(@out)
       else
-        @out.puts Report::Text.new(report).to_s
+        @out.puts Formats::ReportText.new(report).to_s
       end
       write_html(report, html) if html
       0
     end
 
     def report_of(timeline, thread: nil)
-      require_relative "report"
-      require_relative "report/text"
+      require_relative "analysis"
       progress("analysing")
-      Report.new(timeline, thread: thread)
+      Analysis::Report.new(timeline, thread: thread)
     end
 
     def write_html(report, path)
-      require_relative "report/html"
       progress("writing #{path}")
-      File.open(path, "w") { |io| Report::HTML.new(report).write(io) }
+      File.open(path, "w") { |io| Formats::ReportHTML.new(report).write(io) }
       @err.puts "gvlscope: wrote #{path}"
     end
 
@@ -286,9 +277,7 @@ module GVLScope
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, = parser.parse(argv)
-      timeline = timeline_of(path)
-      require_relative "summary"
-      @out.puts Summary.new(timeline).to_s
+      Formats::SummaryText.new(timeline_of(path)).write(@out)
       0
     end
   end

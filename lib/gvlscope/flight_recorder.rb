@@ -1,6 +1,10 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require_relative "native"
+require_relative "trace"
+require_relative "fork"
+require_relative "units"
 
 module GVLScope
   # Keeps the last few seconds of GVL events in memory (a bounded ring: ext/gvlscope/flight_recorder.c)
@@ -99,8 +103,7 @@ module GVLScope
       # Validates options the way start would, without starting; returns them with defaults filled
       # in. GVLScope::Error with a one-line message when one is wrong or unknown.
       def validate(**options)
-        unknown = options.keys - DEFAULTS.keys
-        raise Error, "flight recorder: unknown option #{unknown.map(&:inspect).join(', ')} (known: #{DEFAULTS.keys.join(', ')})" if unknown.any?
+        Options.reject_unknown!(options, DEFAULTS.keys, "flight recorder")
 
         seconds, dir, buffer_bytes, min_interval, signal, logger = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60

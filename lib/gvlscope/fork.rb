@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
+require_relative "native"
+require_relative "trace"
+
 module GVLScope
   # Process._fork (Ruby 3.1+) is called by every fork: Kernel#fork, Process.fork, IO.popen("-"),
   # Puma's workers. In the child, the inherited trace is dropped (its writer thread did not

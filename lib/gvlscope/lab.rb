@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "etc"
 require "tmpdir"
 require_relative "errors"
 
@@ -50,6 +51,18 @@ module GVLScope
     @scenarios = {}
 
     class << self
+      # The machine a result was measured on, as results name it.
+      def machine = "#{Etc.nprocessors} cores, #{RUBY_PLATFORM}"
+
+      # A run's knobs (Runner::Knobs) in words: "size small, M:N threads".
+      def describe_knobs(knobs)
+        list = ["size #{knobs.size}"]
+        list << "M:N threads" if knobs.mn
+        list << "timeslice #{knobs.timeslice_ms} ms" if knobs.timeslice_ms
+        list << "priority #{knobs.priority}" if knobs.priority.to_i != 0
+        list.join(", ")
+      end
+
       def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [])
         @scenarios[name] = Scenario.new(name: name, file: file, summary: summary, source: source, claims: claims,
                                         from_trace: from_trace, seconds: seconds)

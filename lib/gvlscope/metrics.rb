@@ -1,5 +1,10 @@
 # frozen_string_literal: true
 
+require_relative "native"
+require_relative "trace"
+require_relative "units"
+require_relative "vocabulary"
+
 module GVLScope
   # Always-on GVL metrics from the same hook as the trace: how much of the time the GVL is held,
   # how long threads wait for it, and log2 histograms of hold times, wait times and threads still
@@ -15,7 +20,7 @@ module GVLScope
     COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
                   released_preempted released_exit].freeze
     HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
-    BUCKETS = 64
+    BUCKETS = Log2::BUCKETS
     MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
 
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
@@ -61,7 +66,7 @@ module GVLScope
         raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
 
         Snapshot.row_from(Native.metrics_thread(Thread.current), name: Thread.current.name, serial: nil,
-                                                                 ractor_id: nil, state: :running, exited: false)
+                                                                 ractor_id: nil, state: :run, exited: false)
       end
 
       # Prometheus text exposition of a snapshot (see Snapshot#to_prometheus).
@@ -73,7 +78,7 @@ module GVLScope
     # Everything counted between enable/reset and the moment it was taken. Taking one only copies
     # packed numbers; rows and histograms are unpacked when first read.
     class Snapshot
-      STATES = %i[unknown wants_gvl running waiting dead].freeze
+      STATES = Vocabulary::METRIC_STATES
       ROW_FIELDS = 4 + COUNTERS.size
 
       attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
@@ -88,12 +93,9 @@ module GVLScope
       end
 
       def self.thread_label(thread, serial)
-        name = thread.name
-        return name if name && !name.empty?
-
-        thread == Thread.main ? "main" : "thread #{serial}"
+        Vocabulary.thread_label(thread.name, serial, main: thread == Thread.main)
       rescue StandardError
-        "thread #{serial}"
+        Vocabulary.thread_label(nil, serial)
       end
 
       def initialize(taken_ns:, wall_ns:, waiting_threads_by_ractor:, packed: nil, threads: nil, exited: nil,
@@ -180,13 +182,13 @@ module GVLScope
       end
 
       def to_s
-        require_relative "metrics_text"
-        MetricsText.new(self).to_s
+        require_relative "formats/metrics_text"
+        Formats::MetricsText.new(self).to_s
       end
 
       def to_prometheus(**labels)
-        require_relative "prometheus"
-        Prometheus.exposition(self, **labels)
+        require_relative "formats/prometheus"
+        Formats::Prometheus.exposition(self, **labels)
       end
 
       private

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "gvlscope"
+require_relative "native"
 
 module GVLScope
   # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "native"
+
 module GVLScope
   # What GVLScope.stop returns.
   #   path        the trace file

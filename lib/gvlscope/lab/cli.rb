@@ -93,7 +93,7 @@ module GVLScope
 
       def run_scenarios(scenarios, knobs)
         require_relative "runner"
-        require_relative "render"
+        require_relative "../formats/lab_text"
         runner = Runner.new(Runner::Knobs.new(ruby: knobs[:ruby], mn: knobs[:mn], timeslice_ms: knobs[:timeslice_ms],
                                               priority: knobs[:priority] || 0, size: knobs[:size]),
                             out_dir: knobs[:out_dir] || Lab.scratch("lab"), echo: @out)
@@ -101,7 +101,7 @@ module GVLScope
         scenarios.map do |scenario|
           @out.puts "== lab #{scenario.name} (#{knobs[:size]})"
           result = runner.run(scenario)
-          @out.puts Render.text(result), ""
+          @out.puts Formats::LabText.new(result).to_s, ""
           result
         end
       end
@@ -122,7 +122,8 @@ module GVLScope
         end
 
         flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless key == :out_dir || value.nil? }
-        File.write(path, Render.markdown(results, command: "gvlscope lab all #{flags.join(' ')}".strip) + "\n")
+        require_relative "../formats/lab_markdown"
+        File.write(path, Formats::LabMarkdown.new(results, command: "gvlscope lab all #{flags.join(' ')}".strip).to_s)
         @err.puts "gvlscope lab: wrote #{path}"
       end
     end

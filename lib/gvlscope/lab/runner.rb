@@ -6,10 +6,8 @@ require "rbconfig"
 require "fileutils"
 require "tmpdir"
 require_relative "../lab"
-require_relative "../trace_file"
-require_relative "../timeline"
-require_relative "../report"
-require_relative "../report/text"
+require_relative "../model"
+require_relative "../analysis/report"
 
 module GVLScope
   module Lab
@@ -98,7 +96,7 @@ module GVLScope
         path = Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).min_by { |p| File.mtime(p) }
         return [nil, nil] unless path
 
-        [path, Report.new(Timeline.new(TraceFile.read(path)))]
+        [path, Analysis::Report.new(Model.timeline(path))]
       end
     end
 

@@ -34,7 +34,7 @@ module GVLScope
     end
     median_wait_ms = lambda do |timeline, prefix|
       waits = timeline.threads.values.select { |t| t.label.start_with?(prefix) }.flat_map do |thread|
-        thread.intervals.select { |i| i.state == :wants_gvl }.map(&:duration_ns)
+        thread.intervals.select { |i| i.state == :wait }.map(&:duration_ns)
       end
       waits.empty? ? nil : waits.sort[waits.size / 2] / 1e6
     end

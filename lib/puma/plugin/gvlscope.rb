@@ -6,10 +6,10 @@
 #   gvlscope log_interval: 60, prometheus_port: 9394, prometheus_per_worker: true,
 #            flight_recorder: { seconds: 10, dir: "tmp/gvlscope" }
 #
-# What it does is in GVLScope::PumaPlugin (lib/gvlscope/puma_plugin.rb); this file only wires it
+# What it does is in GVLScope::PumaPlugin (lib/gvlscope/integrations/puma_plugin.rb); this file only wires it
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
 require "puma/plugin"
-require "gvlscope/puma_plugin"
+require "gvlscope/integrations/puma_plugin"
 
 module GVLScope
   # The `gvlscope` line of a Puma config. Validated here, so a typo stops Puma at boot.

@@ -2,10 +2,10 @@
 
 require "json"
 require_relative "../errors"
-require_relative "../trace_file"
+require_relative "trace_file"
 
 module GVLScope
-  module Importers
+  module Model
     # Reads a trace written by the gvl-tracing gem (Chrome trace events: per thread, "B" events
     # named by the state the thread enters) into a TraceFile, so gvlscope's summary, report and
     # exports work on traces people already have. States become the GVL events that lead to them.
@@ -88,7 +88,7 @@ module GVLScope
           name = names[serial]
           main = name == "Main Thread"
           name = "thread #{serial - 1}" if name.nil? || name.empty? # gvl-tracing's own thread number
-          [serial, TraceFile::ThreadInfo.new(serial: serial, name: main ? nil : name, ractor_id: 0, main: main)]
+          [serial, ThreadInfo.new(serial: serial, name: main ? nil : name, ractor_id: 0, main: main)]
         end
       end
     end

@@ -1,32 +1,34 @@
 # frozen_string_literal: true
 
 require "json"
-require_relative "exporter"
+require_relative "format"
+require_relative "../vocabulary"
+require_relative "../version"
 
 module GVLScope
-  module Exporters
+  module Formats
     # Timeline -> Chrome trace event JSON (opens in the Perfetto UI, chrome://tracing, speedscope).
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
-    # interval, a counter of threads wanting the GVL, and a "native threads" process showing
+    # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
     # which Ruby thread each native thread ran (the M:N view).
-    class ChromeJSON < Exporter
+    class ChromeJSON < Format
       NATIVE_PID = 0
 
       def write(io)
         @io = io
         @out = +%({"displayTimeUnit":"ns","otherData":{"producer":"gvlscope #{VERSION}"},"traceEvents":[\n)
         @first = true
-        pid = @timeline.file.pid
-        @timeline.ractors.each_key do |ractor_id|
+        pid = timeline.file.pid
+        timeline.ractors.each_key do |ractor_id|
           emit(meta("process_name", ractor_pid(ractor_id), nil, ractor_id.zero? ? "pid #{pid}" : "Ractor #{ractor_id} (pid #{pid})"))
         end
-        @timeline.each_thread do |thread|
+        timeline.each_thread do |thread|
           rpid = ractor_pid(thread.ractor_id)
           emit(meta("thread_name", rpid, thread.serial, thread.label))
           write_slices(rpid, thread)
         end
-        counter_prefix = %({"ph":"C","name":"threads wanting the GVL","pid":#{ractor_pid(1)},"ts":)
-        @timeline.waiting_counter.each do |time, count|
+        counter_prefix = %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":)
+        timeline.waiting_counter.each do |time, count|
           emit(%(#{counter_prefix}#{us(time)},"args":{"threads":#{count}}}))
         end
         write_native_lanes
@@ -35,11 +37,9 @@ module GVLScope
         io
       end
 
-      def self.state_name(state, detail)
-        state == :waiting ? "waiting (#{detail.to_s.tr("_", "/")})" : state.to_s
-      end
-
       private
+
+      def timeline = @subject
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
@@ -66,23 +66,23 @@ module GVLScope
       # straight to the buffer (this loop runs once per interval: millions of times).
       def write_slices(pid, thread)
         prefixes = Hash.new do |by_state, state|
-          by_state[state] = Hash.new do |by_detail, detail|
-            name = self.class.state_name(state, detail)
-            by_detail[detail] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
+          by_state[state] = Hash.new do |by_reason, reason|
+            name = Vocabulary.slice_name(state, reason)
+            by_reason[reason] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
           end
         end
-        released = Hash.new { |cache, detail| cache[detail] = %(,"args":{"released_by":"#{detail}"}}) }
+        released = Hash.new { |cache, reason| cache[reason] = %(,"args":{"released_by":"#{reason}"}}) }
         out = @out
         thread.intervals.each do |interval|
           out << ",\n" unless @first
           @first = false
           state = interval.state
-          detail = interval.detail
-          out << prefixes[state][detail]
+          reason = interval.reason
+          out << prefixes[state][reason]
           append_us(out, interval.start_ns)
           out << ',"dur":'
           append_us(out, interval.end_ns - interval.start_ns)
-          out << (state == :running && detail ? released[detail] : "}")
+          out << (state == :run && reason ? released[reason] : "}")
           next if out.bytesize < FLUSH_BYTES
 
           @io << out
@@ -96,15 +96,15 @@ module GVLScope
       end
 
       def write_native_lanes
-        tids = @timeline.file.native_tids
-        return if tids.empty? || !@timeline.shared_native_threads?
+        tids = timeline.file.native_tids
+        return if tids.empty? || !timeline.shared_native_threads?
 
         emit(meta("process_name", NATIVE_PID, nil, "native threads"))
         tids.each { |serial, tid| emit(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
-        @timeline.each_thread do |thread|
+        timeline.each_thread do |thread|
           prefix = %({"ph":"X","name":#{JSON.generate(thread.label)},"cat":"native","pid":#{NATIVE_PID},"tid":)
           thread.intervals.each do |interval|
-            next unless interval.state == :running && interval.native
+            next unless interval.state == :run && interval.native
 
             emit(%(#{prefix}#{interval.native},"ts":#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}}))
           end

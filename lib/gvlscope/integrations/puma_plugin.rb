@@ -1,9 +1,11 @@
 # frozen_string_literal: true
 
-require "gvlscope"
-require "gvlscope/metrics_server"
-require "gvlscope/prometheus"
 require "socket"
+require_relative "../metrics"
+require_relative "../flight_recorder"
+require_relative "../units"
+require_relative "../formats/prometheus"
+require_relative "metrics_server"
 
 module GVLScope
   # What `plugin :gvlscope` does in Puma (lib/puma/plugin/gvlscope.rb is the thin Puma side).
@@ -50,8 +52,7 @@ module GVLScope
 
     # Options from the `gvlscope` line of the Puma config: GVLScope::Error, one line, when wrong.
     def self.validate(options)
-      unknown = options.keys - OPTIONS.keys
-      raise Error, "gvlscope (puma plugin): unknown option #{unknown.map(&:inspect).join(', ')} (known: #{OPTIONS.keys.join(', ')})" if unknown.any?
+      Options.reject_unknown!(options, OPTIONS.keys, "gvlscope (puma plugin)")
 
       options = OPTIONS.merge(options)
       interval = options[:log_interval]
@@ -112,7 +113,7 @@ module GVLScope
                else
                  [[Totals.of(Metrics.snapshot), { pid: Process.pid }]]
                end
-      Prometheus.exposition_of(series)
+      Formats::Prometheus.exposition_of(series)
     end
 
     # One log line for an interval (a Snapshot difference).
@@ -123,20 +124,14 @@ module GVLScope
              "wait p50 <= %s, p99 <= %s, longest so far %s",
              who, interval.wall_ns / 1e9, 100 * interval.held_ratio, interval.waiting_threads,
              interval.wall_ns.positive? ? interval.wait_ns.fdiv(interval.wall_ns) : 0.0, waits.sum,
-             quantile_text(waits, 0.5), quantile_text(waits, 0.99), ms_text(interval.longest_wait_ns))
+             quantile_text(waits, 0.5), quantile_text(waits, 0.99), Units.ms_or_us(interval.longest_wait_ns))
     end
 
     # The upper bound of the log2 bucket holding the q-quantile.
     def self.quantile_text(counts, q)
-      total = counts.sum
-      return "-" if total.zero?
-
-      cumulative = 0
-      bucket = counts.index { |count| (cumulative += count) >= q * total }
-      ms_text(2**bucket)
+      bucket = Log2.quantile_bucket(counts, q)
+      bucket ? Units.ms_or_us(2**bucket) : "-"
     end
-
-    def self.ms_text(ns) = ns < 1_000_000 ? format("%.3g us", ns / 1e3) : format("%.3g ms", ns / 1e6)
 
     private
 

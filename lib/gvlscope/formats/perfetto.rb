@@ -1,15 +1,16 @@
 # frozen_string_literal: true
 
-require_relative "exporter"
+require_relative "format"
+require_relative "../vocabulary"
 
 module GVLScope
-  module Exporters
+  module Formats
     # Timeline -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
-    # a thread track per Ruby thread with a slice per state, a counter track of threads wanting
+    # a thread track per Ruby thread with a slice per state, a counter track of threads waiting for
     # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
     # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
     # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
-    class Perfetto < Exporter
+    class Perfetto < Format
       # TracePacket
       TIMESTAMP = 8
       SEQUENCE_ID = 10
@@ -42,20 +43,20 @@ module GVLScope
         @sink = io
         io = @out = +"".b
         @suffixes = {}
-        pid = @timeline.file.pid
-        @timeline.ractors.each_key do |ractor_id|
+        pid = timeline.file.pid
+        timeline.ractors.each_key do |ractor_id|
           packet(io, descriptor(process_uuid(ractor_id), PROCESS,
                                 field_varint(PID, fake_pid(ractor_id)) +
                                 field_string(PROCESS_NAME, ractor_id.zero? ? "pid #{pid}" : "Ractor #{ractor_id} (pid #{pid})")))
         end
-        @timeline.each_thread do |thread|
+        timeline.each_thread do |thread|
           uuid = thread_uuid(thread.serial)
           packet(io, descriptor(uuid, THREAD,
                                 field_varint(PID, fake_pid(thread.ractor_id)) + field_varint(TID, thread.serial) +
                                 field_string(THREAD_NAME, thread.label),
                                 parent: process_uuid(thread.ractor_id)))
           thread.intervals.each do |interval|
-            slice(io, uuid, interval.start_ns, interval.end_ns, ChromeJSON.state_name(interval.state, interval.detail))
+            slice(io, uuid, interval.start_ns, interval.end_ns, Vocabulary.slice_name(interval.state, interval.reason))
           end
         end
         write_counter(io)
@@ -66,17 +67,19 @@ module GVLScope
 
       private
 
-      def fake_pid(ractor_id) = @timeline.file.pid * 10 + ractor_id
+      def timeline = @subject
+
+      def fake_pid(ractor_id) = timeline.file.pid * 10 + ractor_id
       def process_uuid(ractor_id) = 1_000 + ractor_id
       def thread_uuid(serial) = 1_000_000 + serial
       def native_uuid(serial) = 2_000_000_000 + serial
       COUNTER_UUID = 42
 
       def write_counter(io)
-        body = field_varint(UUID, COUNTER_UUID) + field_string(TRACK_NAME, "threads wanting the GVL") +
-               field_bytes(COUNTER, "") + field_varint(PARENT_UUID, process_uuid(@timeline.ractors.keys.min || 0))
+        body = field_varint(UUID, COUNTER_UUID) + field_string(TRACK_NAME, "threads waiting for the GVL") +
+               field_bytes(COUNTER, "") + field_varint(PARENT_UUID, process_uuid(timeline.ractors.keys.min || 0))
         packet(io, field_bytes(TRACK_DESCRIPTOR, body))
-        @timeline.waiting_counter.each do |time, count|
+        timeline.waiting_counter.each do |time, count|
           event = field_varint(EVENT_TYPE, COUNTER_EVENT) + field_varint(TRACK_UUID, COUNTER_UUID) +
                   field_varint(COUNTER_VALUE, count)
           packet(io, field_varint(TIMESTAMP, time) + field_bytes(TRACK_EVENT, event))
@@ -84,10 +87,10 @@ module GVLScope
       end
 
       def write_native_lanes(io)
-        tids = @timeline.file.native_tids
-        return if tids.empty? || !@timeline.shared_native_threads?
+        tids = timeline.file.native_tids
+        return if tids.empty? || !timeline.shared_native_threads?
 
-        native_pid = @timeline.file.pid + NATIVE_PID_OFFSET
+        native_pid = timeline.file.pid + NATIVE_PID_OFFSET
         packet(io, descriptor(process_uuid(-1), PROCESS, field_varint(PID, native_pid) +
                                                       field_string(PROCESS_NAME, "native threads")))
         tids.each do |serial, tid|
@@ -96,9 +99,9 @@ module GVLScope
                                 field_string(THREAD_NAME, "native thread #{serial} (tid #{tid})"),
                                 parent: process_uuid(-1)))
         end
-        @timeline.each_thread do |thread|
+        timeline.each_thread do |thread|
           thread.intervals.each do |interval|
-            next unless interval.state == :running && interval.native
+            next unless interval.state == :run && interval.native
 
             slice(io, native_uuid(interval.native), interval.start_ns, interval.end_ns, thread.label)
           end

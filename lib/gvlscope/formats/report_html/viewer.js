@@ -1,5 +1,5 @@
 // gvlscope's HTML report viewer: no dependencies, no network. Reads REPORT (written by
-// lib/gvlscope/report/html.rb) and draws one lane per thread on a canvas.
+// lib/gvlscope/formats/report_html.rb) and draws one lane per thread on a canvas.
 "use strict";
 // Errors are recorded on <body> as well as in the console, so a headless browser's DOM dump
 // shows them (test/report_html_test.rb).
@@ -7,13 +7,10 @@ window.addEventListener("error", (event) => {
   document.body.dataset.errors = (document.body.dataset.errors || "") + event.message + "\n";
 });
 
+// A colour per state code; the words (REPORT.states, REPORT.labels) come from lib/gvlscope/vocabulary.rb.
 const COLORS = {
-  started: "#9ecae1", wants_gvl: "#d62728", running: "#2ca02c", gc: "#ff7f0e",
-  io_sleep: "#c7c7c7", lock: "#9467bd", unknown: "#e7e7e7", died: "#000000",
-};
-const LABELS = {
-  started: "started", wants_gvl: "wants the GVL", running: "running (holds the GVL)", gc: "GC",
-  io_sleep: "waiting: IO / sleep", lock: "waiting: lock / queue / join", unknown: "waiting: unknown", died: "died",
+  started: "#9ecae1", wait: "#d62728", run: "#2ca02c", gc: "#ff7f0e", exited: "#000000",
+  io_sleep: "#c7c7c7", lock: "#9467bd", unknown: "#e7e7e7",
 };
 const LANE = 22, LABEL_WIDTH = 170, AXIS = 20;
 
@@ -63,11 +60,11 @@ function renderStatic() {
     findings.append(box);
   });
   const legend = document.getElementById("legend");
-  REPORT.states.forEach((s) => {
+  REPORT.states.forEach((s, code) => {
     const item = document.createElement("span");
     const swatch = document.createElement("i");
     swatch.style.background = COLORS[s];
-    item.append(swatch, LABELS[s]);
+    item.append(swatch, REPORT.labels[code]);
     legend.append(item);
   });
   const histograms = document.getElementById("histograms");
@@ -126,7 +123,7 @@ function draw() {
       const x0 = (Math.max(lane.starts[i], view.from) - view.from) * scale;
       const x1 = (Math.min(lane.ends[i], view.to) - view.from) * scale;
       const code = lane.codes[i];
-      if (x1 - x0 >= 1 || REPORT.states[code] === "died") {
+      if (x1 - x0 >= 1 || REPORT.states[code] === "exited") {
         flush();
         column = -1;
         context.fillStyle = stateColors[code];
@@ -194,8 +191,7 @@ function tooltip(event) {
   const time = unitsAt(event.clientX);
   const i = firstAfter(lane, time);
   if (i >= lane.codes.length || lane.starts[i] > time) { box.style.display = "none"; return; }
-  const state = REPORT.states[lane.codes[i]];
-  box.textContent = lane.label + ": " + LABELS[state] + " for " +
+  box.textContent = lane.label + ": " + REPORT.labels[lane.codes[i]] + " for " +
     formatNs((lane.ends[i] - lane.starts[i]) * REPORT.unitNs) + " at " + formatNs(lane.starts[i] * REPORT.unitNs);
   box.style.left = event.clientX - rect.left + 12 + "px";
   box.style.top = event.clientY - rect.top + 12 + "px";

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 module GVLScope
-  class Report
+  module Analysis
     # Who held the GVL while each thread waited for it. Within a Ractor the holds (running or
     # gc intervals) never overlap, so one sweep over the waits in start order, with a pointer into
     # the holds that only moves forward, finds every overlap: linear in waits + holds + overlaps.
@@ -9,7 +9,7 @@ module GVLScope
       HAND_OFF = :hand_off # wait time during which nobody held the GVL (the hand-over itself)
 
       # waiter serial -> { holder serial (or HAND_OFF) -> ns }, for all waits and for the waits
-      # that follow a blocking call (:waiting then :wants_gvl: the convoy's waits).
+      # that follow a blocking call (:idle then :wait: the convoy's waits).
       attr_reader :all_waits, :after_blocking
 
       def initialize(timeline)
@@ -38,8 +38,8 @@ module GVLScope
           previous = nil
           thread.intervals.each do |interval|
             case interval.state
-            when :running, :gc then holds << interval
-            when :wants_gvl then waits << [interval, previous&.state == :waiting]
+            when :run, :gc then holds << interval
+            when :wait then waits << [interval, previous&.state == :idle]
             end
             previous = interval
           end

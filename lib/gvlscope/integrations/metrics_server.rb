@@ -2,6 +2,7 @@
 
 require "socket"
 require "ipaddr"
+require_relative "../errors"
 
 module GVLScope
   # The smallest HTTP server that Prometheus can scrape: GET /metrics, one connection at a time,

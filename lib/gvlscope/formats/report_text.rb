@@ -1,39 +1,38 @@
 # frozen_string_literal: true
 
-require_relative "../metrics_text"
+require_relative "format"
+require_relative "histogram_text"
+require_relative "thread_table"
+require_relative "../units"
 
 module GVLScope
-  class Report
-    # A Report as text: what `gvlscope report` prints, and the short form `gvlscope run` prints
-    # at exit.
-    class Text
-      def initialize(report)
-        @report = report
-      end
-
-      def to_s
-        lines = header + [""] + findings + [""] + Summary.table(@report.rows) + [""]
-        histograms = @report.histograms
-        lines.concat(MetricsText.histogram("GVL hold time (us)", histograms[:hold_ns], scale: 1000))
-        lines << ""
-        lines.concat(MetricsText.histogram("wait for the GVL (us)", histograms[:wait_ns], scale: 1000))
-        lines << ""
-        lines.concat(MetricsText.histogram("threads still waiting at acquire", histograms[:waiters_at_acquire]))
-        lines.join("\n")
+  module Formats
+    # An Analysis::Report as text: what `gvlscope report` prints, and the short form `gvlscope run`
+    # prints at exit.
+    class ReportText < Format
+      def write(io)
+        report = @subject
+        lines = header + [""] + findings + [""] + ThreadTable.lines(report.rows)
+        histograms = report.histograms
+        HistogramText.report_sections(histograms[:hold_ns], histograms[:wait_ns],
+                                      histograms[:waiters_at_acquire]).each do |histogram|
+          lines << ""
+          lines.concat(histogram)
+        end
+        io << lines.join("\n")
       end
 
       # Header, findings' titles and the five threads that waited most.
       def short
-        rows = @report.rows.sort_by { |row| -row.wants_gvl_ns }
-        table = Summary.table(rows.first(5))
+        rows = @subject.rows.sort_by { |row| -row.wait_ns }
+        table = ThreadTable.lines(rows.first(5))
         table << "  (#{rows.size - 5} more threads)" if rows.size > 5
         (header + [""] + findings(fixes: false) + [""] + table).join("\n")
       end
 
-      private
-
+      # The first two lines: the trace, and how much the GVL was held and waited for.
       def header
-        report = @report
+        report = @subject
         file = report.file
         notes = []
         notes << "#{file.dropped} events dropped" if file.dropped.positive?
@@ -42,15 +41,17 @@ module GVLScope
         per_ractor = held.size > 1 ? " (#{held.map { |id, r| format('Ractor %d: %.1f%%', id, 100 * r) }.join(', ')})" : ""
         [
           format("%s: %.3f s, %d events, %d threads, timeslice %d ms%s", file.path, report.duration_ns / 1e9,
-                 file.size, report.summary.rows.size, report.timeslice_ns / 1_000_000,
+                 file.size, report.all_rows.size, report.timeslice_ns / 1_000_000,
                  notes.empty? ? "" : " (#{notes.join(', ')})"),
           format("GVL held %.1f%% of the time%s; threads waited %s for it in all",
-                 100 * held.values.max.to_f, per_ractor, Summary.ms(report.wait_ns)),
+                 100 * held.values.max.to_f, per_ractor, Units.ms(report.wait_ns)),
         ]
       end
 
+      private
+
       def findings(fixes: true)
-        list = @report.findings
+        list = @subject.findings
         return ["No findings: no convoy, hog or contention in this trace."] if list.empty?
 
         lines = ["Findings (#{list.size}):"]

@@ -1,0 +1,54 @@
+# frozen_string_literal: true
+
+require_relative "../units"
+require_relative "blame"
+require_relative "finding"
+
+module GVLScope
+  module Analysis
+    # What every finding rule shares. A rule asks for repeated, large effects (several events,
+    # each a good part of a timeslice) so that a healthy program gets no finding: none is better
+    # than a false one (tests check both ways). A rule is built with the Report and answers
+    # #findings, an Array of Finding.
+    class Rule
+      def initialize(report)
+        @report = report
+        @timeline = report.timeline
+        @timeslice_ns = report.timeslice_ns
+        @labels = @timeline.threads.transform_values(&:label)
+        # Per-thread totals, already summed: a thread that cannot match a rule is skipped without
+        # another pass over its intervals (a trace holds millions).
+        @rows = report.all_rows.to_h { |row| [row.serial, row] }
+      end
+
+      private
+
+      # { holder label (or Blame::HAND_OFF) => share of the wait time }, largest first.
+      def shares(holders)
+        total = holders.values.sum.to_f
+        return {} unless total.positive?
+
+        holders.sort_by { |_, ns| -ns }.to_h do |serial, ns|
+          [serial == Blame::HAND_OFF ? Blame::HAND_OFF : @labels.fetch(serial, "thread #{serial}"), (ns / total).round(4)]
+        end
+      end
+
+      def describe_shares(holders)
+        shown = holders.first(3).select { |_, share| share >= 0.01 }
+        shown.map do |holder, share|
+          "#{holder == Blame::HAND_OFF ? 'nobody (hand-off)' : quote(holder)} #{(100 * share).round}%"
+        end.join(", ")
+      end
+
+      def median(values)
+        return 0 if values.empty?
+
+        values.sort[values.size / 2]
+      end
+
+      def percent(ns) = @report.duration_ns.positive? ? (100.0 * ns / @report.duration_ns).round : 0
+      def quote(label) = "'#{label}'"
+      def ms(ns) = Units.ms_rounded(ns)
+    end
+  end
+end

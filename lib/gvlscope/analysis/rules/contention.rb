@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+require_relative "../rule"
+
+module GVLScope
+  module Analysis
+    module Rules
+      # Contention: at a quarter of the acquisitions, 4+ other threads were still waiting (a queue
+      # of 5 threads for one GVL), and threads spent at least a quarter of the wall time waiting.
+      class Contention < Rule
+        MIN_ACQUISITIONS = 20
+        CROWDED_SHARE = 0.25
+        WAIT_SHARE = 0.25
+
+        def findings
+          [contention].compact
+        end
+
+        private
+
+        def contention
+          counts = @timeline.waiters_at_acquire
+          acquisitions = counts.sum
+          return if acquisitions < MIN_ACQUISITIONS
+
+          crowded = counts.drop(3).sum # buckets 3+ hold 4 or more threads still waiting
+          return if crowded < CROWDED_SHARE * acquisitions
+
+          waits = @timeline.threads.values.flat_map do |thread|
+            thread.intervals.filter_map { |interval| interval.duration_ns if interval.state == :wait }
+          end
+          total = waits.sum
+          return if total < WAIT_SHARE * @report.duration_ns
+
+          most = 2**(counts.rindex(&:positive?) || 1) - 1
+          waiting = @timeline.threads.values.select { |thread| thread.intervals.any? { |i| i.state == :wait } }
+          Finding.new(
+            kind: :contention,
+            threads: waiting.map(&:label),
+            title: format("Contention: at %d%% of %d GVL acquisitions 4 or more other threads were still waiting " \
+                          "(up to %d); %d threads waited %s in all, median %s per acquisition",
+                          100 * crowded / acquisitions, acquisitions, most, waiting.size, ms(total), ms(median(waits))),
+            evidence: { acquisitions: acquisitions, crowded_acquisitions: crowded, most_waiters: most,
+                        waiting_threads: waiting.size, wait_ns: total, median_wait_ns: median(waits) },
+            fix: "more threads want to run Ruby than one GVL can serve: use fewer threads per process (e.g. Puma's " \
+                 "max threads) and more processes, or Ractors for the CPU-bound part",
+            focus_ns: nil
+          )
+        end
+      end
+    end
+  end
+end

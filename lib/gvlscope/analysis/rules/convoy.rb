@@ -1,0 +1,61 @@
+# frozen_string_literal: true
+
+require_relative "../rule"
+
+module GVLScope
+  module Analysis
+    module Rules
+      # Convoy: a thread's waits after blocking calls last about a timeslice. A wait of a quarter
+      # timeslice after a blocking call happens only when another thread kept the GVL that long;
+      # at a quarter of a thread's blocking calls, it is what that thread's time goes to.
+      class Convoy < Rule
+        MIN_WAITS = 3
+        SLOW_SHARE = 0.25
+
+        def findings
+          @timeline.threads.values.filter_map { |thread| convoy(thread) }
+        end
+
+        private
+
+        def convoy(thread)
+          return if @rows[thread.serial].longest_wait_ns < @timeslice_ns / 4
+
+          waits = waits_after_blocking(thread)
+          return if waits.size < MIN_WAITS
+
+          slow = waits.select { |wait| wait.duration_ns >= @timeslice_ns / 4 }
+          return if slow.size < MIN_WAITS || slow.size < SLOW_SHARE * waits.size
+
+          holders = shares(@report.blame.after_blocking[thread.serial])
+          culprit = holders.find { |holder, _| holder != Blame::HAND_OFF }&.first
+          total = waits.sum(&:duration_ns)
+          longest = slow.max_by(&:duration_ns)
+          Finding.new(
+            kind: :convoy,
+            threads: [thread.label, *holders.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
+            title: format("Convoy: %s waited for the GVL after %d of its %d blocking calls, median %s " \
+                          "(timeslice %s), %s in all; the GVL was held by %s",
+                          quote(thread.label), slow.size, waits.size, ms(median(slow.map(&:duration_ns))),
+                          ms(@timeslice_ns), ms(total), describe_shares(holders)),
+            evidence: { blocking_calls: waits.size, slow_waits: slow.size, median_wait_ns: median(slow.map(&:duration_ns)),
+                        wait_after_blocking_ns: total, holders: holders },
+            fix: "each blocking call (IO, sleep) gives the GVL away and getting it back costs up to a timeslice " \
+                 "while #{culprit ? quote(culprit) : 'another thread'} runs Ruby code: move that CPU-bound work to " \
+                 "another process or a Ractor, lower its Thread#priority, or shorten the timeslice " \
+                 "(RUBY_THREAD_TIMESLICE, Ruby 3.4+)",
+            focus_ns: [longest.start_ns, longest.end_ns]
+          )
+        end
+
+        def waits_after_blocking(thread)
+          intervals = thread.intervals
+          (1...intervals.size).filter_map do |index|
+            wait = intervals[index]
+            wait if wait.state == :wait && intervals[index - 1].state == :idle
+          end
+        end
+      end
+    end
+  end
+end

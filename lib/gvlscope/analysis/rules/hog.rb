@@ -1,0 +1,49 @@
+# frozen_string_literal: true
+
+require_relative "../rule"
+
+module GVLScope
+  module Analysis
+    module Rules
+      # Hog: a thread released the GVL mostly at the end of its timeslice while others wanted it.
+      class Hog < Rule
+        MIN_PREEMPTIONS = 2
+        PREEMPTED_SHARE = 0.5
+
+        def findings
+          @timeline.threads.values.filter_map { |thread| hog(thread) }
+        end
+
+        private
+
+        def hog(thread)
+          released = @rows[thread.serial].released_by
+          preempted = released[:preempted]
+          releases = released.sum { |cause, count| cause == :exit ? 0 : count }
+          return if preempted < MIN_PREEMPTIONS || preempted < PREEMPTED_SHARE * releases
+
+          victims = @report.blame.victims_of(thread.serial)
+          waited = victims.values.sum
+          return if waited < @timeslice_ns
+
+          held = thread.intervals.sum { |interval| %i[run gc].include?(interval.state) ? interval.duration_ns : 0 }
+          longest = thread.intervals.select { |interval| interval.state == :run }.max_by(&:duration_ns)
+          top = victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }
+          Finding.new(
+            kind: :hog,
+            threads: [thread.label, *victims.keys.map { |serial| @labels[serial] }],
+            title: format("Hog: %s gave up the GVL at the end of its timeslice %d of %d times (held it %s, %d%% of " \
+                          "the trace) while other threads waited %s for it (%s)",
+                          quote(thread.label), preempted, releases, ms(held), percent(held), ms(waited), top.join(", ")),
+            evidence: { preempted: preempted, releases: releases, held_ns: held, others_waited_ns: waited,
+                        victims: victims.to_h { |serial, ns| [@labels[serial], ns] } },
+            fix: "it runs Ruby code without blocking, so every other thread waits a timeslice per turn: if it " \
+                 "produces work for others (a Queue), bound the queue with a SizedQueue so it blocks when they " \
+                 "fall behind; otherwise lower its Thread#priority, or move the work to a Ractor or another process",
+            focus_ns: [longest.start_ns, longest.end_ns]
+          )
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,72 @@
+# frozen_string_literal: true
+
+require_relative "errors"
+
+module GVLScope
+  # Answers become bytes. Every output is a Format (formats/format.rb): built from its subject,
+  # #write(io). This registry is what the CLI offers for `--format` and lists in `--help`; a new
+  # output is one file in formats/ and one entry here.
+  module Formats
+    # name:      what the user types (`--format NAME`)
+    # file:      formats/<file>.rb, loaded when the format is used
+    # subject:   what it is built from: :timeline (Model::Timeline), :report (Analysis::Report),
+    #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results)
+    # command:   the CLI command that offers it (nil: used through the Ruby API only)
+    # extension: the output file's default extension
+    Entry = Struct.new(:name, :class_name, :file, :subject, :command, :extension, :description, keyword_init: true) do
+      # The Format subclass, loaded on first use.
+      def format_class
+        require_relative "formats/#{file}"
+        Formats.const_get(class_name)
+      end
+    end
+
+    REGISTRY = [
+      Entry.new(name: "perfetto", class_name: :Perfetto, file: "perfetto", subject: :timeline, command: "export",
+                extension: ".pftrace", description: "Perfetto protobuf trace: open in ui.perfetto.dev"),
+      Entry.new(name: "chrome-json", class_name: :ChromeJSON, file: "chrome_json", subject: :timeline, command: "export",
+                extension: ".json", description: "Chrome trace event JSON: Perfetto UI, chrome://tracing"),
+      Entry.new(name: "text", class_name: :ReportText, file: "report_text", subject: :report, command: "report",
+                extension: ".txt", description: "findings, per-thread table and histograms (the default)"),
+      Entry.new(name: "json", class_name: :ReportJSON, file: "report_json", subject: :report, command: "report",
+                extension: ".json", description: "the report as JSON (schema: docs/report.md)"),
+      Entry.new(name: "html", class_name: :ReportHTML, file: "report_html", subject: :report, command: "report",
+                extension: ".html", description: "self-contained HTML report with a zoomable timeline"),
+      Entry.new(name: "summary", class_name: :SummaryText, file: "summary_text", subject: :timeline, command: "summary",
+                extension: ".txt", description: "per-thread GVL times"),
+      Entry.new(name: "metrics-text", class_name: :MetricsText, file: "metrics_text", subject: :snapshot, command: nil,
+                extension: ".txt", description: "a metrics snapshot as a table and histograms"),
+      Entry.new(name: "prometheus", class_name: :Prometheus, file: "prometheus", subject: :snapshot, command: nil,
+                extension: ".prom", description: "Prometheus text exposition of metrics snapshots"),
+      Entry.new(name: "lab-text", class_name: :LabText, file: "lab_text", subject: :lab, command: "lab",
+                extension: ".txt", description: "a lab result, as `gvlscope lab run` prints it"),
+      Entry.new(name: "lab-markdown", class_name: :LabMarkdown, file: "lab_markdown", subject: :lab, command: "lab",
+                extension: ".md", description: "lab results as Markdown (docs/lab.md)"),
+    ].freeze
+
+    module_function
+
+    # The entries a CLI command offers, in registry order.
+    def for_command(command) = REGISTRY.select { |entry| entry.command == command }
+
+    def fetch(name, command: nil)
+      entry = REGISTRY.find { |e| e.name == name && (command.nil? || e.command == command) }
+      return entry if entry
+
+      known = (command ? for_command(command) : REGISTRY).map(&:name)
+      raise Error, "unknown format #{name.inspect} (known: #{known.join(', ')})"
+    end
+
+    # "  perfetto      Perfetto protobuf trace: ..." lines for a command's --help.
+    def help(command)
+      for_command(command).map { |entry| format("    %-13s %s (%s)", entry.name, entry.description, entry.extension) }
+    end
+  end
+end
+
+module GVLScope
+  module Formats
+    # GVLScope::Formats::Perfetto and the others load on first use.
+    REGISTRY.each { |entry| autoload entry.class_name, File.expand_path("formats/#{entry.file}", __dir__) }
+  end
+end

@@ -1,0 +1,55 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "format"
+require_relative "../units"
+
+module GVLScope
+  module Formats
+    # An Analysis::Report as JSON: `gvlscope report --json`. The schema is in docs/report.md.
+    class ReportJSON < Format
+      SCHEMA_VERSION = 1
+
+      def write(io)
+        io << JSON.pretty_generate(to_h) << "\n"
+      end
+
+      # The report as plain data.
+      def to_h
+        report = @subject
+        file = report.file
+        {
+          gvlscope_report: SCHEMA_VERSION,
+          file: file.path,
+          pid: file.pid,
+          duration_ns: report.duration_ns,
+          timeslice_ns: report.timeslice_ns,
+          events: file.size,
+          dropped_events: file.dropped,
+          truncated: file.truncated?,
+          wait_ns: report.wait_ns,
+          ractors: report.held_ratio_by_ractor.map { |id, ratio| { id: id, held_ratio: ratio.round(6) } },
+          threads: report.rows.map { |row| row_hash(row) },
+          histograms: report.histograms.transform_values { |counts| histogram_hash(counts) },
+          findings: report.findings.map(&:to_h),
+        }
+      end
+
+      private
+
+      def row_hash(row)
+        {
+          serial: row.serial, name: row.label, ractor_id: row.ractor_id, run_ns: row.run_ns,
+          wait_ns: row.wait_ns, idle_ns: row.idle_ns, gc_ns: row.gc_ns, holds: row.holds, waits: row.waits,
+          longest_wait_ns: row.longest_wait_ns, released_by: row.released_by.transform_keys(&:to_s)
+        }
+      end
+
+      def histogram_hash(counts)
+        counts.each_index.select { |bucket| counts[bucket].positive? }.map do |bucket|
+          { from: Log2.lower(bucket), to: Log2.upper(bucket), count: counts[bucket] }
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,25 @@
+# frozen_string_literal: true
+
+require_relative "format"
+require_relative "thread_table"
+require_relative "../analysis/thread_stats"
+
+module GVLScope
+  module Formats
+    # `gvlscope summary`: the trace's size, GVL held % and the per-thread table.
+    class SummaryText < Format
+      def write(io)
+        stats = Analysis::ThreadStats.new(@subject)
+        file = @subject.file
+        duration = @subject.duration_ns
+        lines = []
+        lines << format("%s: %.3f s, %d events, %d threads%s", file.path, duration / 1e9, file.size, stats.rows.size,
+                        file.dropped.positive? ? ", #{file.dropped} events dropped" : "")
+        lines << format("GVL held %.1f%% of the time", duration.positive? ? 100.0 * stats.held_ns / duration : 0)
+        lines << ""
+        lines.concat(ThreadTable.lines(stats.rows))
+        io << lines.join("\n") << "\n"
+      end
+    end
+  end
+end

@@ -1,0 +1,25 @@
+# frozen_string_literal: true
+
+require_relative "../units"
+
+module GVLScope
+  module Formats
+    # The per-thread table (Analysis::ThreadStats rows), most waiting first: part of the report
+    # text, the HTML report and `gvlscope summary`.
+    module ThreadTable
+      module_function
+
+      def lines(rows)
+        lines = [format("%-24s %10s %10s %10s %8s %12s %6s %6s  %s", "thread", "run", "wait", "idle", "gc",
+                        "longest wait", "holds", "waits", "released by")]
+        rows.sort_by { |row| -row.wait_ns }.each do |row|
+          released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
+          lines << format("%-24s %10s %10s %10s %8s %12s %6d %6d  %s", row.label[0, 24], Units.ms(row.run_ns),
+                          Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns),
+                          Units.ms(row.longest_wait_ns), row.holds, row.waits, released)
+        end
+        lines
+      end
+    end
+  end
+end

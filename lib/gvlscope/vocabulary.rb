@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # The one set of words for what a thread is doing, used by the C recorder (enum gvls_state in
+  # ext/gvlscope/metrics.h), the metrics, the timeline, every output format and the docs.
+  # A new waiting reason or release cause is one line here (and one colour in the HTML viewer).
+  module Vocabulary
+    # What a thread is doing, as a state of the timeline. "wait" is always waiting for the GVL;
+    # a thread blocked on anything else is "idle".
+    STATES = {
+      started: "created, has not asked for the GVL yet",
+      wait: "runnable, waiting for the GVL",
+      run: "holding the GVL, running Ruby",
+      gc: "holding the GVL, collecting garbage",
+      idle: "not runnable: blocked on IO, sleep, a lock, a queue, a join or a C call without the GVL",
+      exited: "exited (a zero-length marker)",
+    }.freeze
+
+    # Why an idle thread was idle, as far as GVL events tell (docs/format.md, "Waiting reasons").
+    IDLE_REASONS = {
+      # It woke up on its own native thread: a blocking call (IO, sleep with a timeout, a C
+      # extension's blocking region) returned. IO and sleep look the same in GVL events.
+      io_sleep: "IO / sleep",
+      # Another thread made it runnable: Mutex#unlock, Queue#push, ConditionVariable#signal,
+      # Thread#join's target exiting, Thread#wakeup.
+      lock: "lock / queue / join",
+      # The trace ended (or the thread exited) before it became runnable again.
+      unknown: "unknown",
+    }.freeze
+
+    # Why a run (a hold of the GVL) ended.
+    RELEASE_CAUSES = {
+      blocking: "it blocked (or called Thread.pass, which looks the same)",
+      preempted: "the scheduler switched it out at the end of its timeslice",
+      exit: "it exited",
+    }.freeze
+
+    # The state a thread's metrics row is in, by the number ext/gvlscope/metrics.h gives it
+    # (enum gvls_state): index = number.
+    METRIC_STATES = %i[unknown wait run idle exited].freeze
+
+    # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them.
+    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit].freeze
+
+    # States in which the thread holds the GVL.
+    HOLDING = %i[run gc].freeze
+
+    module_function
+
+    # How a state shows in a trace viewer: the state's name, and an idle thread's reason.
+    def slice_name(state, reason)
+      state == :idle ? "idle (#{reason.to_s.tr('_', '/')})" : state.to_s
+    end
+
+    # A thread's label in every output: its name, else "main" or "thread <serial>".
+    def thread_label(name, serial, main: false)
+      return name unless name.nil? || name.empty?
+
+      main ? "main" : "thread #{serial}"
+    end
+  end
+end
