@@ -9,7 +9,7 @@ require "json"
 class CLIReportTest < Minitest::Test
   include GVLScopeTestHelper
 
-  GVL_TRACING_FIXTURE = File.join(ROOT, "test/fixtures/gvl-tracing-1.7.0.json") # written by gvl-tracing 1.7.0
+  GVL_TRACING_FIXTURE = File.join(ROOT, "test/fixtures/traces/gvl-tracing-1.7.0.json") # written by gvl-tracing 1.7.0
 
   def with_trace
     Dir.mktmpdir("gvlscope-cli-report") do |dir|

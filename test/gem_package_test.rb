@@ -27,7 +27,7 @@ class GemPackageTest < Minitest::Test
       # The HTML report's template and viewer are packaged too.
       html = File.join(dir, "r.html")
       _out, err, status = Open3.capture3(env, RbConfig.ruby, File.join(dir, "home", "bin", "gvlscope"), "report", "--html",
-                                         html, File.join(ROOT, "test/fixtures/gvl-tracing-1.7.0.json"), chdir: dir)
+                                         html, File.join(ROOT, "test/fixtures/traces/gvl-tracing-1.7.0.json"), chdir: dir)
       assert status.success?, err
       assert_match(/const REPORT = .*firstAfter/m, File.read(html))
       # The lab's programs are packaged: a scenario runs from the installed gem.

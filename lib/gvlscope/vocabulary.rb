@@ -3,7 +3,7 @@
 module GVLScope
   # The one set of words for what a thread is doing, used by the C recorder (enum gvls_state in
   # ext/gvlscope/metrics.h), the metrics, the timeline, every output format and the docs.
-  # A new waiting reason or release cause is one line here (and one colour in the HTML viewer).
+  # A new idle reason or release cause is one line here (and one colour in the HTML viewer).
   module Vocabulary
     # What a thread is doing, as a state of the timeline. "wait" is always waiting for the GVL;
     # a thread blocked on anything else is "idle".
@@ -16,7 +16,7 @@ module GVLScope
       exited: "exited (a zero-length marker)",
     }.freeze
 
-    # Why an idle thread was idle, as far as GVL events tell (docs/format.md, "Waiting reasons").
+    # Why an idle thread was idle, as far as GVL events tell (docs/format.md, "Idle reasons").
     IDLE_REASONS = {
       # It woke up on its own native thread: a blocking call (IO, sleep with a timeout, a C
       # extension's blocking region) returned. IO and sleep look the same in GVL events.

@@ -3,6 +3,8 @@
 # The lab's scenarios and their claims. Each claim's tolerance says why its bounds are where
 # they are; numbers come from the scenario program (lab/*.rb) and, through +from_trace+, from the
 # scenario's own trace and gvlscope report.
+require_relative "../lab"
+
 module GVLScope
   module Lab
     # The timeslice a CPU-bound thread gets, in ms: RUBY_THREAD_TIMESLICE (3.4+), shifted by the

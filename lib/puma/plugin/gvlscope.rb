@@ -8,6 +8,7 @@
 #
 # What it does is in GVLScope::PumaPlugin (lib/gvlscope/integrations/puma_plugin.rb); this file only wires it
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
+require "puma/dsl"
 require "puma/plugin"
 require "gvlscope/integrations/puma_plugin"
 

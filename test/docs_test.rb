@@ -1,0 +1,196 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "tmpdir"
+
+# Every snippet in README.md and docs/ works as written. A fenced ```ruby block is run according to
+# the word after "ruby" in its fence:
+#   (none)               a script, run in a fresh Ruby in an empty directory: exits 0, prints no error
+#   config.ru            a Rack app: built with Rack::Builder, then serves one GET / (200, Server-Timing)
+#   puma                 a Puma config: loaded by Puma::Configuration (the plugin's options checked)
+#   gemfile              a Gemfile: evaluated by Bundler's DSL
+#   rails-application    lines of config/application.rb: evaluated in a Rails::Application subclass
+#   rails-initializer    an initializer: run in that app, which then serves a request through Rails
+# Shell commands (`gvlscope SUB --option`, in code blocks and code spans): SUB exists and each
+# option appears in `gvlscope SUB --help`.
+class DocsTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  DOCS = ["README.md", *Dir["docs/*.md"].sort].freeze
+  KINDS = [nil, "config.ru", "puma", "gemfile", "rails-application", "rails-initializer"].freeze
+  Snippet = Struct.new(:file, :line, :kind, :code) do
+    def where = "#{file}:#{line}"
+  end
+
+  def self.snippets
+    @snippets ||= DOCS.flat_map do |doc|
+      text = File.read(File.join(ROOT, doc))
+      found = []
+      text.scan(/^```ruby([^\n]*)\n(.*?)^```$/m) do |info, code|
+        line = text[0, Regexp.last_match.begin(0)].count("\n") + 1
+        found << Snippet.new(doc, line, info.strip.empty? ? nil : info.strip, code)
+      end
+      found
+    end
+  end
+
+  ROOT = GVLScopeTestHelper::ROOT
+
+  def snippets(kind) = self.class.snippets.select { |snippet| snippet.kind == kind }
+
+  def test_every_snippet_has_a_known_kind
+    assert_operator self.class.snippets.size, :>=, 10
+    self.class.snippets.each { |snippet| assert_includes KINDS, snippet.kind, snippet.where }
+  end
+
+  def test_ruby_scripts_run
+    snippets(nil).each do |snippet|
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", snippet.code, chdir: dir)
+        assert status.success?, "#{snippet.where} failed:\n#{snippet.code}\n#{out}#{err}"
+        refute_match(/Error|warning/, err, "#{snippet.where} printed an error")
+      end
+    end
+  end
+
+  # As a Rack server would: Rack::Builder reads the file, the app serves a request.
+  def test_config_ru_files_build_and_serve
+    snippets("config.ru").each do |snippet|
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        File.write(File.join(dir, "config.ru"), snippet.code)
+        out, err, status = run_ruby(<<~RUBY, env: { "PWD" => dir })
+          Dir.chdir(#{dir.inspect})
+          require "rack"
+          require "rack/mock_request"
+          app = Rack::Builder.parse_file("config.ru")
+          response = Rack::MockRequest.new(app).get("/")
+          puts response.status, response.headers["server-timing"]
+        RUBY
+        assert status.success?, "#{snippet.where}:\n#{snippet.code}\n#{err}"
+        status_line, timing = out.lines.map(&:strip)
+        assert_equal "200", status_line, snippet.where
+        assert_match(/gvl-wait;dur=[\d.]+/, timing.to_s, snippet.where)
+      end
+    end
+  end
+
+  def test_puma_configs_load
+    snippets("puma").each do |snippet|
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        path = File.join(dir, "puma.rb")
+        File.write(path, snippet.code)
+        out, err, status = run_ruby(<<~RUBY)
+          require "puma"
+          require "puma/configuration"
+          config = Puma::Configuration.new(config_files: [#{path.inspect}])
+          config.clamp
+          p config.options[:gvlscope]
+        RUBY
+        assert status.success?, "#{snippet.where}:\n#{snippet.code}\n#{err}"
+        refute_equal "nil", out.strip, "#{snippet.where} sets up the gvlscope plugin"
+      end
+    end
+  end
+
+  def test_gemfiles_evaluate
+    snippets("gemfile").each do |snippet|
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        path = File.join(dir, "Gemfile")
+        File.write(path, snippet.code)
+        out, err, status = run_ruby(<<~RUBY)
+          require "bundler"
+          dsl = Bundler::Dsl.new
+          dsl.eval_gemfile(#{path.inspect})
+          puts dsl.dependencies.map(&:name)
+        RUBY
+        assert status.success?, "#{snippet.where}:\n#{err}"
+        assert_includes out.lines.map(&:strip), "gvlscope", snippet.where
+      end
+    end
+  end
+
+  # The application lines go inside a Rails::Application, the initializers run after it boots;
+  # then one request goes through Rails: the middleware's header and the initializer's log line.
+  def test_rails_snippets_run_in_a_rails_app
+    application = snippets("rails-application")
+    initializers = snippets("rails-initializer")
+    skip "no Rails snippets" if application.empty?
+
+    out, err, status = run_ruby(<<~RUBY)
+      require "action_controller/railtie"
+      require "rack/mock_request"
+      LOG = StringIO.new
+      class DocsApp < Rails::Application
+        config.load_defaults Rails::VERSION::STRING.to_f
+        config.eager_load = false
+        config.secret_key_base = "docs-test"
+        config.hosts.clear
+        config.logger = ActiveSupport::Logger.new(LOG)
+        #{application.map(&:code).join("\n")}
+        routes.append { get "/hello" => "hello#show" }
+      end
+      class HelloController < ActionController::Base
+        def show = render(plain: "hello")
+      end
+      DocsApp.initialize!
+      #{initializers.map(&:code).join("\n")}
+      response = Rack::MockRequest.new(DocsApp).get("/hello")
+      puts response.status, response.headers["server-timing"], DocsApp.middleware.first.inspect
+      puts LOG.string
+    RUBY
+    assert status.success?, err
+    lines = out.lines.map(&:strip)
+    assert_equal "200", lines[0]
+    assert_match(/gvl-wait;dur=/, lines[1])
+    assert_match(/GVLScope::Rack/, lines[2], "the middleware comes first")
+    assert(lines.any? { |line| line.match?(/\Agvl GET \/hello gvl_wait_ms=[\d.]+ /) }, out) unless initializers.empty?
+  end
+
+  # Files the docs point to exist (a moved file leaves no dangling path behind).
+  def test_paths_named_in_docs_exist
+    DOCS.each do |doc|
+      File.read(File.join(ROOT, doc)).scan(%r{(?<![\w./-])((?:lib|ext|bench|test|lab|demo|script|docs)/[\w./-]*\w)}).flatten.uniq.each do |path|
+        next if path.include?("*")
+
+        assert File.exist?(File.join(ROOT, path)), "#{doc} names #{path}, which does not exist"
+      end
+    end
+  end
+
+  # Where a doc shows a command: `$ gvlscope ...` in a fenced block (the rest of such a block is
+  # output), a line of an indented code block, or a code span.
+  def self.commands
+    DOCS.flat_map do |doc|
+      fence = nil
+      File.readlines(File.join(ROOT, doc), chomp: true).flat_map do |line|
+        if line.start_with?("```")
+          fence = fence ? nil : line
+          next []
+        end
+        shown = if fence then fence == "```ruby" || fence.start_with?("```ruby ") ? [] : line.scan(/^\$ (gvlscope .*)/).flatten
+                elsif line.start_with?("    ") then line.scan(/^\s+(gvlscope .*)/).flatten
+                else line.scan(/`(gvlscope [^`]*)`/).flatten
+                end
+        shown.map { |command| [doc, command] }
+      end
+    end
+  end
+
+  def test_shell_commands_exist_with_their_options
+    helps = {}
+    commands = self.class.commands
+    assert_operator commands.size, :>=, 20
+    commands.each do |doc, command|
+      sub = command[/\Agvlscope ([a-z]+)/, 1] or next
+      helps[sub] ||= begin
+        out, err, status = gvlscope(sub, "--help")
+        assert status.success?, "#{doc}: `#{command}`: no command #{sub}: #{err}"
+        out
+      end
+      # Options before a `--` are gvlscope's; after it they are the traced program's.
+      command.split(/\s--\s/).first.scan(/(?<![\w-])--[a-z][a-z-]*/).each do |option|
+        assert_includes helps[sub], option, "#{doc}: `#{command}`: gvlscope #{sub} has no #{option}"
+      end
+    end
+  end
+end
