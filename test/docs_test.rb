@@ -53,59 +53,55 @@ class DocsTest < Minitest::Test
     end
   end
 
+  # Writes the snippet as +file_name+ in an empty directory and runs +loader+ (Ruby code that
+  # gets the file's path as PATH) in a fresh Ruby there; returns its stdout after asserting success.
+  def load_snippet(snippet, file_name, loader)
+    Dir.mktmpdir("gvlscope-doc") do |dir|
+      path = File.join(dir, file_name)
+      File.write(path, snippet.code)
+      out, err, status = run_ruby("PATH = #{path.inspect}\nDir.chdir(#{dir.inspect})\n#{loader}")
+      assert status.success?, "#{snippet.where}:\n#{snippet.code}\n#{err}"
+      out
+    end
+  end
+
   # As a Rack server would: Rack::Builder reads the file, the app serves a request.
   def test_config_ru_files_build_and_serve
     snippets("config.ru").each do |snippet|
-      Dir.mktmpdir("gvlscope-doc") do |dir|
-        File.write(File.join(dir, "config.ru"), snippet.code)
-        out, err, status = run_ruby(<<~RUBY, env: { "PWD" => dir })
-          Dir.chdir(#{dir.inspect})
-          require "rack"
-          require "rack/mock_request"
-          app = Rack::Builder.parse_file("config.ru")
-          response = Rack::MockRequest.new(app).get("/")
-          puts response.status, response.headers["server-timing"]
-        RUBY
-        assert status.success?, "#{snippet.where}:\n#{snippet.code}\n#{err}"
-        status_line, timing = out.lines.map(&:strip)
-        assert_equal "200", status_line, snippet.where
-        assert_match(/gvl-wait;dur=[\d.]+/, timing.to_s, snippet.where)
-      end
+      out = load_snippet(snippet, "config.ru", <<~RUBY)
+        require "rack"
+        require "rack/mock_request"
+        response = Rack::MockRequest.new(Rack::Builder.parse_file(PATH)).get("/")
+        puts response.status, response.headers["server-timing"]
+      RUBY
+      status_line, timing = out.lines.map(&:strip)
+      assert_equal "200", status_line, snippet.where
+      assert_match(/gvl-wait;dur=[\d.]+/, timing.to_s, snippet.where)
     end
   end
 
   def test_puma_configs_load
     snippets("puma").each do |snippet|
-      Dir.mktmpdir("gvlscope-doc") do |dir|
-        path = File.join(dir, "puma.rb")
-        File.write(path, snippet.code)
-        out, err, status = run_ruby(<<~RUBY)
-          require "puma"
-          require "puma/configuration"
-          config = Puma::Configuration.new(config_files: [#{path.inspect}])
-          config.clamp
-          p config.options[:gvlscope]
-        RUBY
-        assert status.success?, "#{snippet.where}:\n#{snippet.code}\n#{err}"
-        refute_equal "nil", out.strip, "#{snippet.where} sets up the gvlscope plugin"
-      end
+      out = load_snippet(snippet, "puma.rb", <<~RUBY)
+        require "puma"
+        require "puma/configuration"
+        config = Puma::Configuration.new(config_files: [PATH])
+        config.clamp
+        p config.options[:gvlscope]
+      RUBY
+      refute_equal "nil", out.strip, "#{snippet.where} sets up the gvlscope plugin"
     end
   end
 
   def test_gemfiles_evaluate
     snippets("gemfile").each do |snippet|
-      Dir.mktmpdir("gvlscope-doc") do |dir|
-        path = File.join(dir, "Gemfile")
-        File.write(path, snippet.code)
-        out, err, status = run_ruby(<<~RUBY)
-          require "bundler"
-          dsl = Bundler::Dsl.new
-          dsl.eval_gemfile(#{path.inspect})
-          puts dsl.dependencies.map(&:name)
-        RUBY
-        assert status.success?, "#{snippet.where}:\n#{err}"
-        assert_includes out.lines.map(&:strip), "gvlscope", snippet.where
-      end
+      out = load_snippet(snippet, "Gemfile", <<~RUBY)
+        require "bundler"
+        dsl = Bundler::Dsl.new
+        dsl.eval_gemfile(PATH)
+        puts dsl.dependencies.map(&:name)
+      RUBY
+      assert_includes out.lines.map(&:strip), "gvlscope", snippet.where
     end
   end
 
