@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../units"
+require_relative "../vocabulary"
 require_relative "blame"
 require_relative "finding"
 
@@ -29,7 +30,7 @@ module GVLScope
         return {} unless total.positive?
 
         holders.sort_by { |_, ns| -ns }.to_h do |serial, ns|
-          [serial == Blame::HAND_OFF ? Blame::HAND_OFF : @labels.fetch(serial, "thread #{serial}"), (ns / total).round(4)]
+          [serial == Blame::HAND_OFF ? Blame::HAND_OFF : @labels.fetch(serial) { Vocabulary.thread_label(nil, serial) }, (ns / total).round(4)]
         end
       end
 

@@ -4,6 +4,7 @@
 # they are; numbers come from the scenario program (lab/*.rb) and, through +from_trace+, from the
 # scenario's own trace and gvlscope report.
 require_relative "../lab"
+require_relative "../units"
 
 module GVLScope
   module Lab
@@ -215,16 +216,13 @@ module GVLScope
            source: "Balázs Kutilovič, DTracing the Ruby GVL (MRI 2.6.3, Puma 3.12)",
            from_trace: lambda { |timeline, report|
              holds = report.histograms[:hold_ns]
-             lower = ->(bucket) { bucket.zero? ? 0 : 2**(bucket - 1) }
              # log2 buckets whose lower bound is 4096 ns ... 32768 ns: holds of ~4 us to ~64 us
-             in_range = holds.each_index.sum { |b| (4096...65_536).cover?(lower.call(b)) ? holds[b] : 0 }
+             in_range = holds.each_index.sum { |b| (4096...65_536).cover?(Log2.lower(b)) ? holds[b] : 0 }
              waiters = report.histograms[:waiters_at_acquire]
-             half = waiters.sum / 2.0
-             seen = 0
-             median_bucket = waiters.index { |count| (seen += count) >= half } || 0
+             median_bucket = Log2.quantile_bucket(waiters, 0.5) || 0
              { held_ratio: report.held_ratio_by_ractor.values.max.to_f, holds: holds.sum,
                holds_4_64us_share: holds.sum.positive? ? in_range.fdiv(holds.sum) : 0.0,
-               median_waiters: lower.call(median_bucket), threads: timeline.threads.size }
+               median_waiters: Log2.lower(median_bucket), threads: timeline.threads.size }
            },
            claims: [
              claim("GVL holds mostly last 4-64 us",

@@ -32,7 +32,7 @@ module GVLScope
           total = waits.sum
           return if total < WAIT_SHARE * @report.duration_ns
 
-          most = 2**(counts.rindex(&:positive?) || 1) - 1
+          most = Log2.upper(counts.rindex(&:positive?) || 1)
           waiting = @timeline.threads.values.select { |thread| thread.intervals.any? { |i| i.state == :wait } }
           Finding.new(
             kind: :contention,
