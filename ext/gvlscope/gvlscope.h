@@ -5,8 +5,11 @@
 #include <ruby/debug.h>
 #include <ruby/thread.h>
 
+// Each module's Ruby-visible functions, defined by Init_gvlscope (gvlscope.c).
 void gvlscope_probe_init(VALUE mNative);
 void gvls_trace_session_init(VALUE mNative);
+void gvls_sink_file_init(VALUE mNative);
+void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
 
 #endif

@@ -1,5 +1,7 @@
-// Consumer 2, the trace: per-native-thread event buffers (trace_buffer.c) drained to the native
-// file by a background writer (trace_writer.c).
+// Consumer 2, the trace: per-native-thread event buffers (lanes) and the pool of chunks they fill,
+// with the hot path that appends to them (trace_buffer.c). What drains sealed chunks, and where
+// they go, is trace_session.h's business: one drain thread hands them to the running sink
+// (sink_file.c writes them to a .gvl file, sink_ring.c keeps the newest in memory).
 #ifndef GVLSCOPE_TRACE_H
 #define GVLSCOPE_TRACE_H
 
@@ -13,13 +15,13 @@
 #define GVLS_RECORDS_PER_CHUNK 8192  // 64 KiB of records: one write(2) per 8192 events
 
 typedef struct gvls_chunk {
-    struct gvls_chunk *next;   // in the writer's queue or the free list
+    struct gvls_chunk *next;   // in the drain queue, the free list or a sink's list
     gvls_events_header header;
     uint64_t records[GVLS_RECORDS_PER_CHUNK];
 } gvls_chunk;
 
 // Everything one native thread records during a trace. Only that native thread appends to it,
-// so appending needs no lock; the lock is taken only to hand a full chunk to the writer.
+// so appending needs no lock; the lock is taken only to hand a full chunk to the drain thread.
 typedef struct gvls_lane {
     struct gvls_lane *next;    // all lanes of the trace, to flush them at stop
     gvls_chunk *chunk;         // being filled; NULL while no chunk could be had (events dropped)
@@ -33,26 +35,26 @@ typedef struct gvls_trace {
     _Atomic int active;        // read by the hook on every event
     uint64_t generation;       // bumped per trace: tells a native thread its lane is stale
     uint64_t start_ns;         // CLOCK_MONOTONIC at start
-    int fd;
 
-    pthread_mutex_t lock;      // guards everything below
-    pthread_cond_t wake_writer;
-    gvls_chunk *queue_head, *queue_tail;  // sealed chunks for the writer
+    // Guards everything below, and sink_ring.c's ring. A leaf lock: held for a few list operations,
+    // never while taking another lock, calling Ruby or waiting for the GVL (the hook takes it
+    // with or without the GVL, so anything more could deadlock).
+    pthread_mutex_t lock;
+    pthread_cond_t wake_drain; // signalled when a chunk is queued (or the drain thread must stop)
+    gvls_chunk *queue_head, *queue_tail;  // sealed chunks for the drain thread
     gvls_chunk *free_chunks;
     size_t chunks_allocated, max_chunks;
     gvls_lane *lanes;
     uint32_t next_native_serial;
     uint64_t events_recorded;  // counted when a chunk is sealed
-    uint64_t events_dropped;   // counted when a chunk is sealed, or written off by the writer
-    int writer_running, writer_stop, write_errno;
-    pthread_t writer;
+    uint64_t events_dropped;   // counted when a chunk is sealed, or written off by a sink
 } gvls_trace;
 
 extern gvls_trace gvls_current_trace;
 
 // Appends a record to the chunk of the calling native thread's lane. The count is published after
 // the record (a release store: a plain mov on x86-64), so the flight recorder can copy the first
-// `count` records of a lane's chunk while its owner keeps appending.
+// `count` records of a lane's chunk while its owner keeps appending (gvls_trace_copy_lanes_locked).
 static inline void gvls_chunk_append(gvls_chunk *chunk, uint64_t record) {
     uint32_t count = chunk->header.count;
     chunk->records[count] = record;
@@ -61,25 +63,14 @@ static inline void gvls_chunk_append(gvls_chunk *chunk, uint64_t record) {
 
 void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns);
 
-// trace_buffer.c, called with the hook removed or from the writer
+// trace_buffer.c, called with the hook removed or from the drain thread
 void gvls_trace_buffers_reset(size_t max_chunks);
 void gvls_trace_buffers_flush(void);   // seal every lane's chunk (hook must be off)
-void gvls_trace_buffers_free(void);
+void gvls_trace_buffers_free(void);    // lanes, pool and whatever is still queued
 gvls_chunk *gvls_trace_take_queue(void);  // under lock
 void gvls_trace_recycle(gvls_chunk *chunk); // under lock
-
-// trace_writer.c
-int gvls_write_all(int fd, const void *data, size_t bytes);  // 0 or errno
-int gvls_trace_writer_start(void);     // 0 or errno
-void gvls_trace_writer_stop(void);     // drains the queue, joins the thread
-
-// trace_session.c: the file's header, and its thread table (calls Ruby: with the GVL)
-int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us);
-int gvls_write_thread_table(int fd);
-uint64_t gvls_realtime_ns(void);
-
-// flight_recorder.c
-void gvls_flight_recorder_init(VALUE mNative);
-void gvls_flight_recorder_after_fork(void);  // in a forked child: forget the parent's ring
+void gvls_chunks_free(gvls_chunk *list);    // free(3)s a list linked by next
+// Under lock: malloc'd copies (linked by next) of the records every lane's chunk holds so far.
+gvls_chunk *gvls_trace_copy_lanes_locked(void);
 
 #endif

@@ -10,8 +10,7 @@
 
 gvls_trace gvls_current_trace = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
-    .wake_writer = PTHREAD_COND_INITIALIZER,
-    .fd = -1,
+    .wake_drain = PTHREAD_COND_INITIALIZER,
 };
 #define T gvls_current_trace
 
@@ -21,7 +20,7 @@ static GVLS_TLS uint64_t tls_lane_generation;
 static GVLS_TLS uint32_t tls_tid;
 
 // Under T.lock. Seals the lane's chunk (if it holds anything) and gives the lane a fresh one, or
-// NULL when the writer is behind and the pool is at its limit: then events are dropped, counted.
+// NULL when the sink is behind and the pool is at its limit: then events are dropped, counted.
 static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
     gvls_chunk *chunk = lane->chunk;
     if (chunk) {
@@ -35,7 +34,7 @@ static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
         chunk->next = NULL;
         if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
         T.queue_tail = chunk;
-        pthread_cond_signal(&T.wake_writer);
+        pthread_cond_signal(&T.wake_drain);
     }
     if (T.free_chunks) {
         chunk = T.free_chunks;
@@ -132,14 +131,40 @@ void gvls_trace_buffers_flush(void) {
     pthread_mutex_unlock(&T.lock);
 }
 
+void gvls_chunks_free(gvls_chunk *list) {
+    for (gvls_chunk *next; list; list = next) { next = list->next; free(list); }
+}
+
 void gvls_trace_buffers_free(void) {
     pthread_mutex_lock(&T.lock);
     for (gvls_lane *lane = T.lanes, *next; lane; lane = next) { next = lane->next; free(lane->chunk); free(lane); }
     T.lanes = NULL;
-    for (gvls_chunk *chunk = T.free_chunks, *next; chunk; chunk = next) { next = chunk->next; free(chunk); }
+    gvls_chunks_free(T.free_chunks);
     T.free_chunks = NULL;
+    gvls_chunks_free(gvls_trace_take_queue());  // empty after a drain; a forked child's are the parent's
     T.chunks_allocated = 0;
     pthread_mutex_unlock(&T.lock);
+}
+
+// A lane's chunk is appended to by its owner without the lock, but only past `count` (published
+// with a release store), and it is swapped only under the lock: the first `count` records can be
+// copied safely while the owner keeps appending.
+gvls_chunk *gvls_trace_copy_lanes_locked(void) {
+    gvls_chunk *copies = NULL;
+    for (gvls_lane *lane = T.lanes; lane; lane = lane->next) {
+        gvls_chunk *chunk = lane->chunk;
+        if (!chunk) continue;
+        uint32_t count = __atomic_load_n(&chunk->header.count, __ATOMIC_ACQUIRE);
+        if (count == 0) continue;
+        gvls_chunk *copy = malloc(offsetof(gvls_chunk, records) + count * sizeof(uint64_t));
+        if (!copy) continue;
+        copy->header = chunk->header;
+        copy->header.count = count;
+        memcpy(copy->records, chunk->records, count * sizeof(uint64_t));
+        copy->next = copies;
+        copies = copy;
+    }
+    return copies;
 }
 
 gvls_chunk *gvls_trace_take_queue(void) {

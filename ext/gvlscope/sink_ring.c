@@ -1,0 +1,194 @@
+// The ring sink, or flight recorder: the trace's lanes (trace_buffer.c) as usual, but sealed
+// chunks are kept in memory instead of written, and chunks older than the window (or past the
+// byte budget) are freed. dump(path) writes what is kept, plus a copy of every lane's partly
+// filled chunk, as a normal .gvl file starting at the window's start. The hook is untouched: it
+// appends to lanes exactly as for a file trace, so recording costs the same and nothing stops
+// while a dump is written.
+#include "gvlscope.h"
+#include "clock.h"
+#include "trace_framing.h"
+#include "trace_session.h"
+#include <errno.h>
+#include <stdlib.h>
+
+#define T gvls_current_trace
+
+static struct {
+    gvls_chunk *head, *tail;   // sealed chunks kept, oldest first; under T.lock
+    size_t kept, max_kept;
+    uint64_t window_ns;
+    uint64_t start_realtime_ns;
+    uint32_t timeslice_us;
+    int dumping;               // one dump at a time (the GVL serialises callers)
+} R;
+
+static uint64_t chunk_last_abs_ns(const gvls_chunk *chunk) {
+    uint32_t count = chunk->header.count;
+    uint64_t delta = count ? chunk->records[count - 1] >> GVLS_RECORD_DELTA_SHIFT : 0;
+    return T.start_ns + chunk->header.base_ns + delta;
+}
+
+// Under T.lock. Frees (to the pool) the oldest chunks while the ring is over budget or they end
+// before the window. Lanes then always find spare chunks: the ring keeps at most 3/4 of the pool.
+static void evict_locked(uint64_t now_ns) {
+    uint64_t cutoff = now_ns > R.window_ns ? now_ns - R.window_ns : 0;
+    while (R.head && (R.kept > R.max_kept || chunk_last_abs_ns(R.head) < cutoff)) {
+        gvls_chunk *old = R.head;
+        R.head = old->next;
+        if (!R.head) R.tail = NULL;
+        R.kept--;
+        gvls_trace_recycle(old);
+    }
+}
+
+static void keep_locked(gvls_chunk *list) {
+    for (gvls_chunk *chunk = list, *next; chunk; chunk = next) {
+        next = chunk->next;
+        chunk->next = NULL;
+        if (R.tail) R.tail->next = chunk; else R.head = chunk;
+        R.tail = chunk;
+        R.kept++;
+    }
+}
+
+// On the drain thread: sealed chunks go into the ring, the oldest out. Nothing back to the pool
+// here: evicting gives chunks back itself.
+static gvls_chunk *ring_consume(gvls_chunk *batch) {
+    pthread_mutex_lock(&T.lock);
+    keep_locked(batch);
+    evict_locked(gvls_now_ns());
+    pthread_mutex_unlock(&T.lock);
+    return NULL;
+}
+
+// Also the after-fork reset: the ring holds the parent's past (the lanes are freed by the session).
+static void ring_free(void) {
+    gvls_chunks_free(R.head);
+    R.head = R.tail = NULL;
+    R.kept = 0;
+    R.dumping = 0;
+}
+
+static VALUE ring_finish(uint64_t end_ns) {
+    ring_free();
+    return Qnil;
+}
+
+static const gvls_sink ring_sink = {
+    .consume = ring_consume,
+    .drain_can_block = 0,
+    .finish = ring_finish,
+    .after_fork = ring_free,
+};
+
+// Native.flight_start(window_ns, max_buffer_bytes, timeslice_us, threads_already_running)
+static VALUE flight_start(VALUE self, VALUE window_ns, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads) {
+    gvls_session_check_idle();
+    size_t max_chunks = gvls_session_check_args(max_buffer_bytes, 8, threads);
+    R.window_ns = NUM2ULL(window_ns);
+    R.max_kept = max_chunks * 3 / 4;
+    R.timeslice_us = NUM2UINT(timeslice_us);
+    R.head = R.tail = NULL;
+    R.kept = 0;
+    uint64_t start_ns = gvls_now_ns();
+    R.start_realtime_ns = gvls_realtime_ns();
+    int err = gvls_session_start(&ring_sink, threads, max_chunks, start_ns);
+    if (err) { errno = err; rb_sys_fail("pthread_create (gvlscope flight recorder)"); }
+    return Qnil;
+}
+
+static VALUE flight_stop(VALUE self) {
+    if (!gvls_session_running(&ring_sink)) rb_raise(rb_eRuntimeError, "the flight recorder is not running");
+    if (R.dumping) rb_raise(rb_eRuntimeError, "a dump is being written");
+    gvls_session_stop();
+    return Qnil;
+}
+
+typedef struct {
+    int fd;
+    gvls_chunk *pinned;      // the ring's chunks, taken out while they are written
+    gvls_chunk *partials;    // copies of the lanes' current chunks
+    uint64_t cutoff_ns;      // absolute: the dump starts here
+    uint64_t end_ns;         // absolute
+    uint64_t events, dropped;
+    int err;
+} dump_job;
+
+static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratch) {
+    int err = 0;
+    for (; chunk && !err; chunk = chunk->next) {
+        uint32_t kept;
+        err = gvls_write_events_since(job->fd, &chunk->header, chunk->records, T.start_ns + chunk->header.base_ns,
+                                      job->cutoff_ns, scratch, &kept);
+        if (!kept) continue;
+        job->events += kept;
+        job->dropped += chunk->header.dropped_before;
+    }
+    return err;
+}
+
+static void *write_events_without_gvl(void *arg) {
+    dump_job *job = arg;
+    uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
+    if (!scratch) { job->err = ENOMEM; return NULL; }
+    job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
+                                      R.start_realtime_ns + (job->cutoff_ns - T.start_ns), R.timeslice_us);
+    if (!job->err) job->err = write_chunks(job, job->pinned, scratch);
+    if (!job->err) job->err = write_chunks(job, job->partials, scratch);
+    free(scratch);
+    return NULL;
+}
+
+// Native.flight_dump(path) -> [events, dropped, duration_ns]
+static VALUE flight_dump(VALUE self, VALUE path) {
+    if (!gvls_session_running(&ring_sink)) rb_raise(rb_eRuntimeError, "the flight recorder is not running");
+    if (R.dumping) rb_raise(rb_eRuntimeError, "a dump is already being written");
+    FilePathValue(path);
+    dump_job job = { .fd = gvls_open_trace_file(path) };
+    R.dumping = 1;
+    pthread_mutex_lock(&T.lock);
+    job.end_ns = gvls_now_ns();
+    job.cutoff_ns = job.end_ns > T.start_ns + R.window_ns ? job.end_ns - R.window_ns : T.start_ns;
+    job.pinned = R.head;   // the drain thread adds newer chunks to an empty ring meanwhile
+    R.head = R.tail = NULL;
+    R.kept = 0;
+    job.partials = gvls_trace_copy_lanes_locked();
+    pthread_mutex_unlock(&T.lock);
+
+    // Up to the whole buffer (tens of MiB) to write: let other threads run meanwhile.
+    rb_thread_call_without_gvl(write_events_without_gvl, &job, NULL, NULL);
+
+    gvls_end_record end = { job.end_ns - job.cutoff_ns, job.events, job.dropped };
+    int err = gvls_finish_file(job.fd, job.err, &end);
+
+    // The pinned chunks are older than anything kept since: they go back in front.
+    pthread_mutex_lock(&T.lock);
+    gvls_chunk *newer = R.head;
+    size_t newer_count = R.kept;
+    R.head = R.tail = NULL;
+    R.kept = 0;
+    keep_locked(job.pinned);
+    R.kept += newer_count;
+    if (newer) {
+        if (R.tail) R.tail->next = newer; else R.head = newer;
+        for (R.tail = newer; R.tail->next; R.tail = R.tail->next) {}
+    }
+    evict_locked(gvls_now_ns());
+    pthread_mutex_unlock(&T.lock);
+    gvls_chunks_free(job.partials);
+    R.dumping = 0;
+
+    if (err) { errno = err; rb_sys_fail_str(path); }
+    return rb_ary_new_from_args(3, ULL2NUM(job.events), ULL2NUM(job.dropped), ULL2NUM(end.end_ns));
+}
+
+static VALUE flight_active_p(VALUE self) {
+    return gvls_session_running(&ring_sink) ? Qtrue : Qfalse;
+}
+
+void gvls_sink_ring_init(VALUE mNative) {
+    rb_define_singleton_method(mNative, "flight_start", flight_start, 4);
+    rb_define_singleton_method(mNative, "flight_stop", flight_stop, 0);
+    rb_define_singleton_method(mNative, "flight_dump", flight_dump, 1);
+    rb_define_singleton_method(mNative, "flight_active?", flight_active_p, 0);
+}

@@ -1,0 +1,127 @@
+// Writing the .gvl framing: see trace_framing.h and format.h.
+#include "trace_framing.h"
+#include "thread_state.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t gvls_realtime_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int gvls_open_trace_file(VALUE path) {
+    int fd = open(StringValueCStr(path), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) rb_sys_fail_str(path);
+    return fd;
+}
+
+// write(2) until done; returns 0 or errno.
+int gvls_write_all(int fd, const void *data, size_t bytes) {
+    const char *p = data;
+    while (bytes > 0) {
+        ssize_t n = write(fd, p, bytes);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return 0;
+}
+
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us) {
+    gvls_file_header header = { .version = GVLS_FORMAT_VERSION, .header_bytes = sizeof(header) };
+    memcpy(header.magic, GVLS_MAGIC, sizeof(header.magic));
+    header.start_monotonic_ns = start_monotonic_ns;
+    header.start_realtime_ns = start_realtime_ns;
+    header.pid = (uint32_t)getpid();
+    header.timeslice_us = timeslice_us;
+    return gvls_write_all(fd, &header, sizeof(header));
+}
+
+int gvls_write_events(int fd, const gvls_events_header *header, const uint64_t *records) {
+    size_t record_bytes = header->count * sizeof(uint64_t);
+    gvls_chunk_header chunk = { GVLS_CHUNK_EVENTS, (uint32_t)(sizeof(*header) + record_bytes) };
+    // Both headers in one write(2), so a killed process leaves whole chunks or a detectably short one.
+    char head[sizeof(chunk) + sizeof(*header)];
+    memcpy(head, &chunk, sizeof(chunk));
+    memcpy(head + sizeof(chunk), header, sizeof(*header));
+    int err = gvls_write_all(fd, head, sizeof(head));
+    if (!err) err = gvls_write_all(fd, records, record_bytes);
+    return err;
+}
+
+int gvls_write_events_since(int fd, const gvls_events_header *header, const uint64_t *records, uint64_t base_abs_ns,
+                            uint64_t cutoff_ns, uint64_t *scratch, uint32_t *kept) {
+    uint32_t count = header->count, first = 0;
+    while (first < count && base_abs_ns + (records[first] >> GVLS_RECORD_DELTA_SHIFT) < cutoff_ns) first++;
+    *kept = count - first;
+    if (*kept == 0) return 0;  // drops before an aged-out chunk belong to the past as well
+    // Deltas only shrink, so they still fit.
+    uint64_t shift = records[first] >> GVLS_RECORD_DELTA_SHIFT;
+    for (uint32_t i = 0; i < *kept; i++) scratch[i] = records[first + i] - (shift << GVLS_RECORD_DELTA_SHIFT);
+    gvls_events_header rebased = *header;
+    rebased.base_ns = base_abs_ns + shift - cutoff_ns;
+    rebased.count = *kept;
+    return gvls_write_events(fd, &rebased, scratch);
+}
+
+typedef struct { gvls_thread *copy; size_t len, capa; } thread_copies;
+
+static void copy_thread(gvls_thread *slot, void *arg) {
+    thread_copies *copies = arg;
+    if (copies->len == copies->capa) {
+        size_t capa = copies->capa ? copies->capa * 2 : 64;
+        gvls_thread *grown = realloc(copies->copy, capa * sizeof(*grown));
+        if (!grown) return;
+        copies->copy = grown;
+        copies->capa = capa;
+    }
+    copies->copy[copies->len++] = *slot;
+}
+
+// The thread table. Names are read now, at the end, so names given after a thread started are
+// included. The registry is copied first: calling Ruby may run GC, whose mark takes its lock.
+static int write_thread_table(int fd) {
+    thread_copies copies = { 0 };
+    gvls_threads_each(copy_thread, &copies);
+    VALUE buffer = rb_str_buf_new(64 * (long)copies.len);
+    VALUE main_thread = rb_thread_main();
+    ID id_name = rb_intern("name");
+    for (size_t i = 0; i < copies.len; i++) {
+        gvls_thread *slot = &copies.copy[i];
+        VALUE name = rb_funcall(slot->thread, id_name, 0);
+        if (!RB_TYPE_P(name, T_STRING)) name = rb_str_new(0, 0);
+        gvls_thread_record record = {
+            .serial = slot->serial,
+            .ractor_id = slot->ractor_id,
+            .flags = (slot->thread == main_thread ? GVLS_THREAD_MAIN : 0) | (slot->exited ? GVLS_THREAD_EXITED : 0),
+            .name_bytes = (uint32_t)RSTRING_LEN(name),
+        };
+        rb_str_buf_cat(buffer, (const char *)&record, sizeof(record));
+        rb_str_buf_cat(buffer, RSTRING_PTR(name), RSTRING_LEN(name));
+    }
+    free(copies.copy);
+    gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)RSTRING_LEN(buffer) };
+    int err = gvls_write_all(fd, &header, sizeof(header));
+    if (!err) err = gvls_write_all(fd, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
+    RB_GC_GUARD(buffer);
+    return err;
+}
+
+int gvls_finish_file(int fd, int err, const gvls_end_record *end) {
+    if (!err) err = write_thread_table(fd);
+    if (!err) {
+        gvls_chunk_header header = { GVLS_CHUNK_END, sizeof(*end) };
+        err = gvls_write_all(fd, &header, sizeof(header));
+        if (!err) err = gvls_write_all(fd, end, sizeof(*end));
+    }
+    if (close(fd) != 0 && !err) err = errno;
+    return err;
+}

@@ -1,0 +1,30 @@
+// The .gvl framing (format.h): the one place that writes a file header, an events chunk, the
+// thread table and the end record. sink_file.c writes a trace with it, sink_ring.c its dumps.
+// Every writer returns 0 or an errno and only calls write(2), so it may run without the GVL;
+// except gvls_finish_file, which writes the thread table (calls Ruby: with the GVL).
+#ifndef GVLSCOPE_TRACE_FRAMING_H
+#define GVLSCOPE_TRACE_FRAMING_H
+
+#include "gvlscope.h"
+#include "format.h"
+#include <stddef.h>
+#include <stdint.h>
+
+uint64_t gvls_realtime_ns(void);
+// Creates (or truncates) the file at path for writing, or raises SystemCallError.
+int gvls_open_trace_file(VALUE path);
+int gvls_write_all(int fd, const void *data, size_t bytes);
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us);
+// One events chunk: the header and its header->count records.
+int gvls_write_events(int fd, const gvls_events_header *header, const uint64_t *records);
+// One events chunk holding only the records at or after cutoff_ns, rebased so the chunk starts at
+// its first kept record. Times are absolute (base_abs_ns is the header's base_ns as an absolute
+// time); the written base_ns is relative to cutoff_ns, the file's start. scratch holds up to
+// header->count records. *kept: records written (0: nothing was, not even the drops before).
+int gvls_write_events_since(int fd, const gvls_events_header *header, const uint64_t *records, uint64_t base_abs_ns,
+                            uint64_t cutoff_ns, uint64_t *scratch, uint32_t *kept);
+// Ends a file: unless err already, the thread table and the end record; then closes fd.
+// Returns the first error (err, a write's, close's) or 0. With the GVL.
+int gvls_finish_file(int fd, int err, const gvls_end_record *end);
+
+#endif
