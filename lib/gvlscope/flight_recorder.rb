@@ -7,7 +7,7 @@ require_relative "fork"
 require_relative "units"
 
 module GVLScope
-  # Keeps the last few seconds of GVL events in memory (a bounded ring: ext/gvlscope/flight_recorder.c)
+  # Keeps the last few seconds of GVL events in memory (a bounded ring: ext/gvlscope/sink_ring.c)
   # and writes them to a .gvl file when something went wrong: a slow request (GVLScope::Rack), a
   # signal, or a call to dump. The file opens in `gvlscope summary` and `gvlscope export` like any
   # trace, starting `seconds` before the dump.
