@@ -57,7 +57,7 @@ class GoldenTest < Minitest::Test
       Dir.chdir(TRACES) do
         EXPORTED.each do |input|
           base = File.basename(input, ".*")
-          { "perfetto" => "pftrace", "chrome-json" => "chrome.json" }.each do |format, extension|
+          { "perfetto" => "pftrace", "chrome-json" => "chrome.json", "speedscope" => "speedscope.json" }.each do |format, extension|
             out = File.join(dir, "#{base}.#{extension}")
             cli("export", input, "--format", format, "-o", out)
             check("#{base}.#{extension}", File.binread(out))

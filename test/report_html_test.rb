@@ -4,6 +4,7 @@ require "test_helper"
 require "tmpdir"
 require "gvlscope/analysis"
 require "gvlscope/formats/report_html"
+require_relative "support/headless_chromium"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread.
@@ -11,38 +12,12 @@ require "gvlscope/formats/report_html"
 # Run alone: bundle exec ruby -Itest test/report_html_test.rb
 class ReportHTMLTest < Minitest::Test
   include GVLScopeTestHelper
-
-  CHROMIUM = %w[chromium chromium-browser google-chrome].flat_map do |name|
-    ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, name) }
-  end.find { |path| File.executable?(path) }
-
-  def chromium(*args, url)
-    unless CHROMIUM
-      skip "no chromium" if ENV["GVLSCOPE_SKIP_BROWSER"] == "1"
-      flunk "headless Chromium is needed: apt-get install chromium (script/test installs it), " \
-            "or GVLSCOPE_SKIP_BROWSER=1 to skip"
-    end
-    # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-    Open3.capture3(CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                   "--window-size=1400,1000", *args, url)
-  end
+  include HeadlessChromium
 
   def test_the_report_renders_every_thread_without_errors
     Dir.mktmpdir("gvlscope-html") do |dir|
       trace = File.join(dir, "t.gvl")
-      _out, err, status = run_ruby(<<~RUBY, trace)
-        require "gvlscope"
-        GVLScope.trace(ARGV[0]) do
-          cpu = Thread.new { Thread.current.name = "cpu <b>&"; x = 0; x += 1 until Thread.current[:stop] }
-          r, w = IO.pipe
-          reader = Thread.new { Thread.current.name = "reader"; 4.times { r.read(1) } }
-          4.times { w.write("x"); sleep 0.01 }
-          reader.join
-          cpu[:stop] = true
-          cpu.join
-        end
-      RUBY
-      assert status.success?, err
+      trace_program(trace, 'GVLWorkloads.cpu_beside_reader("cpu <b>&", 4)')
       report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
       html = File.join(dir, "report.html")
       File.open(html, "w") { |io| GVLScope::Formats::ReportHTML.new(report).write(io) }

@@ -16,14 +16,7 @@ class ReportTest < Minitest::Test
   def report_of(program)
     Dir.mktmpdir("gvlscope-report") do |dir|
       path = File.join(dir, "t.gvl")
-      _out, err, status = run_ruby(<<~RUBY, path)
-        require "gvlscope"
-        require #{File.join(ROOT, "test/support/gvl_workloads").inspect}
-        GVLScope.trace(ARGV[0]) do
-          #{program}
-        end
-      RUBY
-      assert status.success?, err
+      trace_program(path, program)
       timeline = GVLScope::Model.timeline(path)
       assert_consistent(timeline)
       GVLScope::Analysis::Report.new(timeline)

@@ -28,6 +28,18 @@ module GVLScopeTestHelper
     end
   end
 
+  # Records a trace of +program+ (Ruby code; GVLWorkloads is loaded) into +path+, in a fresh Ruby.
+  def trace_program(path, program)
+    _out, err, status = run_ruby(<<~RUBY, path)
+      require "gvlscope"
+      require #{File.join(ROOT, "test/support/gvl_workloads").inspect}
+      GVLScope.trace(ARGV[0]) do
+        #{program}
+      end
+    RUBY
+    assert status.success?, err
+  end
+
   # Runs exe/gvlscope; returns [stdout, stderr, status].
   def gvlscope(*args, chdir: ROOT)
     Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)

@@ -20,7 +20,7 @@ module GVLScope
         report FILE [--html OUT] [--json] [--thread NAME]
                               what the GVL did and why: findings, per-thread table, histograms
         export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
-                              convert a trace for Perfetto UI / chrome://tracing
+                              convert a trace for Perfetto UI / chrome://tracing / speedscope
         summary FILE          per-thread GVL times of a trace
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 

@@ -17,6 +17,29 @@ module GVLWorkloads
     end
   end
 
+  # A CPU-bound thread named +cpu_name+ beside a thread named "reader" that reads a pipe +reads+
+  # times, a byte every 10 ms: the reader waits for the GVL after each read.
+  def cpu_beside_reader(cpu_name, reads)
+    cpu = Thread.new do
+      Thread.current.name = cpu_name
+      x = 0
+      x += 1 until Thread.current[:stop]
+    end
+    from_main, to_reader = IO.pipe
+    reader = Thread.new do
+      Thread.current.name = "reader"
+      reads.times { from_main.read(1) }
+    end
+    reads.times do
+      to_reader.write("x")
+      sleep 0.01
+    end
+    reader.join
+    cpu[:stop] = true
+    cpu.join
+    [from_main, to_reader].each(&:close)
+  end
+
   # +count+ round trips through a thread named "echo" over two pipes: each read blocks, so each
   # wakes a thread up. Yields (before the echo thread ends) so a caller can look at it.
   def echo_round_trips(count)

@@ -7,7 +7,8 @@ require_relative "../version"
 
 module GVLScope
   module Formats
-    # Timeline -> Chrome trace event JSON (opens in the Perfetto UI, chrome://tracing, speedscope).
+    # Timeline -> Chrome trace event JSON (opens in the Perfetto UI and chrome://tracing; speedscope
+    # nests its back-to-back slices into a staircase: formats/speedscope.rb is the file for it).
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
     # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
     # which Ruby thread each native thread ran (the M:N view).

@@ -1,0 +1,97 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "format"
+require_relative "../vocabulary"
+require_relative "../version"
+
+module GVLScope
+  module Formats
+    # Timeline -> speedscope's own file format (docs/format.md, "Exports and their viewers"): one
+    # evented profile per Ruby thread, whose frames are the thread's states ("run", "wait",
+    # "idle (io/sleep)", "gc", "started"), so speedscope's Time Order view draws each thread as
+    # one row of back-to-back states. (speedscope misreads the Chrome JSON export: it adds each
+    # "X" event's ts + dur in floating point, and a slice that ends a hair after the next one
+    # begins holds every later slice inside it.)
+    #
+    # Times are integer nanoseconds since the trace started: exact in speedscope's doubles.
+    # "profiles" comes before "shared": frames are interned as profiles are written, so any
+    # profile can bring its own frames (a sampled profile of stacks is one more write_* method,
+    # called from #write_profiles).
+    class Speedscope < Format
+      SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+
+      def write(io)
+        @io = io
+        @out = +%({"$schema":"#{SCHEMA}","exporter":"gvlscope@#{VERSION}",) <<
+                %("name":#{JSON.generate(File.basename(timeline.file.path.to_s))},"activeProfileIndex":0,"profiles":[)
+        @frames = {} # frame name -> index in shared.frames
+        @profiles = 0
+        write_profiles
+        @out << %(],\n"shared":{"frames":[) << @frames.keys.map { |name| %({"name":#{JSON.generate(name)}}) }.join(",")
+        @out << "]}}\n"
+        io << @out
+        io
+      end
+
+      private
+
+      def timeline = @subject
+
+      def write_profiles
+        several_ractors = timeline.ractors.size > 1
+        timeline.each_thread do |thread|
+          # A thread known only from the thread table has nothing to draw; an empty profile would
+          # only add a blank page to speedscope's list.
+          next unless thread.intervals.any? { |interval| interval.end_ns > interval.start_ns }
+
+          name = several_ractors ? "#{thread.label} (Ractor #{thread.ractor_id})" : thread.label
+          write_evented_profile(name, thread.intervals)
+        end
+      end
+
+      # The index of the frame called +name+ in shared.frames, interned on first use.
+      def frame(name) = @frames[name] ||= @frames.size
+
+      # Starts a profile object; the caller appends its samples or events and the closing "]}".
+      def begin_profile(type, name, events_key)
+        @out << (@profiles.zero? ? "\n" : ",\n")
+        @profiles += 1
+        @out << %({"type":"#{type}","name":#{JSON.generate(name)},"unit":"nanoseconds",) <<
+          %("startValue":0,"endValue":#{timeline.duration_ns},"#{events_key}":[)
+      end
+
+      # One open ("O") and one close ("C") event per interval, an interval per line. A thread's
+      # intervals follow each other, so each closes before (or at the time) the next opens and
+      # the stack is never more than one frame deep: a flat row, not a staircase.
+      def write_evented_profile(name, intervals)
+        begin_profile("evented", name, "events")
+        # The constant text around each time, built once per frame (this loop runs once per
+        # interval: millions of times).
+        pieces = Hash.new do |by_state, state|
+          by_state[state] = Hash.new do |by_reason, reason|
+            index = frame(Vocabulary.slice_name(state, reason))
+            by_reason[reason] = [%({"type":"O","frame":#{index},"at":), %(},{"type":"C","frame":#{index},"at":)]
+          end
+        end
+        out = @out
+        separator = "\n"
+        intervals.each do |interval|
+          start_ns = interval.start_ns
+          end_ns = interval.end_ns
+          # A zero-length interval (the exit marker) has nothing to draw.
+          next if end_ns == start_ns
+
+          open_event, close_event = pieces[interval.state][interval.reason]
+          out << separator << open_event << start_ns.to_s << close_event << end_ns.to_s << "}"
+          separator = ",\n"
+          next if out.bytesize < FLUSH_BYTES
+
+          @io << out
+          out.clear
+        end
+        out << "]}"
+      end
+    end
+  end
+end
