@@ -17,8 +17,8 @@
 # (tracing to a file); gvl-tracing (tracing to its JSON).
 require "gvlscope"
 require "gvlscope/model"
-require "gvlscope/exporters/chrome_json"
-require "gvlscope/exporters/perfetto"
+require "gvlscope/formats/chrome_json"
+require "gvlscope/formats/perfetto"
 require "tmpdir"
 
 CALLS = Integer(ENV.fetch("CALLS", 1_000_000))

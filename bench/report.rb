@@ -49,9 +49,8 @@ html_s = seconds { system(*gvlscope, "report", trace, "--html", html, out: File:
 # The parts, in this process with YJIT (as exe/gvlscope runs).
 RubyVM::YJIT.enable if defined?(RubyVM::YJIT.enable)
 require "gvlscope/model"
-require "gvlscope/report"
-require "gvlscope/report/text"
-require "gvlscope/report/html"
+require "gvlscope/analysis"
+require "gvlscope/formats/report_text"
 file = timeline = report = nil
 read_s = seconds { file = GVLScope::Model::TraceFile.read(trace) }
 timeline_s = seconds { timeline = GVLScope::Model::Timeline.new(file) }
