@@ -92,6 +92,34 @@ class CLIRunTest < Minitest::Test
     end
   end
 
+  # The program's stderr is its own: with --no-report, gvlscope adds nothing when all went well.
+  def test_no_report_prints_nothing_when_all_went_well
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), "Thread.new { sleep 0.01 }.join\nputs 'out'\n$stderr.puts 'err'\n")
+      out, err, status = gvlscope("run", "--no-report", "-o", "t.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      assert_equal ["out\n", "err\n"], [out, err]
+      refute GVLScope::Model::TraceFile.read(File.join(dir, "t.gvl")).truncated?
+    end
+  end
+
+  # gvlscope's own words reach the person who ran it, after the program, not the program's stderr
+  # (which a test suite may compare or a program may redirect into its log).
+  def test_messages_of_a_traced_process_come_from_gvlscope_after_the_program
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), "$stderr.puts 'program done'\n")
+      _out, err, status = gvlscope("run", "--no-report", "-o", "missing/t.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      assert_match(/\Aprogram done\ngvlscope: not tracing pid \d+: No such file or directory - .*missing\/t\.gvl\n/, err)
+
+      File.write(File.join(dir, "logging.rb"), "$stderr.reopen('app.log', 'w')\n$stderr.puts 'logged'\n")
+      _out, err, status = gvlscope("run", "--metrics-only", "--", RbConfig.ruby, "logging.rb", chdir: dir)
+      assert status.success?, err
+      assert_equal "logged\n", File.read(File.join(dir, "app.log"))
+      assert_match(/\Agvlscope: GVL metrics of pid \d+ \(logging\.rb\)\nGVL held /, err)
+    end
+  end
+
   def test_run_without_a_command_is_a_usage_error
     _out, err, status = gvlscope("run", chdir: ROOT)
     assert_equal 2, status.exitstatus

@@ -169,7 +169,7 @@ module GVLScope
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
                       "a trace. Output and exit status pass through; a summary goes to stderr at the end.\n\n"
         opts.on("-o", "--output PATH", "trace file (default gvlscope-<pid>.gvl; %p = pid)") { |o| output = o }
-        opts.on("--no-report", "--no-summary", "do not print the summary at exit") { show_summary = false }
+        opts.on("--no-report", "--no-summary", "print nothing at exit unless something went wrong") { show_summary = false }
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
         opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
@@ -188,12 +188,23 @@ module GVLScope
       end
 
       require "tmpdir"
-      list = File.join(Dir.tmpdir, "gvlscope-run-#{Process.pid}.list")
+      # A private directory for what the traced processes tell us: their traces and messages.
+      Dir.mktmpdir("gvlscope-run") do |run_dir|
+        status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb)
+        messages = File.join(run_dir, "messages")
+        @err.print File.read(messages) if File.exist?(messages)
+        traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
+        after_run(traces, show_summary: show_summary, html: html, export_format: export_format) unless metrics_only
+        status.exitstatus || 128 + status.termsig.to_i
+      end
+    end
+
+    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:)
       lib = File.expand_path("..", __dir__)
       env = {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
         "GVLSCOPE_OUTPUT" => File.expand_path(output || "gvlscope-%p.gvl"),
-        "GVLSCOPE_SUMMARY_LIST" => list,
+        "GVLSCOPE_RUN_DIR" => run_dir,
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
       }
@@ -206,12 +217,11 @@ module GVLScope
       previous = trap("INT", "IGNORE")
       _, status = Process.wait2(pid)
       trap("INT", previous)
-      traces = File.exist?(list) ? File.readlines(list, chomp: true) : []
-      File.delete(list) if File.exist?(list)
-      after_run(traces, show_summary: show_summary && !metrics_only, html: html, export_format: export_format) unless metrics_only
-      status.exitstatus || 128 + status.termsig.to_i
+      status
     end
 
+    # --no-report: nothing is printed unless something went wrong (the program's stderr is then
+    # exactly its own).
     def after_run(traces, show_summary:, html:, export_format:)
       if traces.empty?
         @err.puts "gvlscope: no trace was written (was COMMAND a Ruby >= 3.3 program?)"
@@ -228,6 +238,8 @@ module GVLScope
         write_html(report, html) if html && index.zero?
         export_timeline(timeline, path, export_format) if export_format
       end
+      return unless show_summary
+
       @err.puts "gvlscope: #{traces.size == 1 ? 'trace' : "#{traces.size} traces (one per process)"}: " \
                 "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
     end

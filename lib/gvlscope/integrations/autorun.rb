@@ -3,11 +3,37 @@
 # Loaded at boot by `gvlscope run` (through RUBYOPT=-rgvlscope/autorun): traces the whole program
 # into GVLSCOPE_OUTPUT (a path; "%p" becomes the pid) and stops at exit. A forked child (Puma
 # worker, fork, spawn of a Ruby with the same RUBYOPT) traces into its own file, named by its pid.
+#
+# The traced program's stdout and stderr are its own: under `gvlscope run` (GVLSCOPE_RUN_DIR set)
+# gvlscope's words go to files in that directory, which `gvlscope run` prints after the program.
+module GVLScope
+  module Autorun
+    module_function
+
+    def run_dir = ENV.fetch("GVLSCOPE_RUN_DIR", nil)
+
+    # A message for the person who ran `gvlscope run`; on stderr only without it (a plain
+    # `ruby -rgvlscope/autorun`, where stderr is the only way to say it).
+    def tell(text)
+      return warn(text) unless run_dir
+
+      append(File.join(run_dir, "messages"), text)
+    end
+
+    # One write(2) to an O_APPEND file: the lines of processes that finish together do not mix.
+    def append(path, text)
+      File.open(path, "a") { |file| file.syswrite(text.end_with?("\n") ? text : "#{text}\n") }
+    rescue SystemCallError
+      nil # `gvlscope run` is gone (an orphaned daemon): nobody is listening
+    end
+  end
+end
+
 begin
   require_relative "../../gvlscope"
 rescue LoadError, StandardError => e
   # Never stop the user's program from running because tracing cannot start.
-  warn "gvlscope: not tracing this process: #{e.message}"
+  GVLScope::Autorun.tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
   return
 end
 
@@ -34,17 +60,20 @@ module GVLScope
     def start
       return start_metrics if metrics_only?
 
-      GVLScope.start(output_path, buffer_bytes: buffer_bytes)
+      path = output_path
+      GVLScope.start(path, buffer_bytes: buffer_bytes)
+      # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
+      append(File.join(run_dir, "traces"), path) if run_dir
       at_exit { stop }
     rescue SystemCallError, GVLScope::Error => e
-      warn "gvlscope: not tracing: #{e.message}"
+      tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
     end
 
     # `gvlscope run --metrics-only`: no trace, the metrics of the whole process at its exit.
     def start_metrics
       GVLScope::Metrics.enable
       at_exit do
-        $stderr.puts "gvlscope: GVL metrics of pid #{Process.pid} (#{$PROGRAM_NAME})", GVLScope::Metrics.snapshot.to_s
+        tell("gvlscope: GVL metrics of pid #{Process.pid} (#{$PROGRAM_NAME})\n#{GVLScope::Metrics.snapshot}")
       end
     end
 
@@ -52,11 +81,10 @@ module GVLScope
       return unless GVLScope.tracing?
 
       summary = GVLScope.stop
-      File.open(ENV["GVLSCOPE_SUMMARY_LIST"], "a") { |f| f.puts(summary.path) } if ENV["GVLSCOPE_SUMMARY_LIST"]
-      warn "gvlscope: #{summary}" if summary.dropped.positive? || summary.write_error
+      tell("gvlscope: #{summary}") if summary.dropped.positive? || summary.write_error
       if summary.dropped.positive? && !summary.write_error
-        warn "gvlscope: to keep them, give the recorder more memory: gvlscope run --buffer MB (now " \
-             "#{buffer_bytes >> 20} MB; each recording native thread holds 64 KiB)"
+        tell("gvlscope: to keep them, give the recorder more memory: gvlscope run --buffer MB (now " \
+             "#{buffer_bytes >> 20} MB; each recording native thread holds 64 KiB)")
       end
     end
   end

@@ -58,7 +58,7 @@ module GVLScope
         {
           "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{ext_dir}", "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
           "GVLSCOPE_OUTPUT" => File.join(File.expand_path(@out_dir), "#{scenario.name}-%p.gvl"),
-          "GVLSCOPE_SUMMARY_LIST" => nil,
+          "GVLSCOPE_RUN_DIR" => nil,
           "GVLSCOPE_METRICS_ONLY" => nil,
           "GVLSCOPE_LAB_RESULT" => result_path,
           "GVLSCOPE_LAB_SIZE" => @knobs.size,
