@@ -11,6 +11,7 @@ class UnsupportedRubyTest < Minitest::Test
     assert_match(/this is ruby 3\.2\.4/, error.message)
     assert_raises(GVLScope::UnsupportedRuby) { GVLScope.check_ruby!("jruby", "3.4.0") }
     assert_nil GVLScope.check_ruby!("ruby", "3.3.0")
+    assert_nil GVLScope.check_ruby!("ruby", "3.10.0") # numbers, not strings
   end
 
   # Debian bookworm's own Ruby (3.1) is the real old Ruby on our machines.

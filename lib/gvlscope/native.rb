@@ -5,7 +5,7 @@ require_relative "errors"
 
 module GVLScope
   def self.check_ruby!(engine = RUBY_ENGINE, version = RUBY_VERSION)
-    return if engine == "ruby" && Gem::Version.new(version) >= Gem::Version.new(MINIMUM_RUBY)
+    return if engine == "ruby" && version_at_least?(version, MINIMUM_RUBY)
 
     raise UnsupportedRuby,
           "gvlscope needs CRuby >= #{MINIMUM_RUBY} (the GVL instrumentation API with STARTED/EXITED " \

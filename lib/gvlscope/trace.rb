@@ -68,7 +68,7 @@ module GVLScope
     # The scheduler's timeslice in microseconds: 100 ms, or RUBY_THREAD_TIMESLICE (ms) on 3.4+.
     def timeslice_us
       configured = ENV["RUBY_THREAD_TIMESLICE"].to_s
-      if Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4") && configured.match?(/\A\d+\z/) && configured.to_i.positive?
+      if GVLScope.version_at_least?(RUBY_VERSION, "3.4") && configured.match?(/\A\d+\z/) && configured.to_i.positive?
         configured.to_i * 1000
       else
         100_000

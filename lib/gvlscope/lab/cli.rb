@@ -110,7 +110,7 @@ module GVLScope
         return unless knobs[:timeslice_ms]
 
         version = Rubies.version_of(Rubies.resolve(knobs[:ruby]))
-        return if Gem::Version.new(version) >= Gem::Version.new("3.4")
+        return if GVLScope.version_at_least?(version, "3.4")
 
         @err.puts "gvlscope lab: warning: Ruby #{version} ignores RUBY_THREAD_TIMESLICE (3.4+); claims assume it applies"
       end
