@@ -81,6 +81,7 @@ ROUNDS.times do |round|
   end
 
   if run?(:gvlscope)
+    FileUtils.rm_f(trace_path) # a trace never overwrites a file: each round's is new
     GVLScope.start(trace_path)
     times[:gvlscope] << workload
     summary = GVLScope.stop

@@ -25,6 +25,7 @@ end
 
 unless ENV["TRACE"] && File.exist?(trace)
   FileUtils.mkdir_p(File.dirname(trace))
+  FileUtils.rm_f(trace) # a trace never overwrites a file
   reads_per_thread = EVENTS / 3 / 4
   code = <<~RUBY
     require "gvlscope"

@@ -47,6 +47,39 @@ class CLIRunTest < Minitest::Test
     end
   end
 
+  # -o without %p: the first process to create the path keeps it; a forked child and a sub-Ruby
+  # get their pid in the name, and never truncate the parent's trace. An existing file stops the run.
+  def test_without_p_the_first_process_keeps_the_path_and_others_get_their_pid
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), <<~RUBY)
+        child = fork { Thread.new { sleep 0.01 }.join }
+        Process.wait(child)
+        system(RbConfig.ruby, "-e", "Thread.new { sleep 0.01 }.join") or abort "sub-Ruby failed"
+        Thread.new { sleep 0.01 }.join
+        puts Process.pid, child
+      RUBY
+      out, err, status = gvlscope("run", "--no-report", "-o", "trace.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert status.success?, err
+      parent, child = out.split.map(&:to_i)
+      files = Dir.children(dir).grep(/\.gvl\z/)
+      assert_equal 3, files.size, files.inspect
+      traces = files.to_h { |name| [name, GVLScope::Model::TraceFile.read(File.join(dir, name))] }
+      traces.each_value { |trace| refute trace.truncated?, trace.path }
+      assert_equal parent, traces.fetch("trace.gvl").pid
+      assert_equal child, traces.fetch("trace-#{child}.gvl").pid
+      sub = traces.values.map(&:pid) - [parent, child]
+      assert_equal ["trace-#{sub.first}.gvl"], files - ["trace.gvl", "trace-#{child}.gvl"]
+
+      before = File.binread(File.join(dir, "trace.gvl"))
+      out, err, status = gvlscope("run", "-o", "trace.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+      assert_equal 1, status.exitstatus
+      assert_empty out, "the program did not run"
+      assert_equal "gvlscope: #{File.join(File.realpath(dir), 'trace.gvl')} already exists (a trace never overwrites a file): " \
+                   "remove it or choose another -o\n", err
+      assert_equal before, File.binread(File.join(dir, "trace.gvl"))
+    end
+  end
+
   def test_run_writes_the_html_report_and_exports
     Dir.mktmpdir("gvlscope-run") do |dir|
       File.write(File.join(dir, "app.rb"), "Thread.new { sleep 0.01 }.join\n")

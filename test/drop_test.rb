@@ -1,40 +1,44 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "tempfile"
+require "tmpdir"
 
-# When the writer cannot keep up, events are dropped and counted: in the summary, in the chunk
-# headers and in the end record. A pipe nobody reads stalls the writer on purpose.
+# When the recorder's memory is exhausted, events are dropped and counted: in the summary, in the
+# chunk headers and in the end record. Each recording native thread holds a 64 KiB chunk, so 40
+# threads alive at once need 2.5 MiB: with 1 MiB (16 chunks) most of them find no chunk.
+# (A trace is always a new regular file, never a pipe that could stall the writer.)
 class DropTest < Minitest::Test
-  def test_a_stalled_writer_drops_events_and_counts_them
-    reader, writer = IO.pipe
-    # The writer opens the pipe by path: its 64 KiB buffer fills, write(2) blocks, chunks pile up
-    # until the 1 MiB of buffers is full, and from then on events are dropped.
-    GVLScope.start("/dev/fd/#{writer.fileno}", buffer_bytes: 1 << 20)
-    calls = 200_000
-    File.open("/dev/zero") { |zero| calls.times { zero.sysread(16) } }
-    drained = +""
-    drain = Thread.new { drained << reader.read }
-    summary = GVLScope.stop
-    writer.close
-    drain.join
+  THREADS = 40
+  CALLS = 5_000
 
-    assert_operator summary.dropped, :>, 0
-    assert_operator summary.events, :>, 0
-    # Every sysread is 3 events; the others (a few hundred) are the drain thread's pipe reads,
-    # 3 events each, while stop waits for the writer.
-    assert_includes (3 * calls)..(3 * calls + 2_000), summary.events + summary.dropped
+  def test_events_beyond_the_buffer_are_dropped_and_counted
+    Dir.mktmpdir("gvlscope-drop") do |dir|
+      path = File.join(dir, "t.gvl")
+      ready = Queue.new
+      go = Queue.new
+      GVLScope.start(path, buffer_bytes: 1 << 20)
+      threads = THREADS.times.map do
+        Thread.new do
+          ready << true
+          go.pop # all alive, each holding (or lacking) its chunk, before any of them reads
+          File.open("/dev/zero") { |zero| CALLS.times { zero.sysread(16) } }
+        end
+      end
+      THREADS.times { ready.pop }
+      THREADS.times { go << true }
+      threads.each(&:join)
+      summary = GVLScope.stop
 
-    file = Tempfile.new(["dropped", ".gvl"])
-    file.binmode
-    file.write(drained)
-    file.close
-    trace = GVLScope::Model::TraceFile.read(file.path)
-    refute trace.truncated?
-    assert_equal summary.dropped, trace.dropped
-    assert_equal summary.events, trace.size
+      assert_operator summary.dropped, :>, 0
+      assert_operator summary.events, :>, 0
+      # Every sysread is 3 events; the rest (a few per thread) are starts, queue waits and exits.
+      assert_includes (3 * CALLS * THREADS)..(3 * CALLS * THREADS + 50 * THREADS), summary.events + summary.dropped
+      trace = GVLScope::Model::TraceFile.read(path)
+      refute trace.truncated?
+      assert_equal summary.dropped, trace.dropped
+      assert_equal summary.events, trace.size
+    end
   ensure
     GVLScope.stop if GVLScope.tracing?
-    [reader, writer].each { |io| io.close unless io.closed? }
   end
 end

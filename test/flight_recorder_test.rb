@@ -4,6 +4,7 @@ require "test_helper"
 require "json"
 require "tmpdir"
 require "logger"
+require "minitest/mock"
 
 # The flight recorder keeps the last seconds of events in memory and dumps them as a normal .gvl
 # file: readable by TraceFile and Timeline, bounded in time, rate-limited, fork-aware.
@@ -75,6 +76,19 @@ class FlightRecorderTest < Minitest::Test
     assert_nil GVLScope::FlightRecorder.dump_later("third")
     assert_equal 2, GVLScope::FlightRecorder.suppressed
     assert_equal 1, Dir[File.join(@dir, "*.gvl")].size
+  end
+
+  # Two dumps in the same millisecond for the same reason, and a symlink where the next dump
+  # would go: each dump is a new file, nothing is overwritten nor written through the link.
+  def test_a_dump_never_overwrites_a_file
+    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 0, logger: QUIET)
+    target = File.join(@dir, "target")
+    File.write(target, "kept")
+    File.symlink(target, File.join(@dir, "gvlscope-flight-#{Process.pid}-19700101T000000.000-same.gvl"))
+    paths = Time.stub(:now, Time.at(0)) { 3.times.map { GVLScope::FlightRecorder.dump("same").path } }
+    assert_equal 3, paths.uniq.size, paths.inspect
+    paths.each { |path| refute GVLScope::Model::TraceFile.read(path).truncated? }
+    assert_equal "kept", File.read(target)
   end
 
   def test_a_file_trace_and_the_recorder_exclude_each_other

@@ -142,6 +142,24 @@ class TraceTest < Minitest::Test
     refute GVLScope.tracing?
   end
 
+  # A trace is a new file, never an existing one, nor one a symlink points to (O_EXCL|O_NOFOLLOW).
+  def test_a_trace_never_overwrites_a_file
+    File.write(@path, "precious")
+    error = assert_raises(Errno::EEXIST) { GVLScope.start(@path) }
+    assert_includes error.message, @path
+    refute GVLScope.tracing?
+    assert_equal "precious", File.read(@path)
+    target = File.join(@dir, "target")
+    File.write(target, "kept")
+    File.symlink(target, File.join(@dir, "link.gvl"))
+    assert_raises(Errno::EEXIST) { GVLScope.start(File.join(@dir, "link.gvl")) }
+    assert_equal "kept", File.read(target)
+    File.symlink(File.join(@dir, "nowhere"), File.join(@dir, "dangling.gvl"))
+    assert_raises(Errno::EEXIST) { GVLScope.start(File.join(@dir, "dangling.gvl")) }
+    refute File.exist?(File.join(@dir, "nowhere"))
+    refute GVLScope.tracing?
+  end
+
   def test_reader_errors
     File.binwrite(@path, "")
     assert_raises_message(/empty file/) { GVLScope::Model::TraceFile.read(@path) }

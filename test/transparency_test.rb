@@ -16,10 +16,10 @@ class TransparencyTest < Minitest::Test
                 .to_h { |name| [name, nil] }.freeze
   TIMEOUT = 60
 
-  # traces: how many processes write a trace; stopped: false when a process ends without running
-  # at_exit (exit!), leaving a trace without its end (and perhaps without events).
-  Program = Struct.new(:source, :ruby_args, :traces, :stopped, keyword_init: true) do
-    def initialize(stopped: true, **) = super
+  # traces: how many processes write a trace; complete: how many of them stop it at exit (a process
+  # that ends by exit! or exec does not, and leaves a trace without its end, perhaps without events).
+  Program = Struct.new(:source, :ruby_args, :traces, :complete, keyword_init: true) do
+    def initialize(traces: 1, complete: traces, **) = super
   end
 
   PROGRAMS = {
@@ -61,11 +61,35 @@ class TransparencyTest < Minitest::Test
       end
       puts "main done"
     RUBY
-    "exit_bang" => Program.new(traces: 1, stopped: false, source: <<~'RUBY'),
+    "exit_bang" => Program.new(complete: 0, source: <<~'RUBY'),
       at_exit { puts "never printed" }
       puts "before exit!"
       $stdout.flush
       exit!(5)
+    RUBY
+    "fork" => Program.new(traces: 4, complete: 3, source: <<~'RUBY'),
+      $stdout.sync = true
+      at_exit { puts "at_exit of #{Process.pid == $main ? 'the parent' : 'a child'}" }
+      $main = Process.pid
+      child = fork { Thread.new { puts "child thread" }.join; exit 3 }
+      Process.wait(child)
+      puts "child exited #{$?.exitstatus}"
+      quick = fork { exit!(4) }
+      Process.wait(quick)
+      puts "exit! child exited #{$?.exitstatus}"
+      reader, writer = IO.pipe
+      talker = fork { reader.close; writer.puts "through a pipe"; writer.close }
+      writer.close
+      text = reader.read
+      Process.wait(talker)
+      puts text
+    RUBY
+    "sub_ruby_and_exec" => Program.new(traces: 4, complete: 3, source: <<~'RUBY'),
+      $stdout.sync = true
+      system(RbConfig.ruby, "-e", "puts 'sub-Ruby'; exit 2")
+      puts "system: #{$?.exitstatus}"
+      puts IO.popen([RbConfig.ruby, "-e", "print 'popen'"], &:read)
+      exec(RbConfig.ruby, "-e", "puts 'after exec'; $stderr.puts 'exec stderr'; exit 6")
     RUBY
     "disable_gems" => Program.new(traces: 1, ruby_args: ["--disable-gems"], source: <<~'RUBY'),
       Thread.new { Thread.current.name = "worker"; sleep 0.01 }.join
@@ -90,13 +114,10 @@ class TransparencyTest < Minitest::Test
       assert_equal plain, traced, "#{name}: [stdout, stderr, [exit status, signal]] differ with gvlscope run"
       traces = Dir[File.join(dir, "t-*.gvl")]
       assert_equal program.traces, traces.size, "#{name}: traces #{traces.inspect}"
-      traces.each do |trace|
-        file = GVLScope::Model::TraceFile.read(trace)
-        next unless program.stopped
-
-        refute file.truncated?, trace
-        assert_operator file.size, :>, 0, trace
-      end
+      files = traces.map { |trace| GVLScope::Model::TraceFile.read(trace) }
+      complete = files.reject(&:truncated?)
+      assert_equal program.complete, complete.size, "#{name}: complete traces of #{traces.inspect}"
+      complete.each { |file| assert_operator file.size, :>, 0, file.path }
     end
   end
 

@@ -15,7 +15,7 @@ uint64_t gvls_realtime_ns(void) {
 }
 
 int gvls_open_trace_file(VALUE path) {
-    int fd = open(StringValueCStr(path), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(StringValueCStr(path), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644); /* never overwrite a file nor write through a symlink */
     if (fd < 0) rb_sys_fail_str(path);
     return fd;
 }

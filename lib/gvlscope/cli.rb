@@ -187,6 +187,11 @@ module GVLScope
         raise UsageError, "--metrics-only writes no trace: it cannot go with -o, --html or --format"
       end
 
+      output = File.expand_path(output || "gvlscope-%p.gvl")
+      if !output.include?("%p") && (File.exist?(output) || File.symlink?(output))
+        raise Error, "#{output} already exists (a trace never overwrites a file): remove it or choose another -o"
+      end
+
       require "tmpdir"
       # A private directory for what the traced processes tell us: their traces and messages.
       Dir.mktmpdir("gvlscope-run") do |run_dir|
@@ -203,7 +208,7 @@ module GVLScope
       lib = File.expand_path("..", __dir__)
       env = {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
-        "GVLSCOPE_OUTPUT" => File.expand_path(output || "gvlscope-%p.gvl"),
+        "GVLSCOPE_OUTPUT" => output,
         "GVLSCOPE_RUN_DIR" => run_dir,
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,

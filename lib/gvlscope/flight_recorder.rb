@@ -159,12 +159,23 @@ module GVLScope
       def write_dump(reason)
         label = reason.to_s.downcase.gsub(/[^a-z0-9]+/, "-").delete_prefix("-").delete_suffix("-")[0, 40]
         stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%L")
-        path = File.join(@options[:dir], "gvlscope-flight-#{Process.pid}-#{stamp}-#{label.empty? ? 'dump' : label}.gvl")
-        events, dropped, duration_ns = Native.flight_dump(path)
+        name = "gvlscope-flight-#{Process.pid}-#{stamp}-#{label.empty? ? 'dump' : label}"
+        path, (events, dropped, duration_ns) = new_file(name) { |candidate| Native.flight_dump(candidate) }
         dump = Dump.new(path: path, reason: reason.to_s, events: events, dropped: dropped, duration: duration_ns / 1e9)
         log(:info, format("gvlscope: flight recorder dumped %.1f s (%d events) to %s: %s",
                           dump.duration, events, path, reason))
         dump
+      end
+
+      # Dumps open with O_EXCL (never overwrite a file): two dumps in one millisecond for the same
+      # reason, or a file already there, make the next name NAME-2.gvl, NAME-3.gvl...
+      def new_file(name)
+        (1..).each do |n|
+          path = File.join(@options[:dir], n == 1 ? "#{name}.gvl" : "#{name}-#{n}.gvl")
+          return [path, yield(path)]
+        rescue Errno::EEXIST
+          raise if n >= 100
+        end
       end
 
       def log(level, message)

@@ -41,10 +41,27 @@ module GVLScope
   module Autorun
     module_function
 
-    def output_path
+    # Where this process's trace goes: GVLSCOPE_OUTPUT with %p as the pid. The first process to
+    # create the file keeps it; the others (forked children, sub-Rubies, the image after an exec,
+    # all of which see the same template) get their pid, then a counter, in the name: a trace is
+    # never overwritten (GVLScope.start opens with O_EXCL).
+    def output_paths
       template = ENV.fetch("GVLSCOPE_OUTPUT", "gvlscope-%p.gvl")
-      template = template.sub(/(\.gvl)?\z/, "-%p\\1") if Process.pid != Integer(ENV.fetch("GVLSCOPE_PARENT_PID", Process.pid)) && !template.include?("%p")
-      template.gsub("%p", Process.pid.to_s)
+      first = template.gsub("%p", Process.pid.to_s)
+      own = template.include?("%p") ? first : suffixed(first, Process.pid)
+      [first, own, *(2..9).map { |n| suffixed(own, n) }].uniq
+    end
+
+    def suffixed(path, suffix) = path.sub(/(\.gvl)?\z/, "-#{suffix}\\1")
+
+    # Starts the trace at the first of +paths+ not taken yet; returns that path.
+    def claim(paths)
+      GVLScope.start(paths.first, buffer_bytes: buffer_bytes)
+      paths.first
+    rescue Errno::EEXIST
+      raise if paths.size == 1
+
+      claim(paths.drop(1))
     end
 
     def metrics_only? = ENV["GVLSCOPE_METRICS_ONLY"] == "1"
@@ -60,8 +77,7 @@ module GVLScope
     def start
       return start_metrics if metrics_only?
 
-      path = output_path
-      GVLScope.start(path, buffer_bytes: buffer_bytes)
+      path = claim(output_paths)
       # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
       append(File.join(run_dir, "traces"), path) if run_dir
       at_exit { stop }
