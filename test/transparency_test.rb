@@ -91,6 +91,35 @@ class TransparencyTest < Minitest::Test
       puts IO.popen([RbConfig.ruby, "-e", "print 'popen'"], &:read)
       exec(RbConfig.ruby, "-e", "puts 'after exec'; $stderr.puts 'exec stderr'; exit 6")
     RUBY
+    "trap" => Program.new(source: <<~'RUBY'),
+      $stdout.sync = true
+      got = Queue.new
+      %w[USR1 USR2 HUP].each { |name| trap(name) { got << name } }
+      old = trap("INT") { got << "INT" }
+      puts "previous INT handler: #{old.inspect}"
+      %w[USR1 USR2 HUP INT].each { |name| Process.kill(name, Process.pid); puts "handled #{got.pop}" }
+      trap("TERM") { puts "TERM in trap"; exit 9 }
+      Process.kill("TERM", Process.pid)
+      sleep
+    RUBY
+    "killed_by_a_signal" => Program.new(source: <<~'RUBY'),
+      $stdout.sync = true
+      at_exit { puts "at_exit runs on TERM" }
+      Thread.new { sleep }
+      puts "sending TERM to myself"
+      Process.kill("TERM", Process.pid)
+      sleep
+    RUBY
+    "interrupted" => Program.new(source: <<~'RUBY'),
+      begin
+        Process.kill("INT", Process.pid)
+        sleep
+      rescue Interrupt => e
+        puts "rescued #{e.class}"
+      end
+      Process.kill("INT", Process.pid)
+      sleep
+    RUBY
     "disable_gems" => Program.new(traces: 1, ruby_args: ["--disable-gems"], source: <<~'RUBY'),
       Thread.new { Thread.current.name = "worker"; sleep 0.01 }.join
       puts defined?(Gem).inspect
@@ -102,7 +131,55 @@ class TransparencyTest < Minitest::Test
     define_method("test_#{name}_behaves_the_same_traced") { assert_transparent(name, program) }
   end
 
+  # What a supervisor (docker, systemd, foreman, a CI runner) sends to the process it started
+  # reaches the program: it traps the signal, says so and exits with its own code, which gvlscope
+  # run exits with too, after its summary. A program that does not trap TERM dies of it, and so
+  # does gvlscope run.
+  def test_signals_sent_to_gvlscope_run_reach_the_program
+    %w[TERM INT HUP QUIT USR1 USR2].each_with_index do |signal, index|
+      out, err, status = run_and_signal(<<~RUBY, signal)
+        trap("#{signal}") { puts "program got #{signal}"; exit #{40 + index} }
+        puts "ready"
+        $stdout.flush
+        sleep
+      RUBY
+      assert_equal "ready\nprogram got #{signal}\n", out, "#{signal}: #{err}"
+      assert_equal 40 + index, status.exitstatus, "#{signal}: #{err}"
+      assert_match(/full report: gvlscope report /, err, signal)
+    end
+    out, err, status = run_and_signal("at_exit { puts 'at_exit' }\nputs 'ready'\n$stdout.flush\nsleep\n", "TERM")
+    assert_equal "ready\nat_exit\n", out
+    assert_equal Signal.list["TERM"], status.termsig, "#{status.inspect}: #{err}"
+    assert_match(/full report: gvlscope report /, err)
+  end
+
   private
+
+  # Runs +source+ under gvlscope run, sends +signal+ to gvlscope run once the program printed its
+  # first line; returns [stdout, stderr, status] of gvlscope run. gvlscope run leads a process
+  # group of its own, so a program it left behind is found (and killed) here.
+  def run_and_signal(source, signal)
+    Dir.mktmpdir("gvlscope-transparency") do |dir|
+      File.write(File.join(dir, "app.rb"), source)
+      command = [RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "-o", "t-%p.gvl", "--", RbConfig.ruby, "app.rb"]
+      Open3.popen3(ENV_OF_BOTH, *command, chdir: dir, pgroup: true) do |stdin, stdout, stderr, waiter|
+        stdin.close
+        err = Thread.new { stderr.read }
+        first = Thread.new { stdout.gets }
+        flunk "the program did not start in #{TIMEOUT} s" unless first.join(TIMEOUT)
+        Process.kill(signal, waiter.pid)
+        status = waiter.join(TIMEOUT)&.value
+        orphaned = begin
+          Process.kill(:KILL, -waiter.pid)
+        rescue Errno::ESRCH
+          nil
+        end
+        flunk "gvlscope run did not exit #{TIMEOUT} s after SIG#{signal}" unless status
+        refute orphaned, "SIG#{signal}: gvlscope run exited and left the program running"
+        [first.value.to_s + stdout.read, err.value, status]
+      end
+    end
+  end
 
   def assert_transparent(name, program)
     Dir.mktmpdir("gvlscope-transparency") do |dir|

@@ -38,6 +38,33 @@ module GVLScope
 
     class UsageError < StandardError; end
 
+    # exe/gvlscope: runs the command and returns the exit status, or dies of the signal the program
+    # run by `gvlscope run` died of.
+    def self.start(argv)
+      cli = new
+      status = cli.run(argv)
+      cli.die_like_the_program
+      status
+    end
+
+    # Signals whose default action dumps core: a core of gvlscope would mislead, 128+N says it.
+    CORE_SIGNALS = %w[QUIT ILL TRAP ABRT IOT BUS FPE SEGV SYS XCPU XFSZ EMT].freeze
+
+    # After `gvlscope run`, when the program died of a signal: gvlscope run dies of the same one,
+    # so the shell or supervisor sees what it would have seen without gvlscope (bash's
+    # "Terminated", a service manager's "killed by signal"). Otherwise returns.
+    def die_like_the_program
+      name = @program_signal && Signal.signame(@program_signal)
+      return if name.nil? || CORE_SIGNALS.include?(name)
+
+      [$stdout, $stderr].each(&:flush)
+      trap(name, "SYSTEM_DEFAULT") unless %w[KILL STOP].include?(name)
+      Process.kill(name, Process.pid)
+      sleep 1 # the signal ends the process on delivery; the exit status 128+N follows if it did not
+    rescue ArgumentError
+      nil # a signal Ruby reserves (VTALRM): 128+N
+    end
+
     def initialize(out: $stdout, err: $stderr)
       @out = out
       @err = err
@@ -167,7 +194,8 @@ module GVLScope
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
-                      "a trace. Output and exit status pass through; a summary goes to stderr at the end.\n\n"
+                      "a trace. Output, exit status and signals (TERM, INT, HUP, QUIT, USR1, USR2 sent to gvlscope run)\n" \
+                      "pass through; a summary goes to stderr at the end.\n\n"
         opts.on("-o", "--output PATH", "trace file (default gvlscope-<pid>.gvl; %p = pid)") { |o| output = o }
         opts.on("--no-report", "--no-summary", "print nothing at exit unless something went wrong") { show_summary = false }
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
@@ -200,6 +228,7 @@ module GVLScope
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
         after_run(traces, show_summary: show_summary, html: html, export_format: export_format) unless metrics_only
+        @program_signal = status.termsig
         status.exitstatus || 128 + status.termsig.to_i
       end
     end
@@ -213,16 +242,59 @@ module GVLScope
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
       }
+      forwarding = forward_signals
       pid = begin
         Process.spawn(env, *command)
       rescue SystemCallError => e
         raise Error, "cannot run #{command.first}: #{e.message}"
       end
-      # Child processes are ours to wait for, not to interrupt: Ctrl-C reaches them directly.
-      previous = trap("INT", "IGNORE")
+      forwarding.call(pid)
       _, status = Process.wait2(pid)
-      trap("INT", previous)
       status
+    ensure
+      forwarding&.call(nil)
+    end
+
+    # What a supervisor (docker, systemd, foreman, a CI runner) sends to the process it started
+    # must reach the program: gvlscope run passes these on and goes on waiting for it.
+    FORWARDED_SIGNALS = %w[TERM INT HUP QUIT USR1 USR2].freeze
+    # Sent by a terminal to its whole foreground process group, the program included.
+    TERMINAL_SIGNALS = %w[INT QUIT HUP].freeze
+
+    # Installs the forwarding traps (before the spawn: a signal that comes first is passed on as
+    # soon as the program exists); returns a lambda that takes the program's pid, or nil once it
+    # has been waited for, which restores the previous handlers.
+    def forward_signals
+      child = nil
+      pending = []
+      previous = FORWARDED_SIGNALS.to_h do |name|
+        handler = trap(name) do
+          next if TERMINAL_SIGNALS.include?(name) && terminal_foreground? # the program got it too
+
+          child ? Process.kill(name, child) : pending << name
+        rescue Errno::ESRCH
+          nil # the program is exiting
+        end
+        [name, handler]
+      end
+      lambda do |pid|
+        child = pid
+        if pid
+          pending.each { |name| Process.kill(name, pid) }
+        else
+          previous.each { |name, handler| trap(name, handler) }
+        end
+      end
+    end
+
+    # True when gvlscope run is in the foreground process group of its terminal (Linux:
+    # /proc/self/stat's tpgid is our group), where Ctrl-C and a hangup reach the program directly:
+    # passing them on would deliver them twice.
+    def terminal_foreground?
+      fields = File.read("/proc/self/stat").split(")").last.split # state ppid pgrp session tty_nr tpgid
+      Integer(fields[5]) == Process.getpgrp
+    rescue SystemCallError, ArgumentError, TypeError
+      $stdin.tty?
     end
 
     # --no-report: nothing is printed unless something went wrong (the program's stderr is then
