@@ -5,12 +5,16 @@ require "ipaddr"
 require_relative "../errors"
 
 module GVLScope
-  # The smallest HTTP server that Prometheus can scrape: GET /metrics, one connection at a time,
-  # on a loopback address only (the numbers describe the process; they are not for the internet).
-  # The port is bound when the server is created, so "port in use" is an error at boot.
+  # The smallest HTTP server that Prometheus can scrape: GET /metrics, on a loopback address only
+  # (the numbers describe the process; they are not for the internet). Each connection is served by
+  # a short-lived thread of its own, with a deadline for the whole request, so a client that stalls
+  # delays nobody else. The port is bound when the server is created, so "port in use" is an error
+  # at boot.
   class MetricsServer
     CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-    READ_TIMEOUT = 2 # seconds a client may take to send its request
+    REQUEST_DEADLINE = 2 # seconds a client has to send its whole request, and to take the answer
+    MAX_CLIENTS = 8      # connections served at once; past it one is closed unanswered (scrapers retry)
+    MAX_REQUEST_BYTES = 16_384
 
     def initialize(host:, port:, &body)
       unless port.is_a?(Integer) && port.between?(0, 65_535)
@@ -29,18 +33,10 @@ module GVLScope
     def port = @server.addr[1]
 
     def start
+      @clients = Queue.new # a token per connection being served
       @thread = Thread.new do
         Thread.current.name = "gvlscope metrics"
-        loop do
-          client = @server.accept
-          begin
-            serve(client)
-          rescue StandardError
-            nil # a client that hangs up or sends garbage must not stop the server
-          ensure
-            client.close
-          end
-        end
+        loop { accept(@server.accept) }
       rescue IOError, SystemCallError
         nil # closed by stop
       end
@@ -65,26 +61,67 @@ module GVLScope
       false
     end
 
-    def serve(client)
-      return unless client.wait_readable(READ_TIMEOUT)
+    def accept(client)
+      if @clients.size >= MAX_CLIENTS
+        client.close
+        return
+      end
+      @clients << client
+      Thread.new do
+        Thread.current.name = "gvlscope metrics client"
+        serve(client, Process.clock_gettime(Process::CLOCK_MONOTONIC) + REQUEST_DEADLINE)
+      rescue StandardError
+        nil # a client that hangs up, stalls or sends garbage must not stop the server
+      ensure
+        client.close
+        @clients.pop
+      end
+    end
 
-      method, target = client.gets("\r\n", 8192).to_s.split(" ", 3)
-      20.times { break if client.wait_readable(READ_TIMEOUT).nil? || client.gets("\r\n", 8192).to_s.strip.empty? }
+    def serve(client, deadline)
+      request = read_request(client, deadline) or return
+      method, target = request.lines.first.to_s.split(" ", 3)
       if method == "GET" && target.to_s.split("?").first == "/metrics"
         begin
           body = @body.call
         rescue StandardError => e
-          return respond(client, "500 Internal Server Error", "text/plain", "gvlscope: #{e.class}: #{e.message}\n")
+          return respond(client, deadline, "500 Internal Server Error", "text/plain", "gvlscope: #{e.class}: #{e.message}\n")
         end
-        respond(client, "200 OK", CONTENT_TYPE, body)
+        respond(client, deadline, "200 OK", CONTENT_TYPE, body)
       else
-        respond(client, "404 Not Found", "text/plain", "gvlscope serves GET /metrics only\n")
+        respond(client, deadline, "404 Not Found", "text/plain", "gvlscope serves GET /metrics only\n")
       end
     end
 
-    def respond(client, status, type, body)
-      client.write("HTTP/1.1 #{status}\r\nContent-Type: #{type}\r\nContent-Length: #{body.bytesize}\r\n" \
-                   "Connection: close\r\n\r\n", body)
+    # The request line and headers, up to the blank line (or the client's EOF); nil if the deadline
+    # passes first or the request is too long.
+    def read_request(client, deadline)
+      request = +"".b
+      until request.include?("\r\n\r\n") || request.include?("\n\n")
+        return nil if request.bytesize > MAX_REQUEST_BYTES
+        return nil unless client.wait_readable([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max)
+
+        chunk = client.read_nonblock(4096, exception: false)
+        break if chunk.nil? # EOF: what came is the request
+        return nil if chunk == :wait_readable && Process.clock_gettime(Process::CLOCK_MONOTONIC) >= deadline
+
+        request << chunk if chunk.is_a?(String)
+      end
+      request.empty? ? nil : request
+    end
+
+    def respond(client, deadline, status, type, body)
+      data = "HTTP/1.1 #{status}\r\nContent-Type: #{type}\r\nContent-Length: #{body.bytesize}\r\n" \
+             "Connection: close\r\n\r\n".b + body.b
+      until data.empty?
+        written = client.write_nonblock(data, exception: false)
+        if written == :wait_writable
+          # A client that does not read its answer gets until the deadline, like one that does not send.
+          return unless client.wait_writable([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max)
+        else
+          data = data.byteslice(written..)
+        end
+      end
     end
   end
 end
