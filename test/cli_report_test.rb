@@ -23,6 +23,39 @@ class CLIReportTest < Minitest::Test
     end
   end
 
+  # Ruby accepts any bytes as a thread name; every output still works, with the bad bytes as U+FFFD
+  # (in a .gvl trace and in a gvl-tracing one).
+  def test_a_thread_name_that_is_not_utf8
+    Dir.mktmpdir("gvlscope-cli-report") do |dir|
+      path = File.join(dir, "t.gvl")
+      _out, err, status = run_ruby(<<~'RUBY', path)
+        require "gvlscope"
+        GVLScope.trace(ARGV[0]) { Thread.new { Thread.current.name = "bad\xffname".b.force_encoding("UTF-8"); sleep 0.01 }.join }
+      RUBY
+      assert status.success?, err
+      json = File.join(dir, "gvl-tracing.json")
+      File.write(json, JSON.generate([
+        { ph: "M", pid: 1, tid: 5, name: "thread_name", args: { name: "x" } },
+        { ph: "B", pid: 1, tid: 5, ts: 1.0, name: "started" }, { ph: "B", pid: 1, tid: 5, ts: 2.0, name: "running" },
+      ]).sub('"x"', "\"bad\xffname\"".b))
+      [path, json].each do |trace|
+        out, err, status = gvlscope("report", "--json", trace)
+        assert status.success?, err
+        assert_includes JSON.parse(out)["threads"].map { |t| t["name"] }, "bad\u{fffd}name", trace
+        out, err, status = gvlscope("report", trace, "--html", File.join(dir, "r.html"))
+        assert status.success?, err
+        assert_match(/^bad\u{fffd}name /, out.force_encoding("UTF-8"))
+        assert_includes File.read(File.join(dir, "r.html")), "bad\u{fffd}name"
+        { "chrome-json" => "c.json", "perfetto" => "p.pftrace" }.each do |format, name|
+          _out, err, status = gvlscope("export", trace, "--format", format, "-o", File.join(dir, name))
+          assert status.success?, "#{format}: #{err}"
+        end
+        assert_includes JSON.parse(File.read(File.join(dir, "c.json")))["traceEvents"].map { |e| e.dig("args", "name") },
+                        "bad\u{fffd}name"
+      end
+    end
+  end
+
   def test_text_json_and_thread_filter
     with_trace do |path, dir|
       out, err, status = gvlscope("report", path)

@@ -82,7 +82,8 @@ module GVLScope
         names = events.each_with_object({}) do |event, found|
           next unless event["ph"] == "M" && event["name"] == "thread_name" && event["pid"] == pid
 
-          found[event["tid"].to_i + 1] = event.dig("args", "name")
+          name = event["args"]["name"] if event["args"].is_a?(Hash)
+          found[event["tid"].to_i + 1] = name.scrub if name.is_a?(String) # UTF-8 for every output, as in .gvl traces
         end
         threads.uniq.to_h do |serial|
           name = names[serial]

@@ -145,7 +145,8 @@ module GVLScope
         finish = start + bytes
         while offset < finish
           serial, ractor_id, flags, name_bytes = data.unpack("L<L<L<L<", offset: offset)
-          name = data.byteslice(offset + 16, name_bytes).force_encoding(Encoding::UTF_8)
+          # Ruby takes any bytes as a thread name; every output (JSON, HTML, protobuf) needs UTF-8.
+          name = data.byteslice(offset + 16, name_bytes).force_encoding(Encoding::UTF_8).scrub
           @thread_info[serial] = ThreadInfo.new(serial: serial, name: name.empty? ? nil : name, ractor_id: ractor_id,
                                                 main: flags.anybits?(1), exited: flags.anybits?(2))
           offset += 16 + name_bytes
