@@ -34,15 +34,27 @@ module GVLScope
         build(path, pid, events)
       end
 
+      # The trace's events (Hashes), each with its JSON path ("traceEvents[12]") under PATH_KEY.
       def parse(path)
         data = JSON.parse(File.read(path))
-        data = data["traceEvents"] if data.is_a?(Hash)
+        prefix = ""
+        if data.is_a?(Hash)
+          data = data["traceEvents"]
+          prefix = "traceEvents"
+        end
         raise FormatError, "#{path}: JSON, but not a gvl-tracing trace (no list of trace events)" unless data.is_a?(Array)
 
-        data.grep(Hash)
+        data.each_with_index.filter_map { |event, index| event.merge(PATH_KEY => "#{prefix}[#{index}]") if event.is_a?(Hash) }
       rescue JSON::ParserError => e
-        raise FormatError, "#{path}: not valid JSON (#{e.message.lines.first.strip[0, 80]}); truncated?"
+        # The parser quotes the input, which may not be UTF-8: scrubbed, so the message can be printed.
+        raise FormatError, "#{path}: not valid JSON (#{e.message.scrub.lines.first.to_s.strip[0, 80]}); truncated?"
       end
+
+      PATH_KEY = :json_path # a Symbol: no key of parsed JSON
+      # Timestamps are microseconds; past 2^51 (71 years) one is corrupt, and its nanoseconds would
+      # overflow the 64 log2 buckets of the histograms.
+      MAX_TS = 2**51
+      MAX_ID = 2**31 - 1
 
       # The pid of the "Ruby threads view": the one whose B events carry gvl-tracing state names.
       def ruby_threads_pid(events)
@@ -51,7 +63,8 @@ module GVLScope
       end
 
       def build(path, pid, events)
-        begins = events.select { |e| e["ph"] == "B" && e["pid"] == pid && e["ts"].is_a?(Numeric) && e["tid"].is_a?(Integer) }
+        begins = events.select { |e| e["ph"] == "B" && e["pid"] == pid && (STATE_EVENTS.key?(e["name"]) || MARKERS.include?(e["name"])) }
+        begins.each { |event| check(path, event, pid) }
         begins.sort_by!.with_index { |event, index| [event["ts"], index] }
         origin = begins.first["ts"]
         times = []
@@ -65,7 +78,7 @@ module GVLScope
           next end_ns = time if name == "stopped_tracing"
           next if MARKERS.include?(name)
 
-          kind = STATE_EVENTS[name] or next
+          kind = STATE_EVENTS[name]
           serial = event["tid"] + 1 # serial 0 means "no thread" in gvlscope's format
           # Leaving gc for running is the end of a GC inside a hold, not a new acquisition.
           kind = :gc_exit if kind == :resumed && state_of[serial] == "gc"
@@ -78,12 +91,28 @@ module GVLScope
                               threads: threads, thread_info: thread_info(events, pid, threads), end_ns: end_ns || times.last || 0)
       end
 
+      # The fields every state event needs, of the right type and size: a clear error (with the
+      # event's JSON path) rather than a failure later in the timeline, the report or an export.
+      def check(path, event, pid)
+        unless pid.is_a?(Integer) && pid.between?(0, MAX_ID)
+          raise FormatError, "#{path}: #{event[PATH_KEY]}.pid: #{pid.inspect[0, 40]} is not a process id"
+        end
+        tid = event["tid"]
+        unless tid.is_a?(Integer) && tid.between?(0, MAX_ID)
+          raise FormatError, "#{path}: #{event[PATH_KEY]}.tid: #{tid.inspect[0, 40]} is not a thread id (an Integer >= 0)"
+        end
+        ts = event["ts"]
+        return if ts.is_a?(Numeric) && ts.finite? && ts.abs < MAX_TS
+
+        raise FormatError, "#{path}: #{event[PATH_KEY]}.ts: #{ts.inspect[0, 40]} is not a time in microseconds"
+      end
+
       def thread_info(events, pid, threads)
         names = events.each_with_object({}) do |event, found|
-          next unless event["ph"] == "M" && event["name"] == "thread_name" && event["pid"] == pid
+          next unless event["ph"] == "M" && event["name"] == "thread_name" && event["pid"] == pid && event["tid"].is_a?(Integer)
 
           name = event["args"]["name"] if event["args"].is_a?(Hash)
-          found[event["tid"].to_i + 1] = name.scrub if name.is_a?(String) # UTF-8 for every output, as in .gvl traces
+          found[event["tid"] + 1] = name.scrub if name.is_a?(String) # UTF-8 for every output, as in .gvl traces
         end
         threads.uniq.to_h do |serial|
           name = names[serial]

@@ -21,6 +21,12 @@ module GVLScope
       CHUNK_END = 3
       HEADER = "a8L<L<Q<Q<L<L<" # magic version header_bytes start_mono start_real pid timeslice_us
       HEADER_BYTES = 40
+      EVENTS_HEADER_BYTES = 24
+      THREAD_RECORD_BYTES = 16
+      END_BYTES = 24
+      # No time in a trace is 2^62 ns (146 years) or more: a larger one is corruption, and refused
+      # before it reaches the 64 log2 buckets of every histogram.
+      MAX_TIME_NS = 2**62
 
       # Events in time order, as parallel arrays (a trace holds millions: no object per event).
       #   times[i]   ns since the trace started
@@ -89,9 +95,9 @@ module GVLScope
             break
           end
           case type
-          when CHUNK_EVENTS then read_events(data, payload_start, payload_bytes, times, metas)
-          when CHUNK_THREADS then read_threads(data, payload_start, payload_bytes)
-          when CHUNK_END then read_end(data, payload_start)
+          when CHUNK_EVENTS then read_events(data, offset, payload_bytes, times, metas)
+          when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
+          when CHUNK_END then read_end(data, offset, payload_bytes)
           else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
           end
           offset = payload_start + payload_bytes
@@ -128,33 +134,57 @@ module GVLScope
       # Appends the chunk's times and, per event, a "meta" Integer: the record's low 28 bits (kind
       # and thread serial) with the native thread's serial above them. Whole-array operations, no
       # per-event objects: a trace holds millions of events.
-      def read_events(data, start, bytes, times, metas)
+      # Every length is checked against the chunk's size before anything is allocated for it.
+      def read_events(data, offset, bytes, times, metas)
+        start = offset + 8
+        corrupt!(offset, "event chunk of #{bytes} bytes, shorter than its header") if bytes < EVENTS_HEADER_BYTES
         native, tid, base, count, dropped_before = data.unpack("L<L<Q<L<L<", offset: start)
-        raise FormatError, "#{@path}: event chunk at byte #{start} claims #{count} records" if 24 + count * 8 != bytes
+        if EVENTS_HEADER_BYTES + count * 8 != bytes
+          corrupt!(offset, "event chunk of #{bytes} bytes claims #{count} records")
+        end
+        corrupt!(offset, "event chunk starts at #{base} ns (over 146 years)") if base >= MAX_TIME_NS
 
+        (@record_offsets ||= []) << [times.size, start + EVENTS_HEADER_BYTES] # to name a bad record's byte
         @native_tids[native] = tid
         @dropped += dropped_before
-        records = data.unpack("Q<#{count}", offset: start + 24)
+        records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES)
         native_bits = native << 28
         times.concat(records.map { |record| base + (record >> 28) })
         metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
       end
 
-      def read_threads(data, start, bytes)
-        offset = start
-        finish = start + bytes
+      def read_threads(data, chunk_offset, bytes)
+        offset = chunk_offset + 8
+        finish = offset + bytes
         while offset < finish
+          corrupt!(offset, "thread record cut short by the end of its chunk") if offset + THREAD_RECORD_BYTES > finish
           serial, ractor_id, flags, name_bytes = data.unpack("L<L<L<L<", offset: offset)
+          if offset + THREAD_RECORD_BYTES + name_bytes > finish
+            corrupt!(offset, "thread name of #{name_bytes} bytes runs past the end of its chunk")
+          end
           # Ruby takes any bytes as a thread name; every output (JSON, HTML, protobuf) needs UTF-8.
-          name = data.byteslice(offset + 16, name_bytes).force_encoding(Encoding::UTF_8).scrub
+          name = data.byteslice(offset + THREAD_RECORD_BYTES, name_bytes).force_encoding(Encoding::UTF_8).scrub
           @thread_info[serial] = ThreadInfo.new(serial: serial, name: name.empty? ? nil : name, ractor_id: ractor_id,
                                                 main: flags.anybits?(1), exited: flags.anybits?(2))
-          offset += 16 + name_bytes
+          offset += THREAD_RECORD_BYTES + name_bytes
         end
       end
 
-      def read_end(data, start)
-        @end_ns, _events, @end_dropped = data.unpack("Q<Q<Q<", offset: start)
+      def read_end(data, offset, bytes)
+        corrupt!(offset, "end record of #{bytes} bytes, not #{END_BYTES}") if bytes < END_BYTES
+        @end_ns, _events, @end_dropped = data.unpack("Q<Q<Q<", offset: offset + 8)
+        corrupt!(offset, "the trace ends at #{@end_ns} ns (over 146 years)") if @end_ns >= MAX_TIME_NS
+      end
+
+      # One line naming the file and where in it: a corrupt trace, not gvlscope's failure.
+      def corrupt!(offset, problem)
+        raise FormatError, "#{@path}: #{problem} at byte #{offset} (corrupt file?)"
+      end
+
+      # The byte at which the +index+th record read (in file order) starts.
+      def record_offset(index)
+        first, offset = @record_offsets.reverse_each.find { |chunk_first, _| chunk_first <= index }
+        offset + (index - first) * 8
       end
 
       # Each native thread's chunks are in time order; across native threads they interleave.
@@ -168,8 +198,9 @@ module GVLScope
         order = Array.new(count) { |i| (times[i] << index_bits) | i }.sort!.map! { |key| key & mask }
         @times = order.map { |i| times[i] }
         metas = order.map { |i| metas[i] }
-        @kinds = metas.map do |meta|
-          KINDS[meta & 15] || raise(FormatError, "#{@path}: unknown event kind #{meta & 15}")
+        @kinds = metas.map { |meta| KINDS[meta & 15] }
+        if (bad = @kinds.index(nil))
+          corrupt!(record_offset(order[bad]), "unknown event kind #{metas[bad] & 15}")
         end
         @threads = metas.map { |meta| (meta >> 4) & 0xFFFFFF }
         @natives = metas.map { |meta| meta >> 28 }
