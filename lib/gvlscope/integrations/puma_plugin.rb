@@ -38,6 +38,7 @@ module GVLScope
                         :released_preempted, :released_exit, :hold_histogram, :wait_histogram,
                         :waiters_at_acquire_histogram) do
       def self.of(snapshot) = new(*members.map { |m| snapshot.public_send(m) })
+      def self.zero = new(*members.map { |m| m.end_with?("histogram") ? [] : 0 })
 
       def held_ns = run_ns + gc_ns
       def acquisitions = waits
@@ -48,6 +49,17 @@ module GVLScope
           a.is_a?(Array) ? Array.new([a.size, b.size].max) { |i| a.fetch(i, 0) + b.fetch(i, 0) } : a + b
         end)
       end
+    end
+
+    # Workers summed into one series (prometheus_per_worker: false). Prometheus counters must never
+    # go down, so the counters and histograms are those of every worker that ever reported
+    # (restarted and silent ones included); the gauges are the live workers' own.
+    Summed = Struct.new(:ever, :live) do
+      (Totals.members - %i[waiting_threads]).each { |member| define_method(member) { ever.public_send(member) } }
+      def held_ns = ever.held_ns
+      def acquisitions = ever.acquisitions
+      def waiting_threads = live.waiting_threads
+      def held_ratio = live.held_ratio
     end
 
     # Options from the `gvlscope` line of the Puma config: GVLScope::Error, one line, when wrong.
@@ -72,7 +84,8 @@ module GVLScope
       @options = self.class.validate(options)
       @log = log
       @clustered = clustered
-      @workers = {} # index => [pid, Totals, reported_at]
+      @workers = {} # index => [pid, Totals, reported_at]: the last report at each worker index
+      @departed = nil # the final Totals of workers replaced at their index (restarts), summed
       @workers_lock = Mutex.new
       recorder = @options[:flight_recorder]
       @recorder_options = recorder && FLIGHT_RECORDER_DEFAULTS.merge(recorder == true ? {} : recorder)
@@ -179,23 +192,29 @@ module GVLScope
     def receive(message)
       index, pid, numbers = Marshal.load(message) # rubocop:disable Security/MarshalLoad -- from our own workers
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      @workers_lock.synchronize { @workers[index] = [pid, Totals.new(*numbers), now] }
+      @workers_lock.synchronize do
+        previous_pid, previous = @workers[index]
+        # A new pid at an index: the worker there restarted, and its last totals are final.
+        @departed = @departed ? @departed + previous : previous if previous && previous_pid != pid
+        @workers[index] = [pid, Totals.new(*numbers), now]
+      end
     rescue StandardError
       nil
     end
 
+    # A worker silent for STALE_AFTER seconds is not shown (nor in the gauges), but its totals stay
+    # in the summed counters: it may be gone for good, or only slow, and will report again.
     def worker_series
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      live = @workers_lock.synchronize do
-        @workers.delete_if { |_, (_, _, at)| now - at > STALE_AFTER }
-        @workers.sort.map { |index, (pid, totals, _)| [index, pid, totals] }
-      end
+      workers, departed = @workers_lock.synchronize { [@workers.sort, @departed] }
+      live = workers.filter_map { |index, (pid, totals, at)| [index, pid, totals] if now - at <= STALE_AFTER }
       if @options[:prometheus_per_worker]
         live.map { |index, pid, totals| [totals, { worker: index, pid: pid }] }
-      elsif live.empty?
+      elsif workers.empty?
         []
       else
-        [[live.map(&:last).reduce(:+), {}]]
+        ever = workers.map { |_, (_, totals, _)| totals }.push(departed).compact.reduce(:+)
+        [[Summed.new(ever, live.map(&:last).reduce(Totals.zero, :+)), {}]]
       end
     end
   end
