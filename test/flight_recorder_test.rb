@@ -91,6 +91,23 @@ class FlightRecorderTest < Minitest::Test
     assert_equal "kept", File.read(target)
   end
 
+  # A directory keeps the newest `keep:` dumps (and at most `keep_bytes:`): a recorder that dumps
+  # for every slow request cannot fill the disk. Other files there are not touched.
+  def test_old_dumps_beyond_the_limits_are_deleted
+    File.write(File.join(@dir, "notes.gvl"), "mine")
+    File.write(File.join(@dir, "gvlscope-flight-notes.txt"), "mine too")
+    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 0, keep: 3, logger: QUIET)
+    paths = 5.times.map { |n| GVLScope::FlightRecorder.dump("dump #{n}").path }
+    assert_equal paths.last(3).sort, Dir[File.join(@dir, "gvlscope-flight-*.gvl")].sort
+    assert_equal "mine", File.read(File.join(@dir, "notes.gvl"))
+    assert_equal "mine too", File.read(File.join(@dir, "gvlscope-flight-notes.txt"))
+    GVLScope::FlightRecorder.stop
+
+    GVLScope::FlightRecorder.start(seconds: 1, dir: @dir, signal: nil, min_interval: 0, keep_bytes: 1, logger: QUIET)
+    newest = 2.times.map { GVLScope::FlightRecorder.dump("tiny budget").path }.last
+    assert_equal [newest], Dir[File.join(@dir, "gvlscope-flight-*.gvl")], "the newest dump is always kept"
+  end
+
   def test_a_file_trace_and_the_recorder_exclude_each_other
     GVLScope::FlightRecorder.start(dir: @dir, signal: nil)
     refute GVLScope.tracing?
@@ -112,6 +129,9 @@ class FlightRecorderTest < Minitest::Test
       { seconds: 600 } => /seconds must be/,
       { buffer_bytes: 1000 } => /buffer_bytes/,
       { signal: "NOPE" } => /signal "NOPE" cannot be trapped/,
+      { keep: 0 } => /keep must be an Integer >= 1 or nil, got 0/,
+      { keep: "5" } => /keep must be/,
+      { keep_bytes: -1 } => /keep_bytes must be an Integer >= 1 or nil, got -1/,
     }.each do |options, message|
       error = assert_raises(GVLScope::Error) { GVLScope::FlightRecorder.start(dir: @dir, **options) }
       assert_match message, error.message

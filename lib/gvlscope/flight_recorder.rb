@@ -21,7 +21,8 @@ module GVLScope
   module FlightRecorder
     DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
     DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
-                 signal: "USR2", logger: nil }.freeze
+                 signal: "USR2", logger: nil, keep: 20, keep_bytes: nil }.freeze
+    DUMP_GLOB = "gvlscope-flight-*.gvl"
     # What to write where: dumps go to dir, named by pid, time and reason.
     Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
 
@@ -41,6 +42,9 @@ module GVLScope
       # signal:       a signal name that dumps ("USR2"), or nil. Installed only if the signal has no
       #               handler yet: an application's (or Puma's) handler is never replaced.
       # logger:       where to say what was dumped (#info/#warn), default $stderr
+      # keep:         dumps kept in dir (every process's): after a dump the oldest beyond it are
+      #               deleted, so a recorder that dumps for every slow request cannot fill the disk
+      # keep_bytes:   the same as a total size (nil: no limit); the newest dump is always kept
       def start(**options)
         @mutex.synchronize do
           raise Error, "the flight recorder is already running" if running?
@@ -105,7 +109,7 @@ module GVLScope
       def validate(**options)
         Options.reject_unknown!(options, DEFAULTS.keys, "flight recorder")
 
-        seconds, dir, buffer_bytes, min_interval, signal, logger = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
+        seconds, dir, buffer_bytes, min_interval, signal, logger, keep, keep_bytes = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60
           raise Error, "flight recorder: seconds must be a number in (0, 60], got #{seconds.inspect}"
         end
@@ -116,9 +120,15 @@ module GVLScope
           raise Error, "flight recorder: min_interval must be a number of seconds >= 0, got #{min_interval.inspect}"
         end
 
+        { keep: keep, keep_bytes: keep_bytes }.each do |name, limit|
+          next if limit.nil? || (limit.is_a?(Integer) && limit >= 1)
+
+          raise Error, "flight recorder: #{name} must be an Integer >= 1 or nil, got #{limit.inspect}"
+        end
+
         signal = signal_name(signal)
         { seconds: seconds, dir: writable_dir(dir), buffer_bytes: buffer_bytes, min_interval: min_interval,
-          signal: signal, logger: logger }
+          signal: signal, logger: logger, keep: keep, keep_bytes: keep_bytes }
       end
 
       private
@@ -164,7 +174,35 @@ module GVLScope
         dump = Dump.new(path: path, reason: reason.to_s, events: events, dropped: dropped, duration: duration_ns / 1e9)
         log(:info, format("gvlscope: flight recorder dumped %.1f s (%d events) to %s: %s",
                           dump.duration, events, path, reason))
+        prune(path)
         dump
+      end
+
+      # Deletes the oldest dumps of dir beyond keep (count) and keep_bytes (total size), never
+      # +newest+. Other processes (Puma workers) prune the same directory: a file they deleted
+      # first is no error.
+      def prune(newest)
+        dumps = Dir.glob(File.join(@options[:dir], DUMP_GLOB)).filter_map do |path|
+          stat = File.lstat(path)
+          [path, stat.mtime, stat.size] if stat.file?
+        rescue SystemCallError
+          nil
+        end
+        dumps.sort_by! { |path, mtime, _| [path == newest ? 1 : 0, mtime, path] }.reverse! # newest first
+        kept = 0
+        bytes = 0
+        dumps.each do |_, _, size|
+          break if @options[:keep] && kept >= @options[:keep]
+          break if @options[:keep_bytes] && kept.positive? && bytes + size > @options[:keep_bytes]
+
+          kept += 1
+          bytes += size
+        end
+        dumps.drop(kept).each do |path, _, _|
+          File.delete(path)
+        rescue SystemCallError
+          nil
+        end
       end
 
       # Dumps open with O_EXCL (never overwrite a file): two dumps in one millisecond for the same
