@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "tmpdir"
+require "timeout"
 
 # A traced program behaves exactly as untraced: each program below runs once as `ruby PROGRAM` and
 # once as `gvlscope run --no-report -o DIR/t-%p.gvl -- ruby PROGRAM`, and both runs must give the
@@ -151,6 +152,43 @@ class TransparencyTest < Minitest::Test
     assert_equal "ready\nat_exit\n", out
     assert_equal Signal.list["TERM"], status.termsig, "#{status.inspect}: #{err}"
     assert_match(/full report: gvlscope report /, err)
+  end
+
+  # In a terminal, Ctrl-C (INT), Ctrl-\ (QUIT) and a hangup (HUP) reach the whole foreground process
+  # group, the program included: gvlscope run, in the foreground, does not pass them on a second
+  # time. (An INT sent to gvlscope run alone, as here, shows that: the program never gets it. The
+  # tty's own Ctrl-C cannot show it, as the kernel merges a second INT into a first not yet taken.)
+  def test_in_a_terminal_the_terminals_signals_are_not_passed_on_twice
+    require "pty"
+    Dir.mktmpdir("gvlscope-transparency") do |dir|
+      File.write(File.join(dir, "app.rb"), <<~'RUBY')
+        count = 0
+        trap("INT") { count += 1 }
+        trap("TERM") { puts "INT received #{count} times"; exit 0 }
+        puts "ready"
+        sleep
+      RUBY
+      command = [RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "--no-report", "-o", File.join(dir, "t-%p.gvl"),
+                 "--", RbConfig.ruby, "app.rb"]
+      output = +""
+      status = nil
+      PTY.spawn(ENV_OF_BOTH, *command, chdir: dir) do |reader, _writer, pid|
+        Timeout.timeout(TIMEOUT) do
+          output << reader.gets until output.include?("ready")
+          Process.kill(:INT, pid)
+          sleep 0.5
+          Process.kill(:TERM, pid) # passed on: the program reports and exits
+          begin
+            reader.each_line { |line| output << line }
+          rescue Errno::EIO
+            nil # the terminal closed: every process on it exited
+          end
+          _, status = Process.wait2(pid)
+        end
+      end
+      assert_match(/^INT received 0 times\r?$/, output)
+      assert status.success?, output
+    end
   end
 
   private
