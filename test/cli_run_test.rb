@@ -125,11 +125,18 @@ class CLIRunTest < Minitest::Test
     end
   end
 
+  # Writes +source+ as app.rb in a new directory, runs `gvlscope run ARGS -- ruby app.rb` there and
+  # yields its stdout, stderr, status and the directory.
+  def run_app(source, *args)
+    Dir.mktmpdir("gvlscope-run") do |dir|
+      File.write(File.join(dir, "app.rb"), source)
+      yield(*gvlscope("run", *args, "--", RbConfig.ruby, "app.rb", chdir: dir), dir)
+    end
+  end
+
   # The program's stderr is its own: with --no-report, gvlscope adds nothing when all went well.
   def test_no_report_prints_nothing_when_all_went_well
-    Dir.mktmpdir("gvlscope-run") do |dir|
-      File.write(File.join(dir, "app.rb"), "Thread.new { sleep 0.01 }.join\nputs 'out'\n$stderr.puts 'err'\n")
-      out, err, status = gvlscope("run", "--no-report", "-o", "t.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+    run_app("Thread.new { sleep 0.01 }.join\nputs 'out'\n$stderr.puts 'err'\n", "--no-report", "-o", "t.gvl") do |out, err, status, dir|
       assert status.success?, err
       assert_equal ["out\n", "err\n"], [out, err]
       refute GVLScope::Model::TraceFile.read(File.join(dir, "t.gvl")).truncated?
@@ -138,18 +145,18 @@ class CLIRunTest < Minitest::Test
 
   # gvlscope's own words reach the person who ran it, after the program, not the program's stderr
   # (which a test suite may compare or a program may redirect into its log).
-  def test_messages_of_a_traced_process_come_from_gvlscope_after_the_program
-    Dir.mktmpdir("gvlscope-run") do |dir|
-      File.write(File.join(dir, "app.rb"), "$stderr.puts 'program done'\n")
-      _out, err, status = gvlscope("run", "--no-report", "-o", "missing/t.gvl", "--", RbConfig.ruby, "app.rb", chdir: dir)
+  def test_not_tracing_is_said_by_gvlscope_after_the_program
+    run_app("$stderr.puts 'program done'\n", "--no-report", "-o", "missing/t.gvl") do |_out, err, status|
       assert status.success?, err
       assert_match(/\Aprogram done\ngvlscope: not tracing pid \d+: No such file or directory - .*missing\/t\.gvl\n/, err)
+    end
+  end
 
-      File.write(File.join(dir, "logging.rb"), "$stderr.reopen('app.log', 'w')\n$stderr.puts 'logged'\n")
-      _out, err, status = gvlscope("run", "--metrics-only", "--", RbConfig.ruby, "logging.rb", chdir: dir)
+  def test_metrics_only_output_never_goes_into_the_programs_stderr
+    run_app("$stderr.reopen('app.log', 'w')\n$stderr.puts 'logged'\n", "--metrics-only") do |_out, err, status, dir|
       assert status.success?, err
       assert_equal "logged\n", File.read(File.join(dir, "app.log"))
-      assert_match(/\Agvlscope: GVL metrics of pid \d+ \(logging\.rb\)\nGVL held /, err)
+      assert_match(/\Agvlscope: GVL metrics of pid \d+ \(app\.rb\)\nGVL held /, err)
     end
   end
 

@@ -104,17 +104,11 @@ class FuzzTest < Minitest::Test
   end
 
   def test_mutated_gvl_traces
-    started = clock
-    peak = peak_rss_mb
-    BINARY_CASES.times { |n| run_case("case#{n}.gvl", mutate_binary(BINARY_SEEDS.sample(random: @random))) }
-    report("gvl", BINARY_CASES, started, peak)
+    fuzz("gvl", BINARY_CASES) { mutate_binary(BINARY_SEEDS.sample(random: @random)) }
   end
 
   def test_mutated_gvl_tracing_json
-    started = clock
-    peak = peak_rss_mb
-    JSON_CASES.times { |n| run_case("case#{n}.json", mutate_json(JSON_SEEDS.sample(random: @random))) }
-    report("json", JSON_CASES, started, peak)
+    fuzz("json", JSON_CASES) { mutate_json(JSON_SEEDS.sample(random: @random)) }
   end
 
   # The same through the real command: exit 1 and one line naming the file, never "internal error".
@@ -152,7 +146,11 @@ class FuzzTest < Minitest::Test
     0
   end
 
-  def report(kind, cases, started, peak_before)
+  # Runs +cases+ inputs made by the block, as files with the extension +kind+.
+  def fuzz(kind, cases)
+    started = clock
+    peak_before = peak_rss_mb
+    cases.times { |n| run_case("case#{n}.#{kind}", yield) }
     seconds = clock - started
     assert_operator peak_rss_mb - peak_before, :<, 200, "#{kind}: the peak memory grew by that many MB"
     warn format("fuzz %s: %d cases (seed %d) in %.2f s: %p", kind, cases, SEED, seconds, @outcomes) if ENV["GVLSCOPE_TEST_VERBOSE"]

@@ -11,21 +11,25 @@ require_relative "support/gvl_workloads"
 module GVLScopeTestHelper
   ROOT = File.expand_path("..", __dir__)
 
-  # Runs Ruby code in a fresh interpreter (this one, with lib on the load path); returns
-  # [stdout, stderr, status]. Scenarios that change process-wide state run this way.
-  # A child that outlives +timeout+ seconds is killed and the test fails: a hang in CRuby must
-  # not hang the suite.
-  def run_ruby(code, *args, ruby: RbConfig.ruby, env: {}, timeout: 120)
-    Open3.popen3(env, ruby, "-I", File.join(ROOT, "lib"), "-e", code, *args) do |stdin, stdout, stderr, waiter|
+  # Runs +command+; returns [stdout, stderr, status]. A process that outlives +timeout+ seconds is
+  # killed and the test fails: a hang in CRuby must not hang the suite.
+  def run_process(command, env: {}, chdir: Dir.pwd, timeout: 120)
+    Open3.popen3(env, *command, chdir: chdir) do |stdin, stdout, stderr, waiter|
       stdin.close
       out_reader = Thread.new { stdout.read }
       err_reader = Thread.new { stderr.read }
       unless waiter.join(timeout)
         Process.kill(:KILL, waiter.pid)
-        flunk "child Ruby did not finish in #{timeout} s:\n#{code}"
+        flunk "did not finish in #{timeout} s: #{command.join(' ')}"
       end
       [out_reader.value, err_reader.value, waiter.value]
     end
+  end
+
+  # Runs Ruby code in a fresh interpreter (this one, with lib on the load path); returns
+  # [stdout, stderr, status]. Scenarios that change process-wide state run this way.
+  def run_ruby(code, *args, ruby: RbConfig.ruby, env: {}, timeout: 120)
+    run_process([ruby, "-I", File.join(ROOT, "lib"), "-e", code, *args], env: env, timeout: timeout)
   end
 
   # Records a trace of +program+ (Ruby code; GVLWorkloads is loaded) into +path+, in a fresh Ruby.

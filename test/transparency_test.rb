@@ -237,16 +237,7 @@ class TransparencyTest < Minitest::Test
   end
 
   def capture(command, dir)
-    Open3.popen3(ENV_OF_BOTH, *command, chdir: dir) do |stdin, stdout, stderr, waiter|
-      stdin.close
-      out = Thread.new { stdout.read }
-      err = Thread.new { stderr.read }
-      unless waiter.join(TIMEOUT)
-        Process.kill(:KILL, waiter.pid)
-        flunk "#{command.join(' ')} did not finish in #{TIMEOUT} s"
-      end
-      status = waiter.value
-      [out.value, err.value, [status.exitstatus, status.termsig]]
-    end
+    out, err, status = run_process(command, env: ENV_OF_BOTH, chdir: dir, timeout: TIMEOUT)
+    [out, err, [status.exitstatus, status.termsig]]
   end
 end

@@ -69,7 +69,7 @@ module GVLScope
       @clients << client
       Thread.new do
         Thread.current.name = "gvlscope metrics client"
-        serve(client, Process.clock_gettime(Process::CLOCK_MONOTONIC) + REQUEST_DEADLINE)
+        serve(client, now + REQUEST_DEADLINE)
       rescue StandardError
         nil # a client that hangs up, stalls or sends garbage must not stop the server
       ensure
@@ -99,16 +99,19 @@ module GVLScope
       request = +"".b
       until request.include?("\r\n\r\n") || request.include?("\n\n")
         return nil if request.bytesize > MAX_REQUEST_BYTES
-        return nil unless client.wait_readable([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max)
+        return nil unless client.wait_readable(seconds_left(deadline))
 
         chunk = client.read_nonblock(4096, exception: false)
         break if chunk.nil? # EOF: what came is the request
-        return nil if chunk == :wait_readable && Process.clock_gettime(Process::CLOCK_MONOTONIC) >= deadline
+        return nil if chunk == :wait_readable && seconds_left(deadline).zero?
 
         request << chunk if chunk.is_a?(String)
       end
       request.empty? ? nil : request
     end
+
+    def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    def seconds_left(deadline) = [deadline - now, 0].max
 
     def respond(client, deadline, status, type, body)
       data = "HTTP/1.1 #{status}\r\nContent-Type: #{type}\r\nContent-Length: #{body.bytesize}\r\n" \
@@ -117,7 +120,7 @@ module GVLScope
         written = client.write_nonblock(data, exception: false)
         if written == :wait_writable
           # A client that does not read its answer gets until the deadline, like one that does not send.
-          return unless client.wait_writable([deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max)
+          return unless client.wait_writable(seconds_left(deadline))
         else
           data = data.byteslice(written..)
         end
