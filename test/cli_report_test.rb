@@ -46,12 +46,13 @@ class CLIReportTest < Minitest::Test
         assert status.success?, err
         assert_match(/^bad\u{fffd}name /, out.force_encoding("UTF-8"))
         assert_includes File.read(File.join(dir, "r.html")), "bad\u{fffd}name"
-        { "chrome-json" => "c.json", "perfetto" => "p.pftrace" }.each do |format, name|
+        { "chrome-json" => "c.json", "perfetto" => "p.pftrace", "speedscope" => "s.json" }.each do |format, name|
           _out, err, status = gvlscope("export", trace, "--format", format, "-o", File.join(dir, name))
           assert status.success?, "#{format}: #{err}"
         end
         assert_includes JSON.parse(File.read(File.join(dir, "c.json")))["traceEvents"].map { |e| e.dig("args", "name") },
                         "bad\u{fffd}name"
+        assert_includes File.read(File.join(dir, "s.json")), "bad\u{fffd}name"
       end
     end
   end
