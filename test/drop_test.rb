@@ -32,7 +32,7 @@ class DropTest < Minitest::Test
     trace = GVLScope::Model::TraceFile.read(file.path)
     refute trace.truncated?
     assert_equal summary.dropped, trace.dropped
-    assert_equal summary.events, trace.size
+    assert_equal summary.events, trace.records
   ensure
     GVLScope.stop if GVLScope.tracing?
     [reader, writer].each { |io| io.close unless io.closed? }

@@ -21,7 +21,7 @@ module GVLScope
   module FlightRecorder
     DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
     DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
-                 signal: "USR2", logger: nil }.freeze
+                 signal: "USR2", logger: nil, stacks: true }.freeze
     # What to write where: dumps go to dir, named by pid, time and reason.
     Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
 
@@ -41,6 +41,7 @@ module GVLScope
       # signal:       a signal name that dumps ("USR2"), or nil. Installed only if the signal has no
       #               handler yet: an application's (or Puma's) handler is never replaced.
       # logger:       where to say what was dumped (#info/#warn), default $stderr
+      # stacks:       record code locations (release sites, holder samples) while threads wait
       def start(**options)
         @mutex.synchronize do
           raise Error, "the flight recorder is already running" if running?
@@ -49,7 +50,7 @@ module GVLScope
           options = validate(**options)
           # Alive only: right after fork, Thread.list can still hold the parent's other threads.
           Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us,
-                              Thread.list.select(&:alive?))
+                              Thread.list.select(&:alive?), options[:stacks])
           @options = options
           @last_dump_at = nil
           @suppressed = 0
@@ -105,7 +106,7 @@ module GVLScope
       def validate(**options)
         Options.reject_unknown!(options, DEFAULTS.keys, "flight recorder")
 
-        seconds, dir, buffer_bytes, min_interval, signal, logger = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
+        seconds, dir, buffer_bytes, min_interval, signal, logger, stacks = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60
           raise Error, "flight recorder: seconds must be a number in (0, 60], got #{seconds.inspect}"
         end
@@ -116,9 +117,11 @@ module GVLScope
           raise Error, "flight recorder: min_interval must be a number of seconds >= 0, got #{min_interval.inspect}"
         end
 
+        raise Error, "flight recorder: stacks must be true or false, got #{stacks.inspect}" unless [true, false].include?(stacks)
+
         signal = signal_name(signal)
         { seconds: seconds, dir: writable_dir(dir), buffer_bytes: buffer_bytes, min_interval: min_interval,
-          signal: signal, logger: logger }
+          signal: signal, logger: logger, stacks: stacks }
       end
 
       private

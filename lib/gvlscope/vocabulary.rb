@@ -39,8 +39,9 @@ module GVLScope
     # (enum gvls_state): index = number.
     METRIC_STATES = %i[unknown wait run idle exited].freeze
 
-    # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them.
-    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit].freeze
+    # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them; then the
+    # two records of a trace with stacks that are not events (the reader takes them out).
+    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit, :arg, :sample].freeze
 
     # States in which the thread holds the GVL.
     HOLDING = %i[run gc].freeze
@@ -52,11 +53,13 @@ module GVLScope
       state == :idle ? "idle (#{reason.to_s.tr('_', '/')})" : state.to_s
     end
 
-    # A thread's label in every output: its name, else "main" or "thread <serial>".
-    def thread_label(name, serial, main: false)
+    # A thread's label in every output: its name, else "main", or "thread <serial>" followed by
+    # where it was created when known: "thread 3 (app.rb:12)".
+    def thread_label(name, serial, main: false, created_at: nil)
       return name unless name.nil? || name.empty?
+      return "main" if main
 
-      main ? "main" : "thread #{serial}"
+      created_at ? "thread #{serial} (#{created_at})" : "thread #{serial}"
     end
   end
 end
