@@ -31,10 +31,13 @@ module GVLScope
       megabytes&.positive? ? megabytes << 20 : GVLScope::DEFAULT_BUFFER_BYTES
     end
 
+    # GVLSCOPE_STACKS=0 (`gvlscope run --no-stacks`): no code locations in the trace.
+    def stacks? = ENV["GVLSCOPE_STACKS"] != "0"
+
     def start
       return start_metrics if metrics_only?
 
-      GVLScope.start(output_path, buffer_bytes: buffer_bytes)
+      GVLScope.start(output_path, buffer_bytes: buffer_bytes, stacks: stacks?)
       at_exit { stop }
     rescue SystemCallError, GVLScope::Error => e
       warn "gvlscope: not tracing: #{e.message}"
