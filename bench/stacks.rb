@@ -14,22 +14,14 @@
 require "gvlscope"
 require "gvlscope/model"
 require "tmpdir"
+require_relative "sysread"
 
 CALLS = Integer(ENV.fetch("CALLS", 200_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 7))
 SECONDS = Float(ENV.fetch("SECONDS", 2))
 
-def cpu_clock = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
-def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 def median(values) = values.sort[values.size / 2]
-
-def sysreads
-  File.open("/dev/zero") do |zero|
-    started = cpu_clock
-    CALLS.times { zero.sysread(16) }
-    cpu_clock - started
-  end
-end
+def sysreads = sysread_cpu_seconds(CALLS)
 
 def mixed
   stop = false
