@@ -13,29 +13,9 @@ require "gvlscope/formats"
 class CodeLocationsTest < Minitest::Test
   include GVLScopeTestHelper
 
-  HOG = <<~RUBY
-    class Counter
-      def spin
-        x = 0
-        x += 1 until @stop # <- spin
-        x
-      end
-      attr_writer :stop
-    end
-    counter = Counter.new
-    hog = Thread.new { counter.spin }
-    echo = Thread.new do
-      Thread.current.name = "echo"
-      r, w = IO.pipe
-      15.times do
-        w.write("x") # <- write
-        r.read(1) # <- read
-      end
-    end
-    echo.join
-    counter.stop = true
-    hog.join
-  RUBY
+  # A CPU-bound Counter#spin beside a thread echoing through a pipe: the program of the golden
+  # trace hog.gvl.
+  HOG = File.read(File.join(ROOT, "test/fixtures/traces/hog.rb"))
 
   # The CPU thread of the other programs: keeps a waiter at every release, stops when told.
   CPU = <<~RUBY
