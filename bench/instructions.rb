@@ -15,8 +15,9 @@ MODES = {
   "none" => "",
   "empty-hook" => "GVLScope::Native.probe_start",
   "metrics" => "GVLScope::Metrics.enable",
-  "trace" => "GVLScope.start(File.join(dir, 't.gvl'))",
-  "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'))",
+  "trace" => "GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
+  "trace+stacks" => "GVLScope.start(File.join(dir, 't.gvl'))",
+  "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
 }
 begin
   require "gvltools"

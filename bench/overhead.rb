@@ -14,12 +14,14 @@
 #
 # Rows: untraced; empty-hook (a hook that only counts: the floor any hook pays); metrics
 # (GVLScope::Metrics on); gvltools (its GlobalTimer, LocalTimer and WaitingThreads on); gvlscope
-# (tracing to a file); gvl-tracing (tracing to its JSON).
+# (tracing to a file, stacks: false); gvlscope-stacks (the same with stacks, the default);
+# gvl-tracing (tracing to its JSON).
 require "gvlscope"
 require "gvlscope/model"
 require "gvlscope/formats/chrome_json"
 require "gvlscope/formats/perfetto"
 require "tmpdir"
+require_relative "sysread"
 
 CALLS = Integer(ENV.fetch("CALLS", 1_000_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 15))
@@ -29,15 +31,7 @@ ONLY = ENV["ONLY"]&.split(",")&.map(&:to_sym)
 def run?(mode) = ONLY.nil? || ONLY.include?(mode)
 
 def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-def cpu_clock = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
-
-def workload
-  File.open("/dev/zero") do |zero|
-    started = cpu_clock
-    CALLS.times { zero.sysread(16) }
-    cpu_clock - started
-  end
-end
+def workload = sysread_cpu_seconds(CALLS)
 
 def median(values) = values.sort[values.size / 2]
 
@@ -82,12 +76,21 @@ ROUNDS.times do |round|
 
   if run?(:gvlscope)
     FileUtils.rm_f(trace_path) # a trace never overwrites a file: each round's is new
-    GVLScope.start(trace_path)
+    GVLScope.start(trace_path, stacks: false)
     times[:gvlscope] << workload
     summary = GVLScope.stop
     events[:gvlscope] = summary.events
     sizes[:gvlscope] = File.size(trace_path)
     abort "gvlscope dropped #{summary.dropped} events" if summary.dropped.positive?
+  end
+
+  # With stacks (the default): nobody waits here, so no frame is read; the waiting count is kept.
+  if run?(:gvlscope_stacks)
+    GVLScope.start(trace_path)
+    times[:gvlscope_stacks] << workload
+    summary = GVLScope.stop
+    events[:gvlscope_stacks] = summary.events
+    sizes[:gvlscope_stacks] = File.size(trace_path)
   end
 
   next unless defined?(GvlTracing) && run?(:gvl_tracing)

@@ -36,7 +36,7 @@ class DropTest < Minitest::Test
       trace = GVLScope::Model::TraceFile.read(path)
       refute trace.truncated?
       assert_equal summary.dropped, trace.dropped
-      assert_equal summary.events, trace.size
+      assert_equal summary.events, trace.records
     end
   ensure
     GVLScope.stop if GVLScope.tracing?

@@ -33,7 +33,7 @@ class FlightRecorderTest < Minitest::Test
     assert_match(/gvlscope-flight-#{Process.pid}-.*-test\.gvl\z/, dump.path)
     trace = GVLScope::Model::TraceFile.read(dump.path)
     refute trace.truncated?
-    assert_equal dump.events, trace.size
+    assert_equal dump.events, trace.records
     assert_operator trace.size, :>, 10
     timeline = GVLScope::Model::Timeline.new(trace)
     assert_consistent(timeline)

@@ -128,9 +128,10 @@ class ReportTest < Minitest::Test
   def test_json_has_the_documented_fields_and_adds_up
     report = report_of("Thread.new { sleep 0.01 }.join")
     data = JSON.parse(GVLScope::Formats::ReportJSON.new(report).to_s)
-    assert_equal 1, data["gvlscope_report"]
-    assert_equal %w[dropped_events duration_ns events file findings gvlscope_report histograms pid ractors threads
+    assert_equal 2, data["gvlscope_report"]
+    assert_equal %w[dropped_events duration_ns events file findings gvlscope_report histograms pid ractors stacks threads
                     timeslice_ns truncated wait_ns], data.keys.sort
+    assert_equal %w[dropped holders recorded release_sites samples sites unreadable], data["stacks"].keys.sort
     assert_equal data["threads"].sum { |t| t["wait_ns"] }, data["wait_ns"]
     thread = data["threads"].first
     assert_equal %w[gc_ns holds idle_ns longest_wait_ns name ractor_id released_by run_ns serial wait_ns waits], thread.keys.sort

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define GVLS_MAGIC "GVLSCOPE"
-#define GVLS_FORMAT_VERSION 1
+#define GVLS_FORMAT_VERSION 2  // 2: header flags, thread creation sites, stack records and tables
 
 typedef struct {
     char magic[8];            // "GVLSCOPE"
@@ -19,7 +19,11 @@ typedef struct {
     uint64_t start_realtime_ns;  // CLOCK_REALTIME at the same moment, for humans
     uint32_t pid;
     uint32_t timeslice_us;    // the scheduler's timeslice as configured (100000 unless changed)
+    uint32_t flags;           // GVLS_FILE_* (version 2)
+    uint32_t reserved;
 } gvls_file_header;
+
+enum { GVLS_FILE_STACKS = 1 };  // the trace records code locations: ARG/SAMPLE records, a stacks chunk
 
 // Every chunk starts with this. payload_bytes counts what follows the header.
 typedef struct {
@@ -31,6 +35,7 @@ enum gvls_chunk_type {
     GVLS_CHUNK_EVENTS = 1,    // gvls_events_header + count × uint64 records
     GVLS_CHUNK_THREADS = 2,   // repeated gvls_thread_record + name bytes
     GVLS_CHUNK_END = 3,       // gvls_end_record: written by a clean stop
+    GVLS_CHUNK_STACKS = 4,    // gvls_stacks_header, locations, stacks (version 2, stacks on)
 };
 
 // The events seen on one native thread, in time order.
@@ -58,18 +63,24 @@ enum gvls_event_kind {
     GVLS_EV_EXITED = 5,
     GVLS_EV_GC_ENTER = 6,
     GVLS_EV_GC_EXIT = 7,
+    // Not events: ARG carries a value (bits 4-27, in place of the thread serial) for the record
+    // before it in the same lane, with the same time: after SUSPENDED the stack id of the release
+    // site, after SAMPLE the holder's stack id. Its time stays a time so chunks rebase uniformly.
+    GVLS_EV_ARG = 8,
+    GVLS_EV_SAMPLE = 9,       // the holder's stack was sampled while others waited (ARG follows)
 };
 
 static inline uint64_t gvls_record(unsigned kind, uint32_t thread_serial, uint64_t delta_ns) {
     return (uint64_t)kind | (uint64_t)thread_serial << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;
 }
 
-// Thread table entry, followed by name_bytes of UTF-8 (no terminator).
+// Thread table entry, followed by name_bytes of UTF-8 then created_at_bytes (no terminators).
 typedef struct {
     uint32_t serial;
     uint32_t ractor_id;       // Ractor#id style: 1 is the main Ractor; 0 when unknown
     uint32_t flags;           // GVLS_THREAD_*
     uint32_t name_bytes;
+    uint32_t created_at_bytes; // "app.rb:12" as Thread#inspect shows it, or 0 bytes (version 2)
 } gvls_thread_record;
 
 enum { GVLS_THREAD_MAIN = 1, GVLS_THREAD_EXITED = 2 };
@@ -79,5 +90,23 @@ typedef struct {
     uint64_t events;          // events recorded (written or still to be written at stop)
     uint64_t dropped;         // events lost because buffers were full or a write failed
 } gvls_end_record;
+
+// The stacks chunk: the code locations a trace interned (ids from 1; 0 = no stack), written at
+// stop (or in each flight recorder dump). Followed by location_count × (gvls_location_record,
+// label, path) and stack_count × (u32 depth, depth × u32 location id, innermost first).
+typedef struct {
+    uint32_t location_count;
+    uint32_t stack_count;
+    uint64_t sites;           // release sites recorded
+    uint64_t samples;         // holder samples recorded
+    uint64_t dropped;         // stacks not recorded: tables full, or interned by another Ractor at that moment
+    uint64_t unreadable;      // releases while others waited whose frames could not be read
+} gvls_stacks_header;
+
+typedef struct {
+    uint32_t line;            // the line executing in that frame (the call site); 0 for C methods
+    uint32_t label_bytes;     // rb_profile_frame_full_label: "IO#read", "Counter#spin", "block in <main>"
+    uint32_t path_bytes;      // rb_profile_frame_path; empty for C methods
+} gvls_location_record;
 
 #endif

@@ -6,6 +6,7 @@
 #include "metrics.h"
 #include "thread_state.h"
 #include "trace_session.h"
+#include "stacks.h"
 
 // Native.after_fork_in_child -> whether a trace was recording. The child inherits the parent's
 // state but none of its other threads: the registry first (its lock may have been held), then the
@@ -24,6 +25,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_clock_init();
     gvls_thread_state_init();
     gvls_hook_init();
+    gvls_stacks_init();
     gvlscope_probe_init(mNative);
     gvls_trace_session_init(mNative);
     gvls_sink_file_init(mNative);

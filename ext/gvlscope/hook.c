@@ -7,6 +7,7 @@
 #include "thread_state.h"
 #include "trace.h"
 #include "metrics_event.h"
+#include "stacks.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
 static VALUE gc_tracepoint = Qnil;
@@ -15,6 +16,7 @@ static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     if (atomic_load_explicit(&gvls_metrics.enabled, memory_order_relaxed)) gvls_metrics_event(kind, slot, now_ns);
     if (atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
         gvls_trace_record(kind, slot->serial, now_ns);
+        if (atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) gvls_stacks_event(kind, slot, now_ns);
     }
 }
 

@@ -52,23 +52,24 @@ static const gvls_sink file_sink = {
     .after_fork = file_close,
 };
 
-// Native.trace_start(path, max_buffer_bytes, timeslice_us, threads_already_running)
-static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads) {
+// Native.trace_start(path, max_buffer_bytes, timeslice_us, threads_already_running, stacks)
+static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads, VALUE stacks) {
     gvls_session_check_idle();
     FilePathValue(path);
     size_t max_chunks = gvls_session_check_args(max_buffer_bytes, 2, threads);
     int fd = gvls_open_trace_file(path);
 
     uint64_t start_ns = gvls_now_ns();
-    int err = gvls_write_file_header(fd, start_ns, gvls_realtime_ns(), NUM2UINT(timeslice_us));
+    int err = gvls_write_file_header(fd, start_ns, gvls_realtime_ns(), NUM2UINT(timeslice_us),
+                                     RTEST(stacks) ? GVLS_FILE_STACKS : 0);
     if (err) { close(fd); errno = err; rb_sys_fail_str(path); }
 
     F.fd = fd;
     F.write_errno = 0;
-    if ((err = gvls_session_start(&file_sink, threads, max_chunks, start_ns))) {
+    if ((err = gvls_session_start(&file_sink, threads, max_chunks, start_ns, RTEST(stacks)))) {
         file_close();
         errno = err;
-        rb_sys_fail("pthread_create (gvlscope trace writer)");
+        rb_sys_fail(err == ENOMEM ? "gvlscope stack tables" : "pthread_create (gvlscope trace writer)");
     }
     return Qnil;
 }
@@ -81,6 +82,6 @@ static VALUE trace_stop(VALUE self) {
 }
 
 void gvls_sink_file_init(VALUE mNative) {
-    rb_define_singleton_method(mNative, "trace_start", trace_start, 4);
+    rb_define_singleton_method(mNative, "trace_start", trace_start, 5);
     rb_define_singleton_method(mNative, "trace_stop", trace_stop, 0);
 }

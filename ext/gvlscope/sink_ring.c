@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "trace_framing.h"
 #include "trace_session.h"
+#include "stacks.h"
 #include <errno.h>
 #include <stdlib.h>
 
@@ -81,8 +82,8 @@ static const gvls_sink ring_sink = {
     .after_fork = ring_free,
 };
 
-// Native.flight_start(window_ns, max_buffer_bytes, timeslice_us, threads_already_running)
-static VALUE flight_start(VALUE self, VALUE window_ns, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads) {
+// Native.flight_start(window_ns, max_buffer_bytes, timeslice_us, threads_already_running, stacks)
+static VALUE flight_start(VALUE self, VALUE window_ns, VALUE max_buffer_bytes, VALUE timeslice_us, VALUE threads, VALUE stacks) {
     gvls_session_check_idle();
     size_t max_chunks = gvls_session_check_args(max_buffer_bytes, 8, threads);
     R.window_ns = NUM2ULL(window_ns);
@@ -92,8 +93,8 @@ static VALUE flight_start(VALUE self, VALUE window_ns, VALUE max_buffer_bytes, V
     R.kept = 0;
     uint64_t start_ns = gvls_now_ns();
     R.start_realtime_ns = gvls_realtime_ns();
-    int err = gvls_session_start(&ring_sink, threads, max_chunks, start_ns);
-    if (err) { errno = err; rb_sys_fail("pthread_create (gvlscope flight recorder)"); }
+    int err = gvls_session_start(&ring_sink, threads, max_chunks, start_ns, RTEST(stacks));
+    if (err) { errno = err; rb_sys_fail(err == ENOMEM ? "gvlscope stack tables" : "pthread_create (gvlscope flight recorder)"); }
     return Qnil;
 }
 
@@ -111,6 +112,7 @@ typedef struct {
     uint64_t cutoff_ns;      // absolute: the dump starts here
     uint64_t end_ns;         // absolute
     uint64_t events, dropped;
+    uint32_t flags;          // GVLS_FILE_*
     int err;
 } dump_job;
 
@@ -132,7 +134,8 @@ static void *write_events_without_gvl(void *arg) {
     uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
     if (!scratch) { job->err = ENOMEM; return NULL; }
     job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
-                                      R.start_realtime_ns + (job->cutoff_ns - T.start_ns), R.timeslice_us);
+                                      R.start_realtime_ns + (job->cutoff_ns - T.start_ns), R.timeslice_us,
+                                      job->flags);
     if (!job->err) job->err = write_chunks(job, job->pinned, scratch);
     if (!job->err) job->err = write_chunks(job, job->partials, scratch);
     free(scratch);
@@ -144,7 +147,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     if (!gvls_session_running(&ring_sink)) rb_raise(rb_eRuntimeError, "the flight recorder is not running");
     if (R.dumping) rb_raise(rb_eRuntimeError, "a dump is already being written");
     FilePathValue(path);
-    dump_job job = { .fd = gvls_open_trace_file(path) };
+    dump_job job = { .fd = gvls_open_trace_file(path), .flags = gvls_stacks_active() ? GVLS_FILE_STACKS : 0 };
     R.dumping = 1;
     pthread_mutex_lock(&T.lock);
     job.end_ns = gvls_now_ns();
@@ -187,7 +190,7 @@ static VALUE flight_active_p(VALUE self) {
 }
 
 void gvls_sink_ring_init(VALUE mNative) {
-    rb_define_singleton_method(mNative, "flight_start", flight_start, 4);
+    rb_define_singleton_method(mNative, "flight_start", flight_start, 5);
     rb_define_singleton_method(mNative, "flight_stop", flight_stop, 0);
     rb_define_singleton_method(mNative, "flight_dump", flight_dump, 1);
     rb_define_singleton_method(mNative, "flight_active?", flight_active_p, 0);

@@ -38,6 +38,7 @@ typedef struct gvls_thread {
     VALUE thread;           // the Thread, marked by the registry so its name can be read later
     int exited;             // EXITED seen
     int retired;            // its metrics were folded into the retired totals
+    int stacks_waiting;     // counted in gvls_stacks.waiting (stacks.h): READY seen, not yet RESUMED
     int request_end_known;          // GVLScope::RequestTiming: the thread finished a request...
     uint64_t request_end_wait_ns;   // ...when its metrics' wait_ns was this
     gvls_thread_metrics metrics;

@@ -1,6 +1,7 @@
 // Writing the .gvl framing: see trace_framing.h and format.h.
 #include "trace_framing.h"
 #include "thread_state.h"
+#include "stacks.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -35,13 +36,15 @@ int gvls_write_all(int fd, const void *data, size_t bytes) {
     return 0;
 }
 
-int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us) {
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us,
+                           uint32_t flags) {
     gvls_file_header header = { .version = GVLS_FORMAT_VERSION, .header_bytes = sizeof(header) };
     memcpy(header.magic, GVLS_MAGIC, sizeof(header.magic));
     header.start_monotonic_ns = start_monotonic_ns;
     header.start_realtime_ns = start_realtime_ns;
     header.pid = (uint32_t)getpid();
     header.timeslice_us = timeslice_us;
+    header.flags = flags;
     return gvls_write_all(fd, &header, sizeof(header));
 }
 
@@ -72,6 +75,23 @@ int gvls_write_events_since(int fd, const gvls_events_header *header, const uint
     return gvls_write_events(fd, &rebased, scratch);
 }
 
+// Where the thread was created, as Thread#inspect shows it: "#<Thread:0x...[@name] app.rb:12 run>"
+// gives "app.rb:12"; nil for the main thread and threads not made from a block.
+static VALUE created_at(VALUE thread, VALUE name) {
+    VALUE inspect = rb_inspect(thread);
+    const char *p = RSTRING_PTR(inspect), *end = p + RSTRING_LEN(inspect);
+    static const char prefix[] = "#<Thread:";
+    if (RSTRING_LEN(inspect) < (long)sizeof(prefix) || memcmp(p, prefix, sizeof(prefix) - 1) != 0) return Qnil;
+    p += sizeof(prefix) - 1;
+    while (p < end && *p != ' ' && *p != '@') p++;   // the address
+    if (p < end && *p == '@') p += 1 + RSTRING_LEN(name);  // the name, which may hold spaces
+    if (p >= end || *p != ' ') return Qnil;
+    const char *start = p + 1, *last = end - 1;     // drop " status>"
+    while (last > start && *last != ' ') last--;
+    if (last <= start || memchr(start, ':', (size_t)(last - start)) == NULL) return Qnil;
+    return rb_str_new(start, last - start);
+}
+
 typedef struct { gvls_thread *copy; size_t len, capa; } thread_copies;
 
 static void copy_thread(gvls_thread *slot, void *arg) {
@@ -98,14 +118,18 @@ static int write_thread_table(int fd) {
         gvls_thread *slot = &copies.copy[i];
         VALUE name = rb_funcall(slot->thread, id_name, 0);
         if (!RB_TYPE_P(name, T_STRING)) name = rb_str_new(0, 0);
+        VALUE site = created_at(slot->thread, name);
+        if (NIL_P(site)) site = rb_str_new(0, 0);
         gvls_thread_record record = {
             .serial = slot->serial,
             .ractor_id = slot->ractor_id,
             .flags = (slot->thread == main_thread ? GVLS_THREAD_MAIN : 0) | (slot->exited ? GVLS_THREAD_EXITED : 0),
             .name_bytes = (uint32_t)RSTRING_LEN(name),
+            .created_at_bytes = (uint32_t)RSTRING_LEN(site),
         };
         rb_str_buf_cat(buffer, (const char *)&record, sizeof(record));
         rb_str_buf_cat(buffer, RSTRING_PTR(name), RSTRING_LEN(name));
+        rb_str_buf_cat(buffer, RSTRING_PTR(site), RSTRING_LEN(site));
     }
     free(copies.copy);
     gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)RSTRING_LEN(buffer) };
@@ -117,6 +141,7 @@ static int write_thread_table(int fd) {
 
 int gvls_finish_file(int fd, int err, const gvls_end_record *end) {
     if (!err) err = write_thread_table(fd);
+    if (!err) err = gvls_write_stacks_chunk(fd);
     if (!err) {
         gvls_chunk_header header = { GVLS_CHUNK_END, sizeof(*end) };
         err = gvls_write_all(fd, &header, sizeof(header));

@@ -14,7 +14,9 @@ uint64_t gvls_realtime_ns(void);
 // Creates (or truncates) the file at path for writing, or raises SystemCallError.
 int gvls_open_trace_file(VALUE path);
 int gvls_write_all(int fd, const void *data, size_t bytes);
-int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us);
+// flags: GVLS_FILE_* (format.h).
+int gvls_write_file_header(int fd, uint64_t start_monotonic_ns, uint64_t start_realtime_ns, uint32_t timeslice_us,
+                           uint32_t flags);
 // One events chunk: the header and its header->count records.
 int gvls_write_events(int fd, const gvls_events_header *header, const uint64_t *records);
 // One events chunk holding only the records at or after cutoff_ns, rebased so the chunk starts at
@@ -23,7 +25,8 @@ int gvls_write_events(int fd, const gvls_events_header *header, const uint64_t *
 // header->count records. *kept: records written (0: nothing was, not even the drops before).
 int gvls_write_events_since(int fd, const gvls_events_header *header, const uint64_t *records, uint64_t base_abs_ns,
                             uint64_t cutoff_ns, uint64_t *scratch, uint32_t *kept);
-// Ends a file: unless err already, the thread table and the end record; then closes fd.
+// Ends a file: unless err already, the thread table, the stacks chunk (a trace with stacks) and
+// the end record; then closes fd.
 // Returns the first error (err, a write's, close's) or 0. With the GVL.
 int gvls_finish_file(int fd, int err, const gvls_end_record *end);
 

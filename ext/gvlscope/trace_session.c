@@ -4,6 +4,8 @@
 #include "clock.h"
 #include "hook.h"
 #include "thread_state.h"
+#include "stacks.h"
+#include <errno.h>
 #include <stdlib.h>
 
 #define T gvls_current_trace
@@ -63,16 +65,18 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
     return max_chunks;
 }
 
-int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns) {
+int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks) {
     // Threads that already exist get their slots now, so the table names them even if they
     // never fire an event during the trace.
     for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
 
+    gvls_stacks_free();  // a trace without stacks carries no tables
+    if (stacks && gvls_stacks_start()) return ENOMEM;
     gvls_trace_buffers_reset(max_chunks);
     T.start_ns = start_ns;
     S.drain_stop = 0;
     int err = pthread_create(&S.drain, NULL, drain_main, (void *)sink);
-    if (err) return err;
+    if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
     S.drain_running = 1;
     S.sink = sink;
     atomic_store(&T.active, 1);
@@ -88,6 +92,7 @@ VALUE gvls_session_stop(void) {
     atomic_store(&T.active, 0);
     gvls_hook_remove();             // waits for callbacks in flight: nobody appends after this
     gvls_hook_sync();               // back on at once if metrics still need it (they write no lanes)
+    gvls_stacks_pause();            // no more samples; the tables stay for the sink's finish
     uint64_t end_ns = gvls_now_ns();
     gvls_trace_buffers_flush();
     // A file's drain may be blocked on a slow disk or a pipe that a Ruby thread of this process
@@ -97,6 +102,7 @@ VALUE gvls_session_stop(void) {
     else stop_drain(NULL);
     VALUE result = S.sink->finish(end_ns);
     gvls_trace_buffers_free();
+    gvls_stacks_free();
     S.sink = NULL;
     gvls_threads_prune_exited();
     return result;
@@ -109,6 +115,7 @@ int gvls_session_after_fork(void) {
     pthread_cond_init(&T.wake_drain, NULL);
     int was_tracing = atomic_exchange(&T.active, 0);
     if (S.sink) S.sink->after_fork();
+    gvls_stacks_after_fork();
     S.sink = NULL;
     S.drain_running = 0;
     gvls_trace_buffers_free();

@@ -29,7 +29,8 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
 // Starts a trace into sink: existing threads get their slots, buffers are reset, the drain
 // thread starts, the hook goes on. start_ns is the trace's time 0. Returns 0, or the errno of
 // pthread_create (then nothing runs and the caller raises). The sink is set up before.
-int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns);
+// stacks: also record code locations (stacks.h). Returns ENOMEM if their tables cannot be had.
+int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks);
 // True while a trace into sink records.
 int gvls_session_running(const gvls_sink *sink);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.

@@ -191,6 +191,7 @@ module GVLScope
       export_format = nil
       metrics_only = false
       buffer_mb = nil
+      stacks = true
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
@@ -201,6 +202,7 @@ module GVLScope
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
         opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
+        opts.on("--no-stacks", "do not record code locations (release sites, holder stacks while threads wait)") { stacks = false }
         opts.on("--buffer MB", Integer, "recorder memory per process (default 64; each native thread holds 64 KiB)") do |mb|
           raise UsageError, "--buffer must be at least 1 (MB)" unless mb.positive?
 
@@ -241,6 +243,7 @@ module GVLScope
         "GVLSCOPE_RUN_DIR" => run_dir,
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
+        "GVLSCOPE_STACKS" => stacks ? nil : "0",
       }
       forwarding = forward_signals
       pid = begin

@@ -21,7 +21,7 @@ module GVLScope
   module FlightRecorder
     DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
     DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
-                 signal: "USR2", logger: nil, keep: 20, keep_bytes: nil }.freeze
+                 signal: "USR2", logger: nil, keep: 20, keep_bytes: nil, stacks: true }.freeze
     DUMP_GLOB = "gvlscope-flight-*.gvl"
     # What to write where: dumps go to dir, named by pid, time and reason.
     Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
@@ -45,6 +45,7 @@ module GVLScope
       # keep:         dumps kept in dir (every process's): after a dump the oldest beyond it are
       #               deleted, so a recorder that dumps for every slow request cannot fill the disk
       # keep_bytes:   the same as a total size (nil: no limit); the newest dump is always kept
+      # stacks:       record code locations (release sites, holder samples) while threads wait
       def start(**options)
         @mutex.synchronize do
           raise Error, "the flight recorder is already running" if running?
@@ -53,7 +54,7 @@ module GVLScope
           options = validate(**options)
           # Alive only: right after fork, Thread.list can still hold the parent's other threads.
           Native.flight_start((options[:seconds] * 1e9).to_i, options[:buffer_bytes], GVLScope.timeslice_us,
-                              Thread.list.select(&:alive?))
+                              Thread.list.select(&:alive?), options[:stacks])
           @options = options
           @last_dump_at = nil
           @suppressed = 0
@@ -109,7 +110,8 @@ module GVLScope
       def validate(**options)
         Options.reject_unknown!(options, DEFAULTS.keys, "flight recorder")
 
-        seconds, dir, buffer_bytes, min_interval, signal, logger, keep, keep_bytes = DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
+        seconds, dir, buffer_bytes, min_interval, signal, logger, keep, keep_bytes, stacks =
+          DEFAULTS.merge(options).values_at(*DEFAULTS.keys)
         unless seconds.is_a?(Numeric) && seconds.positive? && seconds <= 60
           raise Error, "flight recorder: seconds must be a number in (0, 60], got #{seconds.inspect}"
         end
@@ -125,10 +127,11 @@ module GVLScope
 
           raise Error, "flight recorder: #{name} must be an Integer >= 1 or nil, got #{limit.inspect}"
         end
+        raise Error, "flight recorder: stacks must be true or false, got #{stacks.inspect}" unless [true, false].include?(stacks)
 
         signal = signal_name(signal)
         { seconds: seconds, dir: writable_dir(dir), buffer_bytes: buffer_bytes, min_interval: min_interval,
-          signal: signal, logger: logger, keep: keep, keep_bytes: keep_bytes }
+          signal: signal, logger: logger, keep: keep, keep_bytes: keep_bytes, stacks: stacks }
       end
 
       private

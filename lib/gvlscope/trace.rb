@@ -23,16 +23,19 @@ module GVLScope
   class << self
     # Starts tracing every thread's GVL state changes into +path+ (the native .gvl format).
     #   buffer_bytes: memory for events not yet written; past it events are dropped (and counted).
-    def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES)
+    #   stacks: also record code locations while threads wait for the GVL: each release's site
+    #           (the Ruby frames that gave the GVL up) and the holder's stack every ~10 ms.
+    def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES, stacks: true)
       raise Error, "a trace is already running (to #{@trace_path})" if tracing?
       raise Error, "the flight recorder is running (GVLScope::FlightRecorder.stop it first)" if Native.flight_active?
       unless buffer_bytes.is_a?(Integer) && buffer_bytes >= 1 << 20
         raise ArgumentError, "buffer_bytes must be an Integer >= 1 MiB, got #{buffer_bytes.inspect}"
       end
+      raise ArgumentError, "stacks must be true or false, got #{stacks.inspect}" unless [true, false].include?(stacks)
 
       path = File.expand_path(path.to_path) if path.respond_to?(:to_path)
       path = String(path)
-      Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list)
+      Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list, stacks)
       @trace_path = path
       self
     end

@@ -16,47 +16,83 @@ module GVLScope
       exited: "exited (a zero-length marker)",
     }.freeze
 
-    # Why an idle thread was idle, as far as GVL events tell (docs/format.md, "Idle reasons").
+    # Why a run (a hold of the GVL) ended. With a release site (a trace with stacks), the method
+    # that gave the GVL up tells which blocking call it was (RELEASE_SITES).
+    RELEASE_CAUSES = {
+      io: "IO (read, write, select, sockets)",
+      sleep: "sleep",
+      lock: "a Mutex, Queue or ConditionVariable",
+      join: "Thread#join / #value, Process.wait, a child process",
+      pass: "Thread.pass",
+      blocking: "another blocking call (a C extension without the GVL), or no release site recorded",
+      preempted: "the scheduler switched it out at the end of its timeslice",
+      exit: "it exited",
+    }.freeze
+
+    # Why an idle thread was idle (docs/format.md, "Idle reasons"): the cause of the release before
+    # it when its site was recorded; otherwise what GVL events alone tell (io_sleep, lock, unknown).
     IDLE_REASONS = {
-      # It woke up on its own native thread: a blocking call (IO, sleep with a timeout, a C
-      # extension's blocking region) returned. IO and sleep look the same in GVL events.
-      io_sleep: "IO / sleep",
-      # Another thread made it runnable: Mutex#unlock, Queue#push, ConditionVariable#signal,
-      # Thread#join's target exiting, Thread#wakeup.
+      io: RELEASE_CAUSES[:io],
+      sleep: RELEASE_CAUSES[:sleep],
+      # With a site: a Mutex, Queue or ConditionVariable. Without: another thread made it runnable
+      # (Mutex#unlock, Queue#push, ConditionVariable#signal, Thread#join's target exiting, #wakeup).
       lock: "lock / queue / join",
+      join: RELEASE_CAUSES[:join],
+      pass: RELEASE_CAUSES[:pass],
+      blocking: "another blocking call (a C extension without the GVL)",
+      # No site: it woke up on its own native thread, a blocking call (IO, sleep with a timeout, a
+      # C extension's blocking region) returned. IO and sleep look the same in GVL events.
+      io_sleep: "IO / sleep",
       # The trace ended (or the thread exited) before it became runnable again.
       unknown: "unknown",
     }.freeze
 
-    # Why a run (a hold of the GVL) ended.
-    RELEASE_CAUSES = {
-      blocking: "it blocked (or called Thread.pass, which looks the same)",
-      preempted: "the scheduler switched it out at the end of its timeslice",
-      exit: "it exited",
-    }.freeze
+    # The one table that turns a release site's top frame (its full label) into a release cause;
+    # the first match wins, a label that matches nothing is :blocking.
+    RELEASE_SITES = [
+      ["Kernel#sleep", :sleep],
+      ["Thread.pass", :pass],
+      [/\A(Thread::)?(Mutex|Queue|SizedQueue|ConditionVariable)#/, :lock],
+      [/\A(Monitor|MonitorMixin)#/, :lock],
+      [/\AThread#(join|value)\z/, :join],
+      [/\AProcess(::Status)?\.(wait|wait2|waitpid|waitpid2|waitall)\z/, :join],
+      [/\AKernel#(system|`)\z/, :join],
+      [/\A(IO|File|BasicSocket|Socket|[A-Z]\w*Socket|[A-Z]\w*Server|OpenSSL::SSL::SSLSocket|Addrinfo)[#.]/, :io],
+      [/\AKernel#(gets|puts|print|select|readline|readlines|open)\z/, :io],
+    ].freeze
 
     # The state a thread's metrics row is in, by the number ext/gvlscope/metrics.h gives it
     # (enum gvls_state): index = number.
     METRIC_STATES = %i[unknown wait run idle exited].freeze
 
-    # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them.
-    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit].freeze
+    # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them; then the
+    # two records of a trace with stacks that are not events (the reader takes them out).
+    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit, :arg, :sample].freeze
 
     # States in which the thread holds the GVL.
     HOLDING = %i[run gc].freeze
 
     module_function
 
+    # The release cause of a release site (a stack, innermost first): from its top frame.
+    def release_cause(stack)
+      label = stack.first&.label.to_s
+      RELEASE_SITES.each { |matcher, cause| return cause if matcher === label } # rubocop:disable Style/CaseEquality
+      :blocking
+    end
+
     # How a state shows in a trace viewer: the state's name, and an idle thread's reason.
     def slice_name(state, reason)
       state == :idle ? "idle (#{reason.to_s.tr('_', '/')})" : state.to_s
     end
 
-    # A thread's label in every output: its name, else "main" or "thread <serial>".
-    def thread_label(name, serial, main: false)
+    # A thread's label in every output: its name, else "main", or "thread <serial>" followed by
+    # where it was created when known: "thread 3 (app.rb:12)".
+    def thread_label(name, serial, main: false, created_at: nil)
       return name unless name.nil? || name.empty?
+      return "main" if main
 
-      main ? "main" : "thread #{serial}"
+      created_at ? "thread #{serial} (#{created_at})" : "thread #{serial}"
     end
   end
 end

@@ -4,6 +4,7 @@ require_relative "../errors"
 require_relative "thread_stats"
 require_relative "histograms"
 require_relative "blame"
+require_relative "code_locations"
 require_relative "rules"
 
 module GVLScope
@@ -27,6 +28,9 @@ module GVLScope
 
       # Built only when a finding needs to say who held the GVL: it is a pass over every interval.
       def blame = @blame ||= Blame.new(@timeline)
+
+      # Which code: release sites and the holders' profile (a trace with stacks).
+      def code_locations = @code_locations ||= CodeLocations.new(@timeline)
 
       def file = @timeline.file
       def duration_ns = @timeline.duration_ns

@@ -41,6 +41,25 @@ module GVLScope
         end.join(", ")
       end
 
+      # "The holder was in `Counter#spin` (lib/counter.rb:8) 97% of the time" from the holder
+      # samples of +rows+ (CodeLocations rows); nil without samples.
+      def holder_code(rows, subject)
+        top = rows.first or return nil
+        format("%s in %s %d%% of the time", subject, top.name, (100 * top.share).round)
+      end
+
+      # Sentences that name code, appended to a finding's title: "" when there are none.
+      def code_sentences(*sentences)
+        sentences.compact.map { |sentence| ". #{sentence}" }.join
+      end
+
+      # { holder_frames: [...], release_sites: [...] } for a finding's evidence (empty without stacks).
+      def code_evidence(holders, sites)
+        return {} unless @timeline.stacks?
+
+        { holder_frames: holders.first(5).map(&:to_h), release_sites: sites.first(5).map(&:to_h) }
+      end
+
       def median(values)
         return 0 if values.empty?
 

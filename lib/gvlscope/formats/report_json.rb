@@ -8,7 +8,7 @@ module GVLScope
   module Formats
     # An Analysis::Report as JSON: `gvlscope report --json`. The schema is in docs/report.md.
     class ReportJSON < Format
-      SCHEMA_VERSION = 1
+      SCHEMA_VERSION = 2 # 2: release causes io/sleep/lock/join/pass, "stacks"
 
       def write(io)
         io << JSON.pretty_generate(to_h) << "\n"
@@ -32,6 +32,7 @@ module GVLScope
           threads: report.rows.map { |row| row_hash(row) },
           histograms: report.histograms.transform_values { |counts| histogram_hash(counts) },
           findings: report.findings.map(&:to_h),
+          stacks: stacks_hash(report),
         }
       end
 
@@ -43,6 +44,16 @@ module GVLScope
           wait_ns: row.wait_ns, idle_ns: row.idle_ns, gc_ns: row.gc_ns, holds: row.holds, waits: row.waits,
           longest_wait_ns: row.longest_wait_ns, released_by: row.released_by.transform_keys(&:to_s)
         }
+      end
+
+      # Code locations: nil-free keys so a reader tells "not recorded" from "nothing found".
+      def stacks_hash(report)
+        code = report.code_locations
+        return { recorded: false } unless code.stacks?
+
+        counts = report.file.stack_counts || {}
+        { recorded: true, samples: report.timeline.samples.size, **counts,
+          holders: code.holder_profile.first(50).map(&:to_h), release_sites: code.release_sites.first(50).map(&:to_h) }
       end
 
       def histogram_hash(counts)

@@ -12,7 +12,7 @@ module GVLScope
     class ReportText < Format
       def write(io)
         report = @subject
-        lines = header + [""] + findings + [""] + ThreadTable.lines(report.rows)
+        lines = header + [""] + findings + [""] + ThreadTable.lines(report.rows) + [""] + code_locations
         histograms = report.histograms
         HistogramText.report_sections(histograms[:hold_ns], histograms[:wait_ns],
                                       histograms[:waiters_at_acquire]).each do |histogram|
@@ -27,7 +27,35 @@ module GVLScope
         rows = @subject.rows.sort_by { |row| -row.wait_ns }
         table = ThreadTable.lines(rows.first(5))
         table << "  (#{rows.size - 5} more threads)" if rows.size > 5
-        (header + [""] + findings(fixes: false) + [""] + table).join("\n")
+        (header + [""] + findings(fixes: false) + [""] + table + [""] + code_locations(rows: 3)).join("\n")
+      end
+
+      # "Where the waiting came from": the holders' code (samples weighted by waiters) and the
+      # release sites (by the wait that followed each release).
+      def code_locations(rows: 10)
+        code = @subject.code_locations
+        return ["Where the waiting came from: stacks: not recorded (--no-stacks, an older trace, or a gvl-tracing import)"] unless code.stacks?
+
+        timeline = @subject.timeline
+        counts = timeline.file.stack_counts || {}
+        notes = []
+        notes << "#{counts[:dropped]} stacks dropped (tables full)" if counts[:dropped].to_i.positive?
+        notes << "#{counts[:unreadable]} releases whose frames could not be read" if counts[:unreadable].to_i.positive?
+        notes << "holder samples: main Ractor only" if timeline.ractors.size > 1
+        lines = ["Where the waiting came from#{notes.empty? ? '' : " (#{notes.join('; ')})"}:"]
+        holders = code.holder_profile
+        lines << "  holders: the code that held the GVL while threads waited (#{timeline.samples.size} samples, weighted by waiters)"
+        lines << "    (no sample: no thread waited for a timer tick, 10 ms)" if holders.empty?
+        holders.first(rows).each { |row| lines << format("    %5.1f%%  %s", 100 * row.share, row.name) }
+        sites = code.release_sites
+        lines << "  release sites: the calls that gave the GVL up, by the wait for it that followed " \
+                 "(#{sites.sum(&:count)} releases recorded while another thread waited)"
+        lines << "    (none recorded)" if sites.empty?
+        sites.first(rows).each do |row|
+          lines << format("    %10s %5d calls  %-9s %s  (%s)", Units.ms(row.weight), row.count, row.cause, row.name,
+                          row.threads.first(3).join(", "))
+        end
+        lines
       end
 
       # The first two lines: the trace, and how much the GVL was held and waited for.

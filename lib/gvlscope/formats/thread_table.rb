@@ -9,12 +9,16 @@ module GVLScope
     module ThreadTable
       module_function
 
+      # Labels up to this wide are shown whole ("thread 12 (app/jobs/x.rb:40)"); longer are cut.
+      MAX_LABEL = 48
+
       def lines(rows)
-        lines = [format("%-24s %10s %10s %10s %8s %12s %6s %6s  %s", "thread", "run", "wait", "idle", "gc",
+        width = (rows.map { |row| row.label.size } << 24).max.clamp(24, MAX_LABEL)
+        lines = [format("%-#{width}s %10s %10s %10s %8s %12s %6s %6s  %s", "thread", "run", "wait", "idle", "gc",
                         "longest wait", "holds", "waits", "released by")]
         rows.sort_by { |row| -row.wait_ns }.each do |row|
           released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
-          lines << format("%-24s %10s %10s %10s %8s %12s %6d %6d  %s", row.label[0, 24], Units.ms(row.run_ns),
+          lines << format("%-#{width}s %10s %10s %10s %8s %12s %6d %6d  %s", row.label[0, width], Units.ms(row.run_ns),
                           Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns),
                           Units.ms(row.longest_wait_ns), row.holds, row.waits, released)
         end

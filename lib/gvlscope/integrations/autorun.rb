@@ -56,7 +56,7 @@ module GVLScope
 
     # Starts the trace at the first of +paths+ not taken yet; returns that path.
     def claim(paths)
-      GVLScope.start(paths.first, buffer_bytes: buffer_bytes)
+      GVLScope.start(paths.first, buffer_bytes: buffer_bytes, stacks: stacks?)
       paths.first
     rescue Errno::EEXIST
       raise if paths.size == 1
@@ -73,6 +73,9 @@ module GVLScope
       megabytes = Integer(ENV.fetch("GVLSCOPE_BUFFER_MB", GVLScope::DEFAULT_BUFFER_BYTES >> 20), exception: false)
       megabytes&.positive? ? megabytes << 20 : GVLScope::DEFAULT_BUFFER_BYTES
     end
+
+    # GVLSCOPE_STACKS=0 (`gvlscope run --no-stacks`): no code locations in the trace.
+    def stacks? = ENV["GVLSCOPE_STACKS"] != "0"
 
     def start
       return start_metrics if metrics_only?

@@ -8,10 +8,12 @@ module GVLScope
     # The one model every output reads: events turned into per-thread state intervals, in the words
     # of Vocabulary (states, idle reasons, release causes).
     #
-    # An interval's +reason+ says why: for :idle, the idle reason (:io_sleep, :lock, :unknown); for
-    # :run, the release cause that ended it (:blocking, :preempted, :exit).
+    # An interval's +reason+ says why: for :idle, the idle reason (Vocabulary::IDLE_REASONS); for
+    # :run, the release cause that ended it (Vocabulary::RELEASE_CAUSES). A :run interval that
+    # ended with a release recorded with its site has +site+: the thread's stack at SUSPENDED
+    # (a frozen Array of Model::Frame, innermost first), from which the cause is told.
     class Timeline
-      Interval = Struct.new(:thread, :state, :start_ns, :end_ns, :reason, :native) do
+      Interval = Struct.new(:thread, :state, :start_ns, :end_ns, :reason, :native, :site) do
         def duration_ns = end_ns - start_ns
       end
 
@@ -20,7 +22,8 @@ module GVLScope
         def ractor_id = info.ractor_id
       end
 
-      attr_reader :file, :threads, :duration_ns, :waiting_counter, :waiters_at_acquire
+      # +samples+: Model::Sample, the holder's stack while others of its Ractor waited (time order).
+      attr_reader :file, :threads, :duration_ns, :waiting_counter, :waiters_at_acquire, :samples
 
       def initialize(file)
         @file = file
@@ -30,8 +33,13 @@ module GVLScope
         # Log2 histogram of the threads of the same Ractor still waiting for the GVL when a thread
         # acquires it.
         @waiters_at_acquire = Array.new(Log2::BUCKETS, 0)
+        @samples = []
         build
       end
+
+      # True when the trace recorded code locations (false for old traces, --no-stacks and
+      # gvl-tracing imports): outputs then say "stacks: not recorded".
+      def stacks? = @file.respond_to?(:stacks?) && @file.stacks?
 
       def each_thread(&block) = @threads.each_value(&block)
 
@@ -58,11 +66,13 @@ module GVLScope
 
       INFERRED_BEFORE = { ready: :idle, resumed: :wait, suspended: :run, exited: :run,
                           gc_enter: :run, gc_exit: :gc }.freeze
+      NO_SITES = {}.freeze
 
       # Per-thread scan state. ractor and intervals are cached here: looked up once per thread, not
       # once per event (a trace holds millions).
       Cursor = Struct.new(:serial, :ractor, :intervals, :state, :since, :reason, :native, :suspend_native,
-                          :suspend_time, :others_wanted, :resumed_at, :run_interval, :resumes_at_suspend)
+                          :suspend_time, :others_wanted, :resumed_at, :run_interval, :resumes_at_suspend,
+                          :site_cause)
 
       def build
         cursors = {}
@@ -74,9 +84,15 @@ module GVLScope
         natives = @file.natives
         half_timeslice = @file.timeslice_ns / 2
         resumes_by_ractor = Hash.new(0) # a generation counter: any RESUMED in the Ractor
+        site_ids = stacks? ? @file.site_ids : NO_SITES
+        raw_samples = stacks? ? @file.raw_samples : []
+        next_sample = 0
 
         times.each_index do |i|
           time = times[i]
+          if next_sample < raw_samples.size && raw_samples[next_sample][0] <= time
+            next_sample = add_samples(raw_samples, next_sample, time)
+          end
           serial = serials[i]
           cursor = cursors[serial] ||= begin
             thread = thread_timeline(serial)
@@ -106,7 +122,7 @@ module GVLScope
                 cursor.run_interval.reason = :preempted if cursor.run_interval
                 next
               end
-              cursor.reason = natives[i] == cursor.suspend_native ? :io_sleep : :lock
+              cursor.reason = cursor.site_cause || (natives[i] == cursor.suspend_native ? :io_sleep : :lock)
             end
             transition(cursor, :wait, time) unless cursor.state == :wait
           when :resumed
@@ -116,10 +132,11 @@ module GVLScope
             transition(cursor, :run, time)
             cursor.resumed_at = time
             cursor.native = natives[i]
+            cursor.site_cause = nil
           when :suspended
             others = @waiting_by_ractor[ractor] - (cursor.state == :wait ? 1 : 0)
             transition(cursor, :idle, time)
-            cursor.run_interval&.reason ||= :blocking
+            release(cursor, site_ids.empty? ? nil : site_ids[(time << 24) | serial])
             cursor.suspend_native = natives[i]
             cursor.suspend_time = time
             cursor.others_wanted = others.positive?
@@ -141,8 +158,36 @@ module GVLScope
             transition(cursor, :run, time) if cursor.state == :gc
           end
         end
+        add_samples(raw_samples, next_sample, Float::INFINITY)
         cursors.each_value { |cursor| close(cursor, @duration_ns) }
         @file.thread_info.each_key { |serial| thread_timeline(serial) }
+      end
+
+      # At SUSPENDED: what ended the run. With a site, its top frame tells the cause (the READY
+      # after may still call it a preemption); without, it is :blocking and the idle reason comes
+      # from GVL events alone.
+      def release(cursor, stack_id)
+        site = stack_id && @file.stack(stack_id)
+        cause = site ? Vocabulary.release_cause(site) : :blocking
+        cursor.site_cause = site && cause
+        run = cursor.run_interval or return
+        run.site ||= site
+        run.reason ||= cause
+      end
+
+      # The holder samples up to +time+, each with the threads of its Ractor waiting then (as
+      # this scan counts them). A sample taken when the scan sees nobody waiting (its tick raced
+      # an acquisition) made nobody wait: it is left out. Returns the next sample's index.
+      def add_samples(raw_samples, from, time)
+        index = from
+        while index < raw_samples.size && raw_samples[index][0] <= time
+          sample_time, serial, stack_id = raw_samples[index]
+          waiters = @waiting_by_ractor[thread_timeline(serial).ractor_id]
+          stack = @file.stack(stack_id)
+          @samples << Sample.new(sample_time, serial, stack, waiters) if waiters.positive? && stack
+          index += 1
+        end
+        index
       end
 
       def add_waiting(ractor, delta)
@@ -186,7 +231,7 @@ module GVLScope
         return if state.nil? || state == :gone
 
         reason = cursor.reason
-        reason ||= :unknown if state == :idle
+        reason ||= cursor.site_cause || :unknown if state == :idle
         interval = Interval.new(cursor.serial, state, cursor.since, time, reason, state == :run ? cursor.native : nil)
         cursor.intervals << interval if time > cursor.since || state == :started
         if state == :run

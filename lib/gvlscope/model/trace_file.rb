@@ -5,20 +5,34 @@ require_relative "../vocabulary"
 
 module GVLScope
   module Model
-    # What the trace says about one Ruby thread.
-    ThreadInfo = Struct.new(:serial, :name, :ractor_id, :main, :exited, keyword_init: true) do
-      def label = Vocabulary.thread_label(name, serial, main: main)
+    # What the trace says about one Ruby thread. +created_at+: where Thread.new was called
+    # ("app.rb:12", as Thread#inspect shows it), or nil.
+    ThreadInfo = Struct.new(:serial, :name, :ractor_id, :main, :exited, :created_at, keyword_init: true) do
+      def label = Vocabulary.thread_label(name, serial, main: main, created_at: created_at)
     end
+
+    # A Ruby frame: +label+ as rb_profile_frame_full_label gives it ("Counter#spin", "IO#read"),
+    # the +path+ of its file (nil for a C method) and the +line+ executing in it (the call site;
+    # 0 when unknown). A stack is a frozen Array of Frame, innermost first.
+    Frame = Struct.new(:label, :path, :line) do
+      # "Counter#spin (lib/counter.rb:8)", or just the label of a C method.
+      def to_s = path ? "#{label} (#{path}:#{line})" : label.to_s
+    end
+
+    # The GVL holder's +stack+ sampled at +time_ns+ while +waiters+ (>= 1) threads of its Ractor
+    # waited for the GVL. +thread+ is the holder's serial.
+    Sample = Struct.new(:time_ns, :thread, :stack, :waiters)
 
     # Reads a native .gvl trace (see docs/format.md and ext/gvlscope/format.h) into time-ordered
     # events. A file cut short reads up to its last whole chunk (truncated? is then true).
     class TraceFile
       MAGIC = "GVLSCOPE"
-      VERSION = 1
+      VERSION = 2
       KINDS = Vocabulary::EVENT_KINDS
       CHUNK_EVENTS = 1
       CHUNK_THREADS = 2
       CHUNK_END = 3
+      CHUNK_STACKS = 4
       HEADER = "a8L<L<Q<Q<L<L<" # magic version header_bytes start_mono start_real pid timeslice_us
       HEADER_BYTES = 40
       EVENTS_HEADER_BYTES = 24
@@ -27,14 +41,27 @@ module GVLScope
       # No time in a trace is 2^62 ns (146 years) or more: a larger one is corruption, and refused
       # before it reaches the 64 log2 buckets of every histogram.
       MAX_TIME_NS = 2**62
+      STACKS_HEADER_BYTES = 40
+      FLAG_STACKS = 1 # header flags (version 2, at byte 40)
+      # Lane records that are not events (format.h): ARG carries a value for the record before it
+      # in its lane (a SUSPENDED's release site, a SAMPLE's stack); SAMPLE is a holder sample.
+      ARG = KINDS.index(:arg)
+      SAMPLE = KINDS.index(:sample)
+      SUSPENDED = KINDS.index(:suspended)
 
       # Events in time order, as parallel arrays (a trace holds millions: no object per event).
       #   times[i]   ns since the trace started
       #   kinds[i]   a symbol of KINDS
       #   threads[i] the Ruby thread's serial
       #   natives[i] the native thread's serial (the lane it was recorded on)
+      #
+      # With stacks (stacks? true), code locations:
+      #   site_ids    { (time_ns << 24 | thread serial) of a SUSPENDED => stack id }
+      #   raw_samples [[time_ns, thread serial, stack id], ...] in time order
+      #   stack(id)   the stack (frozen Array of Frame), nil if the file has no table for it
+      #   stack_counts { sites:, samples:, dropped:, unreadable: } as the recorder counted them
       attr_reader :path, :pid, :start_realtime_ns, :timeslice_ns, :times, :kinds, :threads, :natives,
-                  :thread_info, :native_tids, :end_ns, :dropped, :warnings
+                  :thread_info, :native_tids, :end_ns, :dropped, :warnings, :site_ids, :raw_samples, :stack_counts
 
       def self.read(path)
         new(path).tap(&:read)
@@ -46,7 +73,17 @@ module GVLScope
         @native_tids = {}
         @warnings = []
         @dropped = 0
+        @flags = 0
+        @site_ids = {}
+        @raw_samples = []
+        @stacks = {}
+        @stack_counts = nil
       end
+
+      # True when the trace recorded code locations (release sites and holder samples).
+      def stacks? = @flags.anybits?(FLAG_STACKS)
+
+      def stack(id) = @stacks[id]
 
       # A trace built from another tool's events (model/gvl_tracing.rb): the same arrays as a
       # .gvl file gives, already in time order.
@@ -71,6 +108,12 @@ module GVLScope
 
       def size
         @times.size
+      end
+
+      # Records read: the events and, with stacks, the site and sample records (what the
+      # recorder's counts and the end record count).
+      def records
+        size + (@stack_records || 0)
       end
 
       def duration_ns
@@ -98,10 +141,12 @@ module GVLScope
           when CHUNK_EVENTS then read_events(data, offset, payload_bytes, times, metas)
           when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
           when CHUNK_END then read_end(data, offset, payload_bytes)
+          when CHUNK_STACKS then read_stacks(data, offset, payload_bytes)
           else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
           end
           offset = payload_start + payload_bytes
         end
+        @raw_samples.sort_by!(&:first)
         sort_events(times, metas)
         @dropped = @end_dropped if @end_dropped
         @threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
@@ -125,6 +170,8 @@ module GVLScope
         raise FormatError, "#{@path}: bad header size #{@header_bytes}" if @header_bytes < HEADER_BYTES || @header_bytes > data.bytesize
 
         @timeslice_ns = timeslice_us * 1000
+        @flags = data.unpack1("L<", offset: HEADER_BYTES) if version >= 2 && @header_bytes >= HEADER_BYTES + 4
+        @version = version
       end
 
       def warn_truncated(offset)
@@ -149,24 +196,94 @@ module GVLScope
         @dropped += dropped_before
         records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES)
         native_bits = native << 28
+        return read_events_with_stacks(records, base, native_bits, times, metas) if stacks?
+
         times.concat(records.map { |record| base + (record >> 28) })
         metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
+      end
+
+      # The same, taking out the records that are not events: an ARG belongs to the record before
+      # it in the same lane (native thread), possibly the last of the lane's previous chunk.
+      def read_events_with_stacks(records, base, native_bits, times, metas)
+        @last_in_lane ||= {}
+        last = @last_in_lane[native_bits]
+        records.each do |record|
+          kind = record & 15
+          time = base + (record >> 28)
+          serial = (record >> 4) & 0xFFFFFF
+          @stack_records = (@stack_records || 0) + 1 if kind >= ARG
+          if kind == ARG
+            if last && last[0] == SUSPENDED
+              @site_ids[(last[2] << 24) | last[1]] = serial
+            elsif last && last[0] == SAMPLE
+              @raw_samples << [last[2], last[1], serial]
+            end
+            last = nil
+            next
+          end
+          last = [kind, serial, time]
+          next if kind == SAMPLE
+
+          times << time
+          metas << ((record & 0xFFFFFFF) | native_bits)
+        end
+        @last_in_lane[native_bits] = last
+      end
+
+      # The code locations the trace interned (format.h, gvls_stacks_header). Every count is
+      # checked against the chunk's size before anything is allocated for it.
+      def read_stacks(data, chunk_offset, bytes)
+        start = chunk_offset + 8
+        finish = start + bytes
+        corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes, shorter than its header") if bytes < STACKS_HEADER_BYTES
+        locations, stacks, sites, samples, dropped, unreadable = data.unpack("L<L<Q<Q<Q<Q<", offset: start)
+        # A location takes 12 bytes or more, a stack 4 or more.
+        if STACKS_HEADER_BYTES + 12 * locations + 4 * stacks > bytes
+          corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes claims #{locations} locations and #{stacks} stacks")
+        end
+        @stack_counts = { sites: sites, samples: samples, dropped: dropped, unreadable: unreadable }
+        offset = start + STACKS_HEADER_BYTES
+        frames = [nil]
+        locations.times do
+          corrupt!(offset, "code location cut short by the end of its chunk") if offset + 12 > finish
+          line, label_bytes, path_bytes = data.unpack("L<L<L<", offset: offset)
+          offset += 12
+          corrupt!(offset, "code location's text runs past the end of its chunk") if offset + label_bytes + path_bytes > finish
+          label = utf8(data.byteslice(offset, label_bytes))
+          path = utf8(data.byteslice(offset + label_bytes, path_bytes))
+          offset += label_bytes + path_bytes
+          frames << Frame.new(label.empty? ? "(unknown)" : label, path.empty? ? nil : path, line).freeze
+        end
+        (1..stacks).each do |id|
+          corrupt!(offset, "stack cut short by the end of its chunk") if offset + 4 > finish
+          depth = data.unpack1("L<", offset: offset)
+          corrupt!(offset, "stack of #{depth} frames runs past the end of its chunk") if offset + 4 + 4 * depth > finish
+          ids = data.unpack("L<#{depth}", offset: offset + 4)
+          @stacks[id] = ids.map do |location|
+            frames[location] || corrupt!(offset, "stack #{id} refers to location #{location} of #{locations}")
+          end.freeze
+          offset += 4 + 4 * depth
+        end
+        corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes holds #{offset - start} bytes of tables") if offset != finish
       end
 
       def read_threads(data, chunk_offset, bytes)
         offset = chunk_offset + 8
         finish = offset + bytes
+        fixed = @version >= 2 ? THREAD_RECORD_BYTES + 4 : THREAD_RECORD_BYTES # version 2 adds created_at_bytes
         while offset < finish
-          corrupt!(offset, "thread record cut short by the end of its chunk") if offset + THREAD_RECORD_BYTES > finish
-          serial, ractor_id, flags, name_bytes = data.unpack("L<L<L<L<", offset: offset)
-          if offset + THREAD_RECORD_BYTES + name_bytes > finish
-            corrupt!(offset, "thread name of #{name_bytes} bytes runs past the end of its chunk")
+          corrupt!(offset, "thread record cut short by the end of its chunk") if offset + fixed > finish
+          serial, ractor_id, flags, name_bytes, site_bytes = data.unpack("L<L<L<L<L<", offset: offset)
+          site_bytes = 0 if fixed == THREAD_RECORD_BYTES
+          if offset + fixed + name_bytes + site_bytes > finish
+            corrupt!(offset, "thread name of #{name_bytes + site_bytes} bytes runs past the end of its chunk")
           end
-          # Ruby takes any bytes as a thread name; every output (JSON, HTML, protobuf) needs UTF-8.
-          name = data.byteslice(offset + THREAD_RECORD_BYTES, name_bytes).force_encoding(Encoding::UTF_8).scrub
+          name = utf8(data.byteslice(offset + fixed, name_bytes))
+          site = utf8(data.byteslice(offset + fixed + name_bytes, site_bytes))
           @thread_info[serial] = ThreadInfo.new(serial: serial, name: name.empty? ? nil : name, ractor_id: ractor_id,
-                                                main: flags.anybits?(1), exited: flags.anybits?(2))
-          offset += THREAD_RECORD_BYTES + name_bytes
+                                                main: flags.anybits?(1), exited: flags.anybits?(2),
+                                                created_at: site.empty? ? nil : site)
+          offset += fixed + name_bytes + site_bytes
         end
       end
 
@@ -177,6 +294,9 @@ module GVLScope
       end
 
       # One line naming the file and where in it: a corrupt trace, not gvlscope's failure.
+      # Ruby takes any bytes as a thread name or a path; every output (JSON, HTML, protobuf) needs UTF-8.
+      def utf8(bytes) = bytes.force_encoding(Encoding::UTF_8).scrub
+
       def corrupt!(offset, problem)
         raise FormatError, "#{@path}: #{problem} at byte #{offset} (corrupt file?)"
       end

@@ -27,25 +27,38 @@ module GVLScope
           slow = waits.select { |wait| wait.duration_ns >= @timeslice_ns / 4 }
           return if slow.size < MIN_WAITS || slow.size < SLOW_SHARE * waits.size
 
-          holders = shares(@report.blame.after_blocking[thread.serial])
-          culprit = holders.find { |holder, _| holder != Blame::HAND_OFF }&.first
+          holder_shares = shares(@report.blame.after_blocking[thread.serial])
+          culprit = holder_shares.find { |holder, _| holder != Blame::HAND_OFF }&.first
           total = waits.sum(&:duration_ns)
           longest = slow.max_by(&:duration_ns)
+          code = @report.code_locations
+          holders = code.holders_while_waiting(thread.serial)
+          sites = code.release_sites(threads: [thread.serial])
           Finding.new(
             kind: :convoy,
-            threads: [thread.label, *holders.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
+            threads: [thread.label, *holder_shares.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
             title: format("Convoy: %s waited for the GVL after %d of its %d blocking calls, median %s " \
-                          "(timeslice %s), %s in all; the GVL was held by %s",
+                          "(timeslice %s), %s in all; the GVL was held by %s%s",
                           quote(thread.label), slow.size, waits.size, ms(median(slow.map(&:duration_ns))),
-                          ms(@timeslice_ns), ms(total), describe_shares(holders)),
+                          ms(@timeslice_ns), ms(total), describe_shares(holder_shares),
+                          code_sentences(holder_code(holders, "The holder was"), describe_sites(sites))),
             evidence: { blocking_calls: waits.size, slow_waits: slow.size, median_wait_ns: median(slow.map(&:duration_ns)),
-                        wait_after_blocking_ns: total, holders: holders },
+                        wait_after_blocking_ns: total, holders: holder_shares, **code_evidence(holders, sites) },
             fix: "each blocking call (IO, sleep) gives the GVL away and getting it back costs up to a timeslice " \
                  "while #{culprit ? quote(culprit) : 'another thread'} runs Ruby code: move that CPU-bound work to " \
                  "another process or a Ractor, lower its Thread#priority, or shorten the timeslice " \
                  "(RUBY_THREAD_TIMESLICE, Ruby 3.4+)",
             focus_ns: [longest.start_ns, longest.end_ns]
           )
+        end
+
+        # "Its top release sites: `IO#read` at app.rb:12 (2104 ms of waiting after 21), ..." (the
+        # waits that followed them); nil without sites.
+        def describe_sites(sites)
+          shown = sites.first(3).select { |row| row.weight.positive? }
+          return if shown.empty?
+
+          "Its top release sites: #{shown.map { |row| "#{row.name} (#{ms(row.weight)} of waiting after #{row.count})" }.join(', ')}"
         end
 
         def waits_after_blocking(thread)

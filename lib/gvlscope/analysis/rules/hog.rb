@@ -29,14 +29,16 @@ module GVLScope
           held = thread.intervals.sum { |interval| %i[run gc].include?(interval.state) ? interval.duration_ns : 0 }
           longest = thread.intervals.select { |interval| interval.state == :run }.max_by(&:duration_ns)
           top = victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }
+          holders = @report.code_locations.holder_profile(thread: thread.serial)
           Finding.new(
             kind: :hog,
             threads: [thread.label, *victims.keys.map { |serial| @labels[serial] }],
             title: format("Hog: %s gave up the GVL at the end of its timeslice %d of %d times (held it %s, %d%% of " \
-                          "the trace) while other threads waited %s for it (%s)",
-                          quote(thread.label), preempted, releases, ms(held), percent(held), ms(waited), top.join(", ")),
+                          "the trace) while other threads waited %s for it (%s)%s",
+                          quote(thread.label), preempted, releases, ms(held), percent(held), ms(waited), top.join(", "),
+                          code_sentences(holder_code(holders, "It was"))),
             evidence: { preempted: preempted, releases: releases, held_ns: held, others_waited_ns: waited,
-                        victims: victims.to_h { |serial, ns| [@labels[serial], ns] } },
+                        victims: victims.to_h { |serial, ns| [@labels[serial], ns] }, **code_evidence(holders, []) },
             fix: "it runs Ruby code without blocking, so every other thread waits a timeslice per turn: if it " \
                  "produces work for others (a Queue), bound the queue with a SizedQueue so it blocks when they " \
                  "fall behind; otherwise lower its Thread#priority, or move the work to a Ractor or another process",

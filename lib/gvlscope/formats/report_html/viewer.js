@@ -10,7 +10,8 @@ window.addEventListener("error", (event) => {
 // A colour per state code; the words (REPORT.states, REPORT.labels) come from lib/gvlscope/vocabulary.rb.
 const COLORS = {
   started: "#9ecae1", wait: "#d62728", run: "#2ca02c", gc: "#ff7f0e", exited: "#000000",
-  io_sleep: "#c7c7c7", lock: "#9467bd", unknown: "#e7e7e7",
+  io: "#aec7e8", sleep: "#dbdb8d", lock: "#9467bd", join: "#c5b0d5", pass: "#98df8a", blocking: "#bcbd22",
+  io_sleep: "#c7c7c7", unknown: "#e7e7e7",
 };
 const LANE = 22, LABEL_WIDTH = 170, AXIS = 20;
 

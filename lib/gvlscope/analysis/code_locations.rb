@@ -1,0 +1,141 @@
+# frozen_string_literal: true
+
+require_relative "../vocabulary"
+require_relative "../model/trace_file"
+
+module GVLScope
+  module Analysis
+    # Which code: from a trace with stacks (Timeline#stacks?).
+    # - release sites: the calls after which threads gave the GVL up, each weighted by the wait for
+    #   the GVL that followed it before the thread ran again ("which calls of mine cost the most
+    #   waiting");
+    # - the wait-weighted profile of holders: the holder's stack sampled while others waited, each
+    #   sample weighted by the number of waiters (the code that made others wait);
+    # - per waiter, where the holders were while it waited.
+    # Frames are grouped by the code they name: the first frame of a stack in a source file (not a
+    # C method, not Ruby's <internal:...> files), by method (a block counts as its method) and
+    # file; a group's line is the line seen most.
+    class CodeLocations
+      # One row of the profile or of the site table: +frame+ (label, path, line), +weight+ (waiter
+      # samples, or ns of wait that followed), +share+ of the total. A release site's frame is the
+      # method that released the GVL (IO#read) with the path and line of the code that called it.
+      Row = Struct.new(:frame, :weight, :share, :count, :cause, :threads, keyword_init: true) do
+        def to_h = { label: frame.label, path: frame.path, line: frame.line, weight: weight, share: share.round(4),
+                     count: count, cause: cause, threads: threads }.compact
+
+        # How outputs name it: "`Counter#spin` (lib/counter.rb:8)", a site "`IO#read` at app.rb:12".
+        def name
+          return "`#{frame.label}`" unless frame.path
+
+          cause ? "`#{frame.label}` at #{frame.path}:#{frame.line}" : "`#{frame.label}` (#{frame.path}:#{frame.line})"
+        end
+      end
+
+      BLOCK = /\Ablock (?:\(\d+ levels\) )?in /
+
+      attr_reader :timeline
+
+      def initialize(timeline)
+        @timeline = timeline
+        @labels = timeline.threads.transform_values(&:label)
+      end
+
+      def stacks? = @timeline.stacks?
+
+      # The holders' code, heaviest first: weight = sum of waiters over the samples. With +thread+
+      # (a serial), only the samples of that holder.
+      def holder_profile(thread: nil)
+        samples = @timeline.samples
+        samples = samples.select { |sample| sample.thread == thread } if thread
+        rank(samples.map { |sample| [code_frame(sample.stack), sample.waiters] })
+      end
+
+
+      # The holders' code while +waiter+ (a serial) waited for the GVL: each sample inside one of
+      # its waits counts once.
+      def holders_while_waiting(waiter)
+        waits = @timeline.threads[waiter]&.intervals&.select { |interval| interval.state == :wait } || []
+        samples = @timeline.samples
+        index = 0
+        weighted = []
+        waits.each do |wait|
+          index += 1 while index < samples.size && samples[index].time_ns < wait.start_ns
+          scan = index
+          while scan < samples.size && samples[scan].time_ns < wait.end_ns
+            sample = samples[scan]
+            weighted << [code_frame(sample.stack), 1] if sample.thread != waiter
+            scan += 1
+          end
+        end
+        rank(weighted)
+      end
+
+      # Release sites, by the wait for the GVL that followed each release, heaviest first. With
+      # +threads+ (serials), only their releases.
+      def release_sites(threads: nil)
+        rows = Hash.new { |hash, key| hash[key] = { weight: 0, count: 0, lines: Hash.new(0), threads: {} } }
+        @timeline.threads.each_value do |thread|
+          next if threads && !threads.include?(thread.serial)
+
+          each_release(thread) do |run, waited|
+            frame = code_frame(run.site)
+            row = rows[[run.site.first.label, frame.path, run.reason]]
+            row[:weight] += waited
+            row[:count] += 1
+            row[:lines][frame.line] += waited + 1
+            row[:threads][thread.label] = true
+          end
+        end
+        total = rows.sum { |_, row| row[:weight] }.to_f
+        rows.map do |(top, path, cause), row|
+          frame = Model::Frame.new(top, path, row[:lines].max_by(&:last).first)
+          Row.new(frame: frame, weight: row[:weight], share: total.positive? ? row[:weight] / total : 0.0,
+                  count: row[:count], cause: cause, threads: row[:threads].keys)
+        end.sort_by { |row| [-row.weight, -row.count] }
+      end
+
+      # The first frame of +stack+ in a source file: the code a person wrote. Falls back to the top.
+      def code_frame(stack)
+        stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") } || stack.first
+      end
+
+      private
+
+      # Yields each :run interval that ended with a recorded release site, and the ns the thread
+      # then waited for the GVL before it ran again.
+      def each_release(thread)
+        intervals = thread.intervals
+        intervals.each_with_index do |run, index|
+          next unless run.state == :run && run.site
+
+          waited = 0
+          intervals[(index + 1)..].each do |after|
+            break if after.state == :run || after.state == :exited
+
+            waited += after.duration_ns if after.state == :wait
+          end
+          yield run, waited
+        end
+      end
+
+      # [[frame, weight], ...] grouped by method and file, heaviest first; each group's line is
+      # the one with the most weight.
+      def rank(weighted)
+        groups = Hash.new { |hash, key| hash[key] = [0, Hash.new(0), 0] }
+        weighted.each do |frame, weight|
+          next unless frame
+
+          group = groups[[frame.label.sub(BLOCK, ""), frame.path]]
+          group[0] += weight
+          group[1][frame.line] += weight
+          group[2] += 1
+        end
+        total = groups.sum { |_, group| group[0] }.to_f
+        groups.map do |(label, path), (weight, lines, count)|
+          Row.new(frame: Model::Frame.new(label, path, lines.max_by(&:last).first), weight: weight,
+                  share: total.positive? ? weight / total : 0.0, count: count)
+        end.sort_by { |row| -row.weight }
+      end
+    end
+  end
+end
