@@ -225,7 +225,8 @@ module GVLScope
       require "tmpdir"
       # A private directory for what the traced processes tell us: their traces and messages.
       Dir.mktmpdir("gvlscope-run") do |run_dir|
-        status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb)
+        status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb,
+                                                   stacks: stacks)
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
@@ -235,7 +236,7 @@ module GVLScope
       end
     end
 
-    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:)
+    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:)
       lib = File.expand_path("..", __dir__)
       env = {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),

@@ -45,6 +45,7 @@ module GVLScope
       FLAG_STACKS = 1 # header flags (version 2, at byte 40)
       # Lane records that are not events (format.h): ARG carries a value for the record before it
       # in its lane (a SUSPENDED's release site, a SAMPLE's stack); SAMPLE is a holder sample.
+      EVENTS = KINDS.take(KINDS.index(:gc_exit) + 1).freeze
       ARG = KINDS.index(:arg)
       SAMPLE = KINDS.index(:sample)
       SUSPENDED = KINDS.index(:suspended)
@@ -318,7 +319,8 @@ module GVLScope
         order = Array.new(count) { |i| (times[i] << index_bits) | i }.sort!.map! { |key| key & mask }
         @times = order.map { |i| times[i] }
         metas = order.map { |i| metas[i] }
-        @kinds = metas.map { |meta| KINDS[meta & 15] }
+        # Records that are not events (ARG, SAMPLE) were taken out above; one left here is corrupt.
+        @kinds = metas.map { |meta| EVENTS[meta & 15] }
         if (bad = @kinds.index(nil))
           corrupt!(record_offset(order[bad]), "unknown event kind #{metas[bad] & 15}")
         end
