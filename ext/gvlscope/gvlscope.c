@@ -30,6 +30,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_sink_ring_init(mNative);
     gvls_metrics_init(mNative);
     gvls_request_timing_init(mGVLScope);
+    gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     rb_define_const(mNative, "CLOCK_SOURCE", rb_str_new_cstr(gvls_clock_source()));
 }

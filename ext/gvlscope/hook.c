@@ -9,6 +9,14 @@
 #include "metrics_event.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
+unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in tests; 0 otherwise
+
+// The last the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
+// slot (thread_state.c, prune), so the flag is published after every write, with release order.
+static __attribute__((noinline)) void gvls_hook_exited(gvls_thread *slot) {
+    if (__builtin_expect(gvls_debug_exited_delay_us != 0, 0)) gvls_debug_exited_delay(slot);
+    atomic_store_explicit(&slot->exited, 1, memory_order_release);
+}
 static VALUE gc_tracepoint = Qnil;
 
 static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
@@ -19,22 +27,29 @@ static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
 }
 
 static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused) {
-    uint64_t now_ns = gvls_now_ns();
     unsigned kind = gvls_kind_of(event);
     if (!kind) return;
     // Always the subject thread: the native thread running this hook may be another one.
     gvls_thread *slot = gvls_thread_for(data->thread);
     if (!slot) return;
-    if (kind == GVLS_EV_EXITED) slot->exited = 1;
+    // The clock is read inside the write bracket: a snapshot that copies the slot before it has
+    // read its own clock before this event's, so it cannot count more than the event will.
+    gvls_metrics_write_begin(slot);
+    uint64_t now_ns = gvls_now_ns();
     dispatch(kind, slot, now_ns);
+    gvls_metrics_write_end(slot);
+    if (__builtin_expect(kind == GVLS_EV_EXITED, 0)) gvls_hook_exited(slot);
 }
 
 // GC runs with the GVL held, on the thread that triggered it.
 static void on_gc_event(VALUE tracepoint, void *unused) {
-    uint64_t now_ns = gvls_now_ns();
     rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
-    if (slot) dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
+    if (!slot) return;
+    gvls_metrics_write_begin(slot);
+    uint64_t now_ns = gvls_now_ns();
+    dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
+    gvls_metrics_write_end(slot);
 }
 
 void gvls_hook_init(void) {

@@ -97,17 +97,31 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg) {
     pthread_mutex_unlock(&registry_lock);
 }
 
+int gvls_debug_quarantine;  // debug.c: freed slots are poisoned and kept, to catch late writes
+
+void gvls_slot_free(gvls_thread *slot) {
+    if (__builtin_expect(gvls_debug_quarantine, 0)) { slot->serial = 0; return; }  // 0: never a live serial
+    free(slot);
+}
+
+size_t gvls_threads_count(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t len = registry_len;
+    pthread_mutex_unlock(&registry_lock);
+    return len;
+}
+
 void gvls_threads_prune_exited(void) {
     if (atomic_load(&gvls_current_trace.active)) return;  // the trace's thread table still needs them
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
         // An exited thread fires no more events; its metrics, if collected, were retired first.
-        if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
+        if (atomic_load_explicit(&registry[i]->exited, memory_order_acquire) && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
             // The Thread object may outlive its slot (a RequestTiming, a caller of metrics_thread
             // holds it): a later lookup must find nothing, not freed memory.
             rb_internal_thread_specific_set(registry[i]->thread, slot_key, NULL);
-            free(registry[i]);
+            gvls_slot_free(registry[i]);
         } else {
             registry[kept++] = registry[i];
         }
