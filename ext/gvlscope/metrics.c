@@ -80,8 +80,6 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
 }
 
 static void forget_other_thread(gvls_thread *slot, void *current) {
-    // A hook that was writing when the process forked never finishes: even the sequence.
-    atomic_store(&slot->metrics_seq, (atomic_load(&slot->metrics_seq) + 1) & ~1u);
     if (slot->thread == (VALUE)current) return;
     slot->exited = 1;
     slot->metrics.state = GVLS_STATE_EXITED;

@@ -138,8 +138,12 @@ uint32_t gvls_assign_native_serial(void) {
     return gvls_tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
 }
 
-// In a forked child only the forking thread survives: a lock another thread held is held forever.
+// In a forked child only the forking thread survives: a lock another thread held is held forever,
+// and a hook that was writing a slot's metrics never finishes (its sequence stays odd).
 void gvls_thread_state_after_fork(void) {
     pthread_mutex_init(&registry_lock, NULL);
+    for (size_t i = 0; i < registry_len; i++) {
+        atomic_store(&registry[i]->metrics_seq, (atomic_load(&registry[i]->metrics_seq) + 1) & ~1u);
+    }
     atomic_fetch_add(&gvls_registry_generation, 1);
 }
