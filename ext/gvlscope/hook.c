@@ -74,3 +74,7 @@ void gvls_hook_sync(void) {
     if (atomic_load(&gvls_current_trace.active) || atomic_load(&gvls_metrics.enabled)) gvls_hook_install();
     else gvls_hook_remove();
 }
+
+int gvls_hook_installed(void) {
+    return thread_hook != NULL;
+}

@@ -7,6 +7,7 @@
 #include "format.h"
 #include "histogram.h"
 #include "hook.h"
+#include "trace_session.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,7 @@ static void mark_caller_running(uint64_t now_ns) {
 static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     if (atomic_load(&M.enabled)) return Qfalse;
     M.timeslice_ns = NUM2ULL(timeslice_ns);
+    gvls_session_prune_dead_threads();
     uint64_t now_ns = gvls_now_ns();
     gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
     memset(&retired, 0, sizeof(retired));
@@ -101,6 +103,7 @@ static VALUE metrics_disable(VALUE self) {
     if (!atomic_load(&M.enabled)) return Qfalse;
     atomic_store(&M.enabled, 0);
     gvls_hook_sync();
+    gvls_session_prune_dead_threads();
     return Qtrue;
 }
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static rb_internal_thread_specific_key_t slot_key;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -129,6 +130,31 @@ void gvls_threads_prune_exited(void) {
     if (kept != registry_len) atomic_fetch_add(&gvls_registry_generation, 1);  // before any Thread can be reused
     registry_len = kept;
     pthread_mutex_unlock(&registry_lock);
+}
+
+// Threads that died while the hook was off never fired EXITED: their slots (and, marked by the
+// registry, their Thread objects with their stacks) stayed forever, one per thread that ever called
+// GVLScope.measure. Only while no hook can run (see gvls_session_prune_dead_threads): a thread
+// is dead for Thread#alive? before its EXITED hook has run, so with the hook on this could free a
+// slot under it. Thread#alive? is called without the lock (GC marking takes it); it is a C method
+// that neither allocates nor switches threads, and slots are freed only with the GVL of the main
+// Ractor, which the caller holds: the copied pointers stay valid.
+void gvls_threads_prune_dead(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t len = registry_len;
+    gvls_thread **slots = len ? malloc(len * sizeof(*slots)) : NULL;
+    if (slots) memcpy(slots, registry, len * sizeof(*slots));
+    pthread_mutex_unlock(&registry_lock);
+    if (!slots) return;
+    ID id_alive = rb_intern("alive?");
+    for (size_t i = 0; i < len; i++) {
+        if (!atomic_load(&slots[i]->exited) && !RTEST(rb_funcall(slots[i]->thread, id_alive, 0))) {
+            atomic_store(&slots[i]->exited, 1);
+            slots[i]->metrics.state = GVLS_STATE_EXITED;
+        }
+    }
+    free(slots);
+    gvls_threads_prune_exited();
 }
 
 __thread __attribute__((tls_model("initial-exec"))) uint32_t gvls_tls_native_serial;

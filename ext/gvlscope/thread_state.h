@@ -73,6 +73,9 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
 void gvls_thread_state_after_fork(void);
+// Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL, while
+// no hook can run: call gvls_session_prune_dead_threads, which checks.
+void gvls_threads_prune_dead(void);
 // Slots in the registry (tests bound it).
 size_t gvls_threads_count(void);
 // free(3), or with debug.c's quarantine on, poison (serial 0) and keep.

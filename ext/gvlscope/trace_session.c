@@ -63,7 +63,13 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
     return max_chunks;
 }
 
+void gvls_session_prune_dead_threads(void) {
+    if (S.sink || gvls_hook_installed()) return;  // a trace's thread table needs them; a hook may be inside
+    gvls_threads_prune_dead();
+}
+
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns) {
+    gvls_session_prune_dead_threads();
     // Threads that already exist get their slots now, so the table names them even if they
     // never fire an event during the trace.
     for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
@@ -99,6 +105,7 @@ VALUE gvls_session_stop(void) {
     gvls_trace_buffers_free();
     S.sink = NULL;
     gvls_threads_prune_exited();
+    gvls_session_prune_dead_threads();
     return result;
 }
 

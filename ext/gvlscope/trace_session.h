@@ -34,6 +34,9 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
 int gvls_session_running(const gvls_sink *sink);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
+// Forgets threads that died while the hook was off (thread_state.h), unless a hook may be
+// running or a trace still needs its thread table. With the GVL.
+void gvls_session_prune_dead_threads(void);
 // In a forked child: forgets the parent's trace (and its sink's state), resets T's lock. Returns
 // whether a trace was recording.
 int gvls_session_after_fork(void);
