@@ -11,9 +11,11 @@
 static rb_internal_thread_event_hook_t *thread_hook;
 unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in tests; 0 otherwise
 
-// The last the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
+// EXITED, on the thread's own native thread: its lane's chunk goes back to the pool. And the last
+// the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
 // slot (thread_state.c, prune), so the flag is published after every write, with release order.
 static __attribute__((noinline)) void gvls_hook_exited(gvls_thread *slot) {
+    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) gvls_trace_release_lane();
     if (__builtin_expect(gvls_debug_exited_delay_us != 0, 0)) gvls_debug_exited_delay(slot);
     atomic_store_explicit(&slot->exited, 1, memory_order_release);
 }
@@ -21,7 +23,8 @@ static VALUE gc_tracepoint = Qnil;
 
 static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     if (atomic_load_explicit(&gvls_metrics.enabled, memory_order_relaxed)) gvls_metrics_event(kind, slot, now_ns);
-    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
+    // Acquire: pairs with the start's store, so the lane generation read next is the new one (trace.h).
+    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) {
         gvls_trace_record(kind, slot->serial, now_ns);
     }
 }

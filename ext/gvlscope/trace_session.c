@@ -81,7 +81,7 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     if (err) return err;
     S.drain_running = 1;
     S.sink = sink;
-    atomic_store(&T.active, 1);
+    atomic_store(&T.active, 1);  // after the generation bump (release): see gvls_trace_record
     gvls_hook_install();
     return 0;
 }
