@@ -85,7 +85,20 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations) {
     return rb_ary_new_from_args(2, ULONG2NUM(n), ULONG2NUM(regressions));
 }
 
+// Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.
+unsigned gvls_debug_nogvl_delay_us;
+
+static VALUE debug_set_nogvl_delay(VALUE self, VALUE us) {
+    gvls_debug_nogvl_delay_us = NUM2UINT(us);
+    return us;
+}
+
+void gvls_debug_nogvl_delay(void) {
+    if (gvls_debug_nogvl_delay_us) usleep(gvls_debug_nogvl_delay_us);
+}
+
 void gvls_debug_init(VALUE mNative) {
+    rb_define_singleton_method(mNative, "debug_nogvl_delay_us=", debug_set_nogvl_delay, 1);
     rb_define_singleton_method(mNative, "debug_exited_delay_us=", debug_set_exited_delay, 1);
     rb_define_singleton_method(mNative, "debug_freed_slot_writes", debug_freed_slot_writes, 0);
     rb_define_singleton_method(mNative, "debug_registry_size", debug_registry_size, 0);

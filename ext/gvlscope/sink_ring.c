@@ -9,6 +9,7 @@
 #include "trace_framing.h"
 #include "trace_session.h"
 #include <errno.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,7 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
 
 static void *write_events_without_gvl(void *arg) {
     dump_job *job = arg;
+    gvls_debug_nogvl_delay();
     uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
     if (!scratch) { job->err = ENOMEM; return NULL; }
     job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
@@ -172,6 +174,20 @@ static void *write_events_without_gvl(void *arg) {
     if (!job->err) job->err = write_chunks(job, job->partials, scratch);
     free(scratch);
     return NULL;
+}
+
+static VALUE write_events_interruptibly(VALUE job) {
+    rb_thread_call_without_gvl(write_events_without_gvl, (void *)job, NULL, NULL);
+    return Qnil;
+}
+
+typedef struct { dump_job *job; gvls_end_record *end; int err; } finish_job;
+
+static VALUE finish_dump_file(VALUE arg) {
+    finish_job *finish = (finish_job *)arg;
+    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, finish->end);
+    finish->job->fd = -1;
+    return Qnil;
 }
 
 // Native.flight_dump(path) -> [events, dropped, duration_ns]
@@ -186,6 +202,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     job.cutoff_ns = job.end_ns > T.start_ns + R.window_ns ? job.end_ns - R.window_ns : T.start_ns;
     job.pinned = R.head;   // the drain thread adds newer chunks to an empty ring meanwhile
     R.head = R.tail = NULL;
+    size_t pinned_bytes = R.kept;
     R.kept = 0;
     job.partials = gvls_trace_copy_lanes_locked();
     // Drops no chunk written here reports: lanes that found no chunk, the window's evicted chunks.
@@ -193,20 +210,27 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     R.lost = 0;
     pthread_mutex_unlock(&T.lock);
 
-    // Up to the whole buffer (tens of MiB) to write: let other threads run meanwhile.
-    rb_thread_call_without_gvl(write_events_without_gvl, &job, NULL, NULL);
+    // Up to the whole buffer (tens of MiB) to write: let other threads run meanwhile. The wait
+    // always finishes (no unblock function), but an interrupt is raised as it returns: caught, so
+    // the ring gets its chunks back and the file is finished; raised after, as stop does.
+    int state = 0, finish_state = 0;
+    rb_protect(write_events_interruptibly, (VALUE)&job, &state);
+    VALUE errinfo = state ? rb_errinfo() : Qnil;
+    rb_set_errinfo(Qnil);
 
     gvls_end_record end = { job.end_ns - job.cutoff_ns, job.events, job.dropped };
-    int err = gvls_finish_file(job.fd, job.err, &end);
+    finish_job finish = { &job, &end, 0 };
+    rb_protect(finish_dump_file, (VALUE)&finish, &finish_state);
+    if (job.fd >= 0) close(job.fd);  // finishing raised before it closed the file
 
     // The pinned chunks are older than anything kept since: they go back in front.
     pthread_mutex_lock(&T.lock);
     gvls_chunk *newer = R.head;
-    size_t newer_count = R.kept;
+    size_t newer_bytes = R.kept;
     R.head = R.tail = NULL;
     R.kept = 0;
     keep_locked(job.pinned);
-    R.kept += newer_count;
+    R.kept = pinned_bytes + newer_bytes;
     if (newer) {
         if (R.tail) R.tail->next = newer; else R.head = newer;
         for (R.tail = newer; R.tail->next; R.tail = R.tail->next) {}
@@ -216,7 +240,9 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     gvls_chunks_free(job.partials);
     R.dumping = 0;
 
-    if (err) { errno = err; rb_sys_fail_str(path); }
+    if (state) { rb_set_errinfo(errinfo); rb_jump_tag(state); }
+    if (finish_state) rb_jump_tag(finish_state);
+    if (finish.err) { errno = finish.err; rb_sys_fail_str(path); }
     return rb_ary_new_from_args(3, ULL2NUM(job.events), ULL2NUM(job.dropped), ULL2NUM(end.end_ns));
 }
 
