@@ -55,9 +55,9 @@ static void *race_writer(void *arg) {
     race_job *job = arg;
     static const unsigned kinds[] = { GVLS_EV_RESUMED, GVLS_EV_SUSPENDED, GVLS_EV_READY };
     for (unsigned i = 0; !atomic_load_explicit(&job->stop, memory_order_relaxed); i++) {
-        gvls_metrics_write_begin(job->slot);
+        uint32_t seq = gvls_metrics_write_begin(job->slot);
         gvls_metrics_event(kinds[i % 3], job->slot, gvls_now_ns());
-        gvls_metrics_write_end(job->slot);
+        gvls_metrics_write_end(job->slot, seq);
         spin_us(20 + 20 * (i % 4));
     }
     return NULL;

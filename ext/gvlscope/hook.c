@@ -37,10 +37,10 @@ static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_even
     if (!slot) return;
     // The clock is read inside the write bracket: a snapshot that copies the slot before it has
     // read its own clock before this event's, so it cannot count more than the event will.
-    gvls_metrics_write_begin(slot);
+    uint32_t seq = gvls_metrics_write_begin(slot);
     uint64_t now_ns = gvls_now_ns();
     dispatch(kind, slot, now_ns);
-    gvls_metrics_write_end(slot);
+    gvls_metrics_write_end(slot, seq);
     if (__builtin_expect(kind == GVLS_EV_EXITED, 0)) gvls_hook_exited(slot);
 }
 
@@ -49,10 +49,10 @@ static void on_gc_event(VALUE tracepoint, void *unused) {
     rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
     if (!slot) return;
-    gvls_metrics_write_begin(slot);
+    uint32_t seq = gvls_metrics_write_begin(slot);
     uint64_t now_ns = gvls_now_ns();
     dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
-    gvls_metrics_write_end(slot);
+    gvls_metrics_write_end(slot, seq);
 }
 
 void gvls_hook_init(void) {
