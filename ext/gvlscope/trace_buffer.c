@@ -19,6 +19,15 @@ static GVLS_TLS gvls_lane *tls_lane;
 static GVLS_TLS uint64_t tls_lane_generation;
 static GVLS_TLS uint32_t tls_tid;
 
+// Under T.lock: a sealed chunk goes to the drain thread.
+static void queue_locked(gvls_chunk *chunk) {
+    T.events_recorded += chunk->header.count;
+    chunk->next = NULL;
+    if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
+    T.queue_tail = chunk;
+    pthread_cond_signal(&T.wake_drain);
+}
+
 // Under T.lock. Seals the lane's chunk (if it holds anything) and gives the lane a fresh one, or
 // NULL when the sink is behind and the pool is at its limit: then events are dropped, counted.
 static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
@@ -30,11 +39,7 @@ static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
             chunk->header.base_ns = now_ns - T.start_ns;
             return;
         }
-        T.events_recorded += chunk->header.count;
-        chunk->next = NULL;
-        if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
-        T.queue_tail = chunk;
-        pthread_cond_signal(&T.wake_drain);
+        queue_locked(chunk);
     }
     if (T.free_chunks) {
         chunk = T.free_chunks;
@@ -70,11 +75,7 @@ void gvls_trace_release_lane(void) {
     gvls_chunk *chunk = lane->chunk;
     lane->chunk = NULL;
     if (chunk && (chunk->header.count || chunk->header.dropped_before)) {
-        T.events_recorded += chunk->header.count;
-        chunk->next = NULL;
-        if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
-        T.queue_tail = chunk;
-        pthread_cond_signal(&T.wake_drain);
+        queue_locked(chunk);
     } else if (chunk) {
         gvls_trace_recycle(chunk);
     }
