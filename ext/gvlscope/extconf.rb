@@ -13,4 +13,10 @@ end
 end
 
 $CFLAGS << " -std=gnu11 -O2 -Wall -Wextra -Wno-unused-parameter -fvisibility=hidden"
+# script/sanitize: GVLSCOPE_SANITIZE=1 builds the extension with AddressSanitizer and UBSan (the
+# Ruby stays uninstrumented; libasan is preloaded into it). Never for an installed gem.
+if ENV["GVLSCOPE_SANITIZE"] == "1"
+  $CFLAGS << " -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+  $LDFLAGS << " -fsanitize=address,undefined"
+end
 create_makefile("gvlscope/gvlscope")

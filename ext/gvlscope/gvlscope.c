@@ -7,13 +7,26 @@
 #include "thread_state.h"
 #include "trace_session.h"
 #include "stacks.h"
+#include <pthread.h>
 
-// Native.after_fork_in_child -> whether a trace was recording. The child inherits the parent's
-// state but none of its other threads: the registry first (its lock may have been held), then the
-// trace (its sink through the session), the metrics, and last the hook, which follows them.
-static VALUE after_fork_in_child(VALUE self) {
+// In every forked child, however it forked: Process._fork, but also daemon(3) (Process.daemon), a
+// C extension's fork(2) or a spawn through fork. The child has only the forking thread: locks other
+// threads held stay held, and the trace's drain thread is gone, so stopping the trace would join
+// it forever. C only, no Ruby (this runs inside fork): the registry first (its lock), then the
+// trace (its sink through the session). Metrics and the hook, which need Ruby, follow in
+// after_fork_in_child when the fork went through Process._fork.
+static int fork_was_tracing;
+
+static void atfork_child(void) {
     gvls_thread_state_after_fork();
-    int was_tracing = gvls_session_after_fork();
+    if (gvls_session_after_fork()) fork_was_tracing = 1;
+}
+
+// Native.after_fork_in_child -> whether a trace was recording when the process forked.
+static VALUE after_fork_in_child(VALUE self) {
+    int was_tracing = fork_was_tracing;
+    fork_was_tracing = 0;
+    gvls_stacks_pause();  // the sampler's tracepoint (a Ruby call: not in the atfork handler)
     gvls_metrics_after_fork();
     gvls_hook_sync();
     return was_tracing ? Qtrue : Qfalse;
@@ -32,6 +45,8 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_sink_ring_init(mNative);
     gvls_metrics_init(mNative);
     gvls_request_timing_init(mGVLScope);
+    gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
+    pthread_atfork(NULL, NULL, atfork_child);
     rb_define_const(mNative, "CLOCK_SOURCE", rb_str_new_cstr(gvls_clock_source()));
 }

@@ -11,5 +11,6 @@ void gvls_trace_session_init(VALUE mNative);
 void gvls_sink_file_init(VALUE mNative);
 void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
+void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
 #endif

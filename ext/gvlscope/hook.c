@@ -10,33 +10,51 @@
 #include "stacks.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
+unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in tests; 0 otherwise
+
+// EXITED, on the thread's own native thread: its lane's chunk goes back to the pool. And the last
+// the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
+// slot (thread_state.c, prune), so the flag is published after every write, with release order.
+static __attribute__((noinline)) void gvls_hook_exited(gvls_thread *slot) {
+    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) gvls_trace_release_lane();
+    if (__builtin_expect(gvls_debug_exited_delay_us != 0, 0)) gvls_debug_exited_delay(slot);
+    atomic_store_explicit(&slot->exited, 1, memory_order_release);
+}
 static VALUE gc_tracepoint = Qnil;
 
 static inline void dispatch(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     if (atomic_load_explicit(&gvls_metrics.enabled, memory_order_relaxed)) gvls_metrics_event(kind, slot, now_ns);
-    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
+    // Acquire: pairs with the start's store, so the lane generation read next is the new one (trace.h).
+    if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) {
         gvls_trace_record(kind, slot->serial, now_ns);
         if (atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) gvls_stacks_event(kind, slot, now_ns);
     }
 }
 
 static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused) {
-    uint64_t now_ns = gvls_now_ns();
     unsigned kind = gvls_kind_of(event);
     if (!kind) return;
     // Always the subject thread: the native thread running this hook may be another one.
     gvls_thread *slot = gvls_thread_for(data->thread);
     if (!slot) return;
-    if (kind == GVLS_EV_EXITED) slot->exited = 1;
+    // The clock is read inside the write bracket: a snapshot that copies the slot before it has
+    // read its own clock before this event's, so it cannot count more than the event will.
+    uint32_t seq = gvls_metrics_write_begin(slot);
+    uint64_t now_ns = gvls_now_ns();
     dispatch(kind, slot, now_ns);
+    gvls_metrics_write_end(slot, seq);
+    if (__builtin_expect(kind == GVLS_EV_EXITED, 0)) gvls_hook_exited(slot);
 }
 
 // GC runs with the GVL held, on the thread that triggered it.
 static void on_gc_event(VALUE tracepoint, void *unused) {
-    uint64_t now_ns = gvls_now_ns();
     rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
-    if (slot) dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
+    if (!slot) return;
+    uint32_t seq = gvls_metrics_write_begin(slot);
+    uint64_t now_ns = gvls_now_ns();
+    dispatch(flag == RUBY_INTERNAL_EVENT_GC_ENTER ? GVLS_EV_GC_ENTER : GVLS_EV_GC_EXIT, slot, now_ns);
+    gvls_metrics_write_end(slot, seq);
 }
 
 void gvls_hook_init(void) {
@@ -60,4 +78,8 @@ void gvls_hook_remove(void) {
 void gvls_hook_sync(void) {
     if (atomic_load(&gvls_current_trace.active) || atomic_load(&gvls_metrics.enabled)) gvls_hook_install();
     else gvls_hook_remove();
+}
+
+int gvls_hook_installed(void) {
+    return thread_hook != NULL;
 }

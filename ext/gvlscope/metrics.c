@@ -7,6 +7,8 @@
 #include "format.h"
 #include "histogram.h"
 #include "hook.h"
+#include "trace_session.h"
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,6 +68,7 @@ static void mark_caller_running(uint64_t now_ns) {
 static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     if (atomic_load(&M.enabled)) return Qfalse;
     M.timeslice_ns = NUM2ULL(timeslice_ns);
+    gvls_session_prune_dead_threads();
     uint64_t now_ns = gvls_now_ns();
     gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
     memset(&retired, 0, sizeof(retired));
@@ -100,6 +103,7 @@ static VALUE metrics_disable(VALUE self) {
     if (!atomic_load(&M.enabled)) return Qfalse;
     atomic_store(&M.enabled, 0);
     gvls_hook_sync();
+    gvls_session_prune_dead_threads();
     return Qtrue;
 }
 
@@ -112,6 +116,26 @@ static VALUE metrics_reset(VALUE self) {
     gvls_threads_each(reset_slot, NULL);
     memset(&retired, 0, sizeof(retired));
     return Qnil;
+}
+
+static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *live) {
+    m->state = live->state; m->since_ns = live->since_ns; m->gc_started_ns = live->gc_started_ns;
+    m->run_ns = live->run_ns; m->wait_ns = live->wait_ns; m->idle_ns = live->idle_ns; m->gc_ns = live->gc_ns;
+}
+
+void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms) {
+    gvls_thread *writable = (gvls_thread *)slot;  // C11 atomics cannot be loaded through a const pointer
+    for (unsigned tries = 0;; tries++) {
+        uint32_t before = atomic_load_explicit(&writable->metrics_seq, memory_order_acquire);
+        if (with_histograms) *out = slot->metrics; else copy_counters(out, &slot->metrics);
+        atomic_thread_fence(memory_order_acquire);  // the copy is done before the second read
+        uint32_t after = atomic_load_explicit(&writable->metrics_seq, memory_order_relaxed);
+        if (before == after && !(before & 1)) return;
+        // A hook writes for ~100 ns; one descheduled mid-write is waited for. A writer that can
+        // never finish (its native thread vanished in a fork) is not: after ~1 s the copy stands.
+        if (tries >= 64) sched_yield();
+        if (tries >= 100000) return;
+    }
 }
 
 // The part of the current state that has not ended yet.
@@ -129,10 +153,8 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
 // Copies only the fields add_in_progress reads and writes, not the histograms (1.5 KiB): this
 // runs twice per web request.
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4]) {
-    const gvls_thread_metrics *live = &slot->metrics;
     gvls_thread_metrics m;
-    m.state = live->state; m.since_ns = live->since_ns; m.gc_started_ns = live->gc_started_ns;
-    m.run_ns = live->run_ns; m.wait_ns = live->wait_ns; m.idle_ns = live->idle_ns; m.gc_ns = live->gc_ns;
+    gvls_metrics_read(slot, &m, 0);
     add_in_progress(&m, now_ns);
     out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns;
 }
@@ -177,6 +199,7 @@ typedef struct {
     VALUE *threads;          // malloc'd: filled under the lock, turned into an Array after
     char *rows;              // inside a Ruby string allocated before the lock
     uint64_t histograms[3 * GVLS_HISTOGRAM_BUCKETS];
+    gvls_thread_metrics copy;  // the slot being read, copied consistently (1.5 KiB: not on the stack per slot)
 } snapshot_fill;
 
 static void count_slot(gvls_thread *slot, void *count) {
@@ -189,11 +212,14 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     if (slot->retired || fill->len == fill->capacity) return;
     size_t i = fill->len++;
     fill->threads[i] = slot->thread;
+    // Whether the thread has exited, read before its metrics: if so, they are final.
+    int exited = atomic_load_explicit(&slot->exited, memory_order_acquire);
+    gvls_thread_metrics *m = &fill->copy;
+    gvls_metrics_read(slot, m, 1);
     uint64_t *row = (uint64_t *)(fill->rows + i * ROW_FIELDS * sizeof(uint64_t));
-    pack_row(slot, &slot->metrics, (char *)row);
-    add_histograms(fill->histograms, &slot->metrics);
+    pack_row(slot, m, (char *)row);
+    add_histograms(fill->histograms, m);
     // The unfinished part of the current state, added to the packed counters (run, wait, idle, gc).
-    const gvls_thread_metrics *m = &slot->metrics;
     switch (m->state) {
       case GVLS_STATE_RUN:
         if (m->gc_started_ns) row[4 + 3] += elapsed(m->gc_started_ns, fill->now_ns);
@@ -202,8 +228,8 @@ static void fill_slot(gvls_thread *slot, void *arg) {
       case GVLS_STATE_WAIT: row[4 + 1] += elapsed(m->since_ns, fill->now_ns); break;
       case GVLS_STATE_IDLE: row[4 + 2] += elapsed(m->since_ns, fill->now_ns); break;
     }
-    if (slot->exited) {  // reported once more now, then only as part of the retired totals
-        add_counters(&retired, &slot->metrics);
+    if (exited) {  // reported once more now, then only as part of the retired totals
+        add_counters(&retired, m);
         slot->retired = 1;
     }
 }
@@ -254,7 +280,8 @@ static VALUE metrics_thread(VALUE self, VALUE thread) {
     // Only the caller's own thread gets a slot made here; another thread may have exited.
     gvls_thread *slot = thread == rb_thread_current() ? gvls_thread_for(thread) : gvls_thread_find(thread);
     if (!slot) return Qnil;
-    gvls_thread_metrics m = slot->metrics;
+    gvls_thread_metrics m;
+    gvls_metrics_read(slot, &m, 1);
     add_in_progress(&m, now_ns);
     return counters_array(&m);
 }

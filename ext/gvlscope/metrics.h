@@ -55,6 +55,9 @@ static inline int64_t gvls_waiting_threads(unsigned ractor) {
 }
 
 void gvls_metrics_init(VALUE mNative);
+// A consistent copy of a slot's metrics (all of them, or only the state and the four time
+// counters: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
+void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms);
 // A thread's run, wait, idle and GC ns so far, the state it is in counted up to now_ns.
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4]);
 // In a forked child: every other thread is gone, and the parent's counters are not the child's.

@@ -28,6 +28,24 @@ static inline uint64_t elapsed(uint64_t start_ns, uint64_t now_ns) {
     return now_ns > start ? now_ns - start : 0;
 }
 
+// A snapshot on another native thread (the main Ractor's, or a waker's) reads a slot while the
+// hook about its thread writes it: the SUSPENDED that adds the hold to run_ns and then sets the state
+// to idle, read halfway, counts the hold twice, and the next snapshot is lower. So the hook brackets
+// its writes with a sequence number (odd while writing; one writer per slot at a time, CRuby orders
+// a thread's events) and readers retry until they copied between two equal even values
+// (gvls_metrics_read). Release/acquire fences are compiler barriers on x86-64: a load and 2 stores.
+static inline __attribute__((always_inline)) uint32_t gvls_metrics_write_begin(gvls_thread *slot) {
+    uint32_t seq = atomic_load_explicit(&slot->metrics_seq, memory_order_relaxed);
+    atomic_store_explicit(&slot->metrics_seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);  // the odd value is visible before any field changes
+    return seq;
+}
+
+// seq: what gvls_metrics_write_begin returned (kept in a register: no second load).
+static inline __attribute__((always_inline)) void gvls_metrics_write_end(gvls_thread *slot, uint32_t seq) {
+    atomic_store_explicit(&slot->metrics_seq, seq + 2, memory_order_release);  // after every field
+}
+
 // Inline in the hook: one switch on the event kind for the hook and this, no call.
 static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     gvls_thread_metrics *m = &slot->metrics;

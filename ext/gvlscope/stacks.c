@@ -34,6 +34,7 @@ static struct {
 } S = { .busy = ATOMIC_FLAG_INIT };
 
 static VALUE switch_tracepoint = Qnil;
+static int tracepoint_enabled;  // with the GVL: the sampler's tracepoint, apart from `on`
 static VALUE holder = Qnil;
 
 // Interned frames must outlive their methods (a redefined method's entry, an unloaded iseq) until
@@ -177,12 +178,15 @@ int gvls_stacks_start(void) {
     // Enabled in the calling (main) Ractor only, like the GC tracepoint: other Ractors get release
     // sites but no holder samples.
     rb_tracepoint_enable(switch_tracepoint);
+    tracepoint_enabled = 1;
     return 0;
 }
 
 void gvls_stacks_pause(void) {
-    if (!atomic_exchange(&gvls_stacks.on, 0)) return;
+    atomic_store(&gvls_stacks.on, 0);
+    if (!tracepoint_enabled) return;
     rb_tracepoint_disable(switch_tracepoint);
+    tracepoint_enabled = 0;
 }
 
 int gvls_stacks_active(void) {
@@ -197,8 +201,10 @@ void gvls_stacks_free(void) {
     S.locations = NULL; S.stacks = NULL; S.location_slots = S.stack_slots = NULL; S.pool = NULL;
 }
 
+// Inside fork(2) (a pthread_atfork child handler): C only. Sampling stops at once (on_switch
+// checks `on`); the tracepoint itself is disabled by gvls_stacks_pause from Ruby's after-fork.
 void gvls_stacks_after_fork(void) {
-    gvls_stacks_pause();
+    atomic_store(&gvls_stacks.on, 0);
     gvls_stacks_free();
     atomic_flag_clear(&S.busy);  // a thread of the parent may have held it
 }

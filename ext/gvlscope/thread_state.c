@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 static rb_internal_thread_specific_key_t slot_key;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,17 +98,31 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg) {
     pthread_mutex_unlock(&registry_lock);
 }
 
+int gvls_debug_quarantine;  // debug.c: freed slots are poisoned and kept, to catch late writes
+
+void gvls_slot_free(gvls_thread *slot) {
+    if (__builtin_expect(gvls_debug_quarantine, 0)) { slot->serial = 0; return; }  // 0: never a live serial
+    free(slot);
+}
+
+size_t gvls_threads_count(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t len = registry_len;
+    pthread_mutex_unlock(&registry_lock);
+    return len;
+}
+
 void gvls_threads_prune_exited(void) {
     if (atomic_load(&gvls_current_trace.active)) return;  // the trace's thread table still needs them
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
         // An exited thread fires no more events; its metrics, if collected, were retired first.
-        if (registry[i]->exited && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
+        if (atomic_load_explicit(&registry[i]->exited, memory_order_acquire) && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
             // The Thread object may outlive its slot (a RequestTiming, a caller of metrics_thread
             // holds it): a later lookup must find nothing, not freed memory.
             rb_internal_thread_specific_set(registry[i]->thread, slot_key, NULL);
-            free(registry[i]);
+            gvls_slot_free(registry[i]);
         } else {
             registry[kept++] = registry[i];
         }
@@ -117,6 +132,31 @@ void gvls_threads_prune_exited(void) {
     pthread_mutex_unlock(&registry_lock);
 }
 
+// Threads that died while the hook was off never fired EXITED: their slots (and, marked by the
+// registry, their Thread objects with their stacks) stayed forever, one per thread that ever called
+// GVLScope.measure. Only while no hook can run (see gvls_session_prune_dead_threads): a thread
+// is dead for Thread#alive? before its EXITED hook has run, so with the hook on this could free a
+// slot under it. Thread#alive? is called without the lock (GC marking takes it); it is a C method
+// that neither allocates nor switches threads, and slots are freed only with the GVL of the main
+// Ractor, which the caller holds: the copied pointers stay valid.
+void gvls_threads_prune_dead(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t len = registry_len;
+    gvls_thread **slots = len ? malloc(len * sizeof(*slots)) : NULL;
+    if (slots) memcpy(slots, registry, len * sizeof(*slots));
+    pthread_mutex_unlock(&registry_lock);
+    if (!slots) return;
+    ID id_alive = rb_intern("alive?");
+    for (size_t i = 0; i < len; i++) {
+        if (!atomic_load(&slots[i]->exited) && !RTEST(rb_funcall(slots[i]->thread, id_alive, 0))) {
+            atomic_store(&slots[i]->exited, 1);
+            slots[i]->metrics.state = GVLS_STATE_EXITED;
+        }
+    }
+    free(slots);
+    gvls_threads_prune_exited();
+}
+
 __thread __attribute__((tls_model("initial-exec"))) uint32_t gvls_tls_native_serial;
 static _Atomic uint32_t next_native_serial_global = 1;
 
@@ -124,8 +164,12 @@ uint32_t gvls_assign_native_serial(void) {
     return gvls_tls_native_serial = atomic_fetch_add(&next_native_serial_global, 1);
 }
 
-// In a forked child only the forking thread survives: a lock another thread held is held forever.
+// In a forked child only the forking thread survives: a lock another thread held is held forever,
+// and a hook that was writing a slot's metrics never finishes (its sequence stays odd).
 void gvls_thread_state_after_fork(void) {
     pthread_mutex_init(&registry_lock, NULL);
+    for (size_t i = 0; i < registry_len; i++) {
+        atomic_store(&registry[i]->metrics_seq, (atomic_load(&registry[i]->metrics_seq) + 1) & ~1u);
+    }
     atomic_fetch_add(&gvls_registry_generation, 1);
 }

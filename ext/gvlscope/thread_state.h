@@ -36,7 +36,8 @@ typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
     uint32_t ractor_id;     // 1 = main Ractor; 0 = unknown
     VALUE thread;           // the Thread, marked by the registry so its name can be read later
-    int exited;             // EXITED seen
+    _Atomic int exited;     // the EXITED hook has finished with this slot (release: see hook.c)
+    _Atomic uint32_t metrics_seq;   // odd while a hook writes metrics: snapshots retry (metrics_event.h)
     int retired;            // its metrics were folded into the retired totals
     int stacks_waiting;     // counted in gvls_stacks.waiting (stacks.h): READY seen, not yet RESUMED
     int request_end_known;          // GVLScope::RequestTiming: the thread finished a request...
@@ -73,6 +74,14 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
 void gvls_thread_state_after_fork(void);
+// Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL, while
+// no hook can run: call gvls_session_prune_dead_threads, which checks.
+void gvls_threads_prune_dead(void);
+// Slots in the registry (tests bound it).
+size_t gvls_threads_count(void);
+// free(3), or with debug.c's quarantine on, poison (serial 0) and keep.
+void gvls_slot_free(gvls_thread *slot);
+extern int gvls_debug_quarantine;
 
 // A small id of the native thread running the caller (1, 2, ... in order of first use).
 extern __thread __attribute__((tls_model("initial-exec"))) uint32_t gvls_tls_native_serial;

@@ -16,6 +16,7 @@
 
 typedef struct gvls_chunk {
     struct gvls_chunk *next;   // in the drain queue, the free list or a sink's list
+    int compact;               // a right-sized malloc'd copy (sink_ring.c), not a pool chunk
     gvls_events_header header;
     uint64_t records[GVLS_RECORDS_PER_CHUNK];
 } gvls_chunk;
@@ -61,7 +62,13 @@ static inline void gvls_chunk_append(gvls_chunk *chunk, uint64_t record) {
     __atomic_store_n(&chunk->header.count, count + 1, __ATOMIC_RELEASE);
 }
 
+// Called by the hook after an acquire load of T.active saw 1: gvls_session_start bumps the
+// generation before it stores active = 1, so the generation read here is the new trace's, never
+// an older one whose lanes were freed (plain loads on x86-64; matters on weakly ordered CPUs).
 void gvls_trace_record(unsigned kind, uint32_t thread_serial, uint64_t now_ns);
+// At a thread's EXITED (the hook, T.active seen): the running native thread's lane gives its chunk
+// back (sealed if it holds events).
+void gvls_trace_release_lane(void);
 
 // trace_buffer.c, called with the hook removed or from the drain thread
 void gvls_trace_buffers_reset(size_t max_chunks);
@@ -70,7 +77,10 @@ void gvls_trace_buffers_free(void);    // lanes, pool and whatever is still queu
 gvls_chunk *gvls_trace_take_queue(void);  // under lock
 void gvls_trace_recycle(gvls_chunk *chunk); // under lock
 void gvls_chunks_free(gvls_chunk *list);    // free(3)s a list linked by next
-// Under lock: malloc'd copies (linked by next) of the records every lane's chunk holds so far.
+// Under lock: malloc'd copies (linked by next) of the records every lane's chunk holds so far, and
+// of the sealed chunks still queued for the drain thread.
 gvls_chunk *gvls_trace_copy_lanes_locked(void);
+// Under lock: events lanes dropped (no chunk to be had) that no chunk header reports yet.
+uint64_t gvls_trace_pending_drops_locked(void);
 
 #endif

@@ -19,6 +19,15 @@ static GVLS_TLS gvls_lane *tls_lane;
 static GVLS_TLS uint64_t tls_lane_generation;
 static GVLS_TLS uint32_t tls_tid;
 
+// Under T.lock: a sealed chunk goes to the drain thread.
+static void queue_locked(gvls_chunk *chunk) {
+    T.events_recorded += chunk->header.count;
+    chunk->next = NULL;
+    if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
+    T.queue_tail = chunk;
+    pthread_cond_signal(&T.wake_drain);
+}
+
 // Under T.lock. Seals the lane's chunk (if it holds anything) and gives the lane a fresh one, or
 // NULL when the sink is behind and the pool is at its limit: then events are dropped, counted.
 static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
@@ -30,17 +39,14 @@ static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
             chunk->header.base_ns = now_ns - T.start_ns;
             return;
         }
-        T.events_recorded += chunk->header.count;
-        chunk->next = NULL;
-        if (T.queue_tail) T.queue_tail->next = chunk; else T.queue_head = chunk;
-        T.queue_tail = chunk;
-        pthread_cond_signal(&T.wake_drain);
+        queue_locked(chunk);
     }
     if (T.free_chunks) {
         chunk = T.free_chunks;
         T.free_chunks = chunk->next;
     } else if (T.chunks_allocated < T.max_chunks && (chunk = malloc(sizeof(gvls_chunk)))) {
         T.chunks_allocated++;
+        chunk->compact = 0;
     } else {
         chunk = NULL;
     }
@@ -58,18 +64,41 @@ static void lane_rotate_locked(gvls_lane *lane, uint64_t now_ns) {
     }
 }
 
+// At a thread's EXITED, on its own native thread: the native thread is about to end (or, under M:N,
+// to run other threads later), and a lane that keeps its chunk holds 64 KiB of the pool for ever.
+// Its chunk is sealed (or given back, if empty) now; a later event on this native thread takes a
+// fresh one. A lock per thread exit: a rare slow path, like the thread's creation.
+void gvls_trace_release_lane(void) {
+    gvls_lane *lane = tls_lane;
+    if (tls_lane_generation != T.generation || !lane) return;  // the caller read T.active with acquire
+    pthread_mutex_lock(&T.lock);
+    gvls_chunk *chunk = lane->chunk;
+    lane->chunk = NULL;
+    if (chunk && (chunk->header.count || chunk->header.dropped_before)) {
+        queue_locked(chunk);
+    } else if (chunk) {
+        gvls_trace_recycle(chunk);
+    }
+    pthread_mutex_unlock(&T.lock);
+}
+
 static gvls_lane *lane_for_this_native_thread(uint64_t now_ns) {
     if (tls_lane_generation == T.generation) return tls_lane;
     if (!tls_tid) tls_tid = (uint32_t)syscall(SYS_gettid);
     gvls_lane *lane = calloc(1, sizeof(*lane));
     pthread_mutex_lock(&T.lock);
-    if (lane) {
-        lane->native_serial = ++T.next_native_serial;
-        lane->native_tid = tls_tid;
-        lane->next = T.lanes;
-        T.lanes = lane;
-        lane_rotate_locked(lane, now_ns);
+    if (!lane) {
+        // No lane, no place to count drops in: counted here, and the next event tries again
+        // (the generation is not taken, or the fast path would use the NULL lane).
+        T.events_dropped++;
+        pthread_mutex_unlock(&T.lock);
+        return NULL;
     }
+    lane->native_serial = ++T.next_native_serial;
+    lane->native_tid = tls_tid;
+    lane->next = T.lanes;
+    T.lanes = lane;
+    lane_rotate_locked(lane, now_ns);
     pthread_mutex_unlock(&T.lock);
     tls_lane = lane;
     tls_lane_generation = T.generation;
@@ -149,6 +178,16 @@ void gvls_trace_buffers_free(void) {
 // A lane's chunk is appended to by its owner without the lock, but only past `count` (published
 // with a release store), and it is swapped only under the lock: the first `count` records can be
 // copied safely while the owner keeps appending.
+static gvls_chunk *copy_chunk(const gvls_chunk *chunk, uint32_t count, gvls_chunk *next) {
+    gvls_chunk *copy = malloc(offsetof(gvls_chunk, records) + count * sizeof(uint64_t));
+    if (!copy) return NULL;
+    memcpy(&copy->header, &chunk->header, sizeof(copy->header));
+    copy->header.count = count;
+    memcpy(copy->records, chunk->records, count * sizeof(uint64_t));
+    copy->next = next;
+    return copy;
+}
+
 gvls_chunk *gvls_trace_copy_lanes_locked(void) {
     gvls_chunk *copies = NULL;
     for (gvls_lane *lane = T.lanes; lane; lane = lane->next) {
@@ -156,15 +195,22 @@ gvls_chunk *gvls_trace_copy_lanes_locked(void) {
         if (!chunk) continue;
         uint32_t count = __atomic_load_n(&chunk->header.count, __ATOMIC_ACQUIRE);
         if (count == 0) continue;
-        gvls_chunk *copy = malloc(offsetof(gvls_chunk, records) + count * sizeof(uint64_t));
-        if (!copy) continue;
-        copy->header = chunk->header;
-        copy->header.count = count;
-        memcpy(copy->records, chunk->records, count * sizeof(uint64_t));
-        copy->next = copies;
-        copies = copy;
+        gvls_chunk *copy = copy_chunk(chunk, count, copies);
+        if (copy) copies = copy;
+    }
+    // Sealed chunks the drain thread has not taken yet (a thread that just exited sealed its own).
+    for (gvls_chunk *chunk = T.queue_head; chunk; chunk = chunk->next) {
+        if (!chunk->header.count) continue;
+        gvls_chunk *copy = copy_chunk(chunk, chunk->header.count, copies);
+        if (copy) copies = copy;
     }
     return copies;
+}
+
+uint64_t gvls_trace_pending_drops_locked(void) {
+    uint64_t dropped = 0;
+    for (gvls_lane *lane = T.lanes; lane; lane = lane->next) dropped += lane->dropped;
+    return dropped;
 }
 
 gvls_chunk *gvls_trace_take_queue(void) {

@@ -44,6 +44,7 @@ static void *drain_main(void *arg) {
 }
 
 static void *stop_drain(void *unused) {
+    gvls_debug_nogvl_delay();
     if (!S.drain_running) return NULL;
     pthread_mutex_lock(&T.lock);
     S.drain_stop = 1;
@@ -65,7 +66,13 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
     return max_chunks;
 }
 
+void gvls_session_prune_dead_threads(void) {
+    if (S.sink || gvls_hook_installed()) return;  // a trace's thread table needs them; a hook may be inside
+    gvls_threads_prune_dead();
+}
+
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks) {
+    gvls_session_prune_dead_threads();
     // Threads that already exist get their slots now, so the table names them even if they
     // never fire an event during the trace.
     for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
@@ -79,13 +86,22 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
     S.drain_running = 1;
     S.sink = sink;
-    atomic_store(&T.active, 1);
+    atomic_store(&T.active, 1);  // after the generation bump (release): see gvls_trace_record
     gvls_hook_install();
     return 0;
 }
 
 int gvls_session_running(const gvls_sink *sink) {
     return S.sink == sink && atomic_load(&T.active);
+}
+
+static VALUE stop_drain_without_gvl(VALUE unused) {
+    rb_thread_call_without_gvl(stop_drain, NULL, NULL, NULL);
+    return Qnil;
+}
+
+static VALUE finish_sink(VALUE end_ns) {
+    return S.sink->finish(NUM2ULL(end_ns));
 }
 
 VALUE gvls_session_stop(void) {
@@ -98,13 +114,31 @@ VALUE gvls_session_stop(void) {
     // A file's drain may be blocked on a slow disk or a pipe that a Ruby thread of this process
     // drains: wait for it without the GVL, or that thread could never run. The ring's only waits
     // for T.lock: joined with the GVL, so no other Ruby thread sees the trace half stopped.
-    if (S.sink->drain_can_block) rb_thread_call_without_gvl(stop_drain, NULL, NULL, NULL);
-    else stop_drain(NULL);
-    VALUE result = S.sink->finish(end_ns);
+    // The wait has no unblock function: it always finishes, but an interrupt (Thread#raise,
+    // Timeout, Ctrl-C) is raised as it returns. From here to the end nothing may escape, or the
+    // trace stays half stopped and every later start is refused: the first exception is kept,
+    // the wait retried until the drain thread is gone, the sink finished, and then it is raised.
+    int state = 0, finish_state = 0;
+    while (S.drain_running) {
+        int wait_state = 0;
+        if (S.sink->drain_can_block) rb_protect(stop_drain_without_gvl, Qnil, &wait_state);
+        else stop_drain(NULL);
+        if (wait_state && !state) state = wait_state;
+    }
+    VALUE errinfo = state ? rb_errinfo() : Qnil;
+    rb_set_errinfo(Qnil);
+    VALUE result = rb_protect(finish_sink, ULL2NUM(end_ns), &finish_state);
+    if (finish_state) S.sink->after_fork();  // what finishing would have let go of: the fd, the ring
     gvls_trace_buffers_free();
     gvls_stacks_free();
     S.sink = NULL;
     gvls_threads_prune_exited();
+    gvls_session_prune_dead_threads();
+    if (state) {
+        rb_set_errinfo(errinfo);  // the interrupt's exception (or Thread#kill's marker), as caught
+        rb_jump_tag(state);
+    }
+    if (finish_state) rb_jump_tag(finish_state);
     return result;
 }
 

@@ -17,7 +17,8 @@ typedef struct gvls_sink {
     // With the GVL, once the drain thread has consumed everything and exited, before the buffers
     // are freed; end_ns is when the hook went off. Its result is gvls_session_stop's.
     VALUE (*finish)(uint64_t end_ns);
-    // In a forked child whose parent ran this sink: drop what it holds (no Ruby calls).
+    // In a forked child whose parent ran this sink, or when finish raised: drop what it holds
+    // (no Ruby calls).
     void (*after_fork)(void);
 } gvls_sink;
 
@@ -35,6 +36,11 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
 int gvls_session_running(const gvls_sink *sink);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
+// Forgets threads that died while the hook was off (thread_state.h), unless a hook may be
+// running or a trace still needs its thread table. With the GVL.
+void gvls_session_prune_dead_threads(void);
+// Test-only (debug.c): sleeps in the no-GVL waits of stop and dump when a test asked.
+void gvls_debug_nogvl_delay(void);
 // In a forked child: forgets the parent's trace (and its sink's state), resets T's lock. Returns
 // whether a trace was recording.
 int gvls_session_after_fork(void);

@@ -1,0 +1,106 @@
+// Test-only entry points (GVLScope::Native.debug_*): they widen race windows and expose counts the
+// tests bound. Nothing here runs unless a test calls it; the hot path pays one predictable branch
+// on the rare EXITED path (hook.c), nothing elsewhere.
+#include "gvlscope.h"
+#include "clock.h"
+#include "hook.h"
+#include "metrics.h"
+#include "metrics_event.h"
+#include "thread_state.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static _Atomic unsigned long freed_slot_writes;
+
+// From the hook, on EXITED, while gvls_debug_exited_delay_us is set.
+void gvls_debug_exited_delay(gvls_thread *slot) {
+    usleep(gvls_debug_exited_delay_us);
+    if (slot->serial == 0) atomic_fetch_add(&freed_slot_writes, 1);  // pruned under the hook: a use after free
+}
+
+// Native.debug_exited_delay_us = n: EXITED sleeps n µs, pruned slots are quarantined (0 turns off).
+static VALUE debug_set_exited_delay(VALUE self, VALUE us) {
+    gvls_debug_exited_delay_us = NUM2UINT(us);
+    if (gvls_debug_exited_delay_us) gvls_debug_quarantine = 1;
+    return us;
+}
+
+// Native.debug_freed_slot_writes -> hooks that found their slot pruned (freed) under them
+static VALUE debug_freed_slot_writes(VALUE self) {
+    return ULONG2NUM(atomic_load(&freed_slot_writes));
+}
+
+// Native.debug_registry_size -> slots in the thread registry
+static VALUE debug_registry_size(VALUE self) {
+    return SIZET2NUM(gvls_threads_count());
+}
+
+// Native.debug_metrics_race(iterations) -> [reads, regressions]: a native thread plays a Ruby
+// thread's hook (RESUMED, SUSPENDED, READY in a loop, each state held 20-80 µs) on a private slot,
+// writing exactly as hook.c does, while this thread reads the slot's counters-so-far as a snapshot
+// does. A half-written slot counts a whole state (>= 20 µs) twice, and the next reading is lower.
+// A consistent reading may still run ahead of an event in flight by the time between the writer's
+// clock read and its first store becoming visible (measured up to 1.4 µs on a busy 2-vCPU VM: the
+// CPU may read the clock before its store drains): 10 µs allowed.
+typedef struct { gvls_thread *slot; _Atomic int stop; } race_job;
+
+static void spin_us(uint64_t us) {
+    uint64_t until = gvls_now_ns() + us * 1000;
+    while (gvls_now_ns() < until) {}
+}
+
+static void *race_writer(void *arg) {
+    race_job *job = arg;
+    static const unsigned kinds[] = { GVLS_EV_RESUMED, GVLS_EV_SUSPENDED, GVLS_EV_READY };
+    for (unsigned i = 0; !atomic_load_explicit(&job->stop, memory_order_relaxed); i++) {
+        uint32_t seq = gvls_metrics_write_begin(job->slot);
+        gvls_metrics_event(kinds[i % 3], job->slot, gvls_now_ns());
+        gvls_metrics_write_end(job->slot, seq);
+        spin_us(20 + 20 * (i % 4));
+    }
+    return NULL;
+}
+
+static VALUE debug_metrics_race(VALUE self, VALUE iterations) {
+    unsigned long n = NUM2ULONG(iterations), regressions = 0;
+    race_job job = { .slot = calloc(1, sizeof(gvls_thread)) };
+    if (!job.slot) rb_raise(rb_eNoMemError, "debug_metrics_race");
+    job.slot->ractor_id = GVLS_MAX_RACTORS - 2;  // a Ractor counter slot no real Ractor uses here
+    pthread_t writer;
+    if (pthread_create(&writer, NULL, race_writer, &job)) { free(job.slot); rb_raise(rb_eRuntimeError, "pthread_create"); }
+    uint64_t last[4] = { 0 };
+    for (unsigned long i = 0; i < n; i++) {
+        uint64_t now[4];
+        gvls_metrics_counters_now(job.slot, gvls_now_ns(), now);
+        for (int c = 0; c < 4; c++) {
+            if (now[c] + 10000 < last[c]) regressions++;
+            last[c] = now[c];
+        }
+    }
+    atomic_store(&job.stop, 1);
+    pthread_join(writer, NULL);
+    free(job.slot);
+    return rb_ary_new_from_args(2, ULONG2NUM(n), ULONG2NUM(regressions));
+}
+
+// Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.
+unsigned gvls_debug_nogvl_delay_us;
+
+static VALUE debug_set_nogvl_delay(VALUE self, VALUE us) {
+    gvls_debug_nogvl_delay_us = NUM2UINT(us);
+    return us;
+}
+
+void gvls_debug_nogvl_delay(void) {
+    if (gvls_debug_nogvl_delay_us) usleep(gvls_debug_nogvl_delay_us);
+}
+
+void gvls_debug_init(VALUE mNative) {
+    rb_define_singleton_method(mNative, "debug_nogvl_delay_us=", debug_set_nogvl_delay, 1);
+    rb_define_singleton_method(mNative, "debug_exited_delay_us=", debug_set_exited_delay, 1);
+    rb_define_singleton_method(mNative, "debug_freed_slot_writes", debug_freed_slot_writes, 0);
+    rb_define_singleton_method(mNative, "debug_registry_size", debug_registry_size, 0);
+    rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 1);
+}

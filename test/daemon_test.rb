@@ -1,0 +1,68 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+
+# Process.daemon forks through daemon(3), not Process._fork: the child inherited a running trace
+# whose drain thread did not survive, and stopping it at exit joined that thread forever. The
+# native side notices the fork itself (pthread_atfork) and drops what the child cannot finish.
+class DaemonTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  DAEMON = <<~RUBY
+    Process.daemon(true) # stdio to /dev/null: nobody waits for its output
+    File.write(ARGV[0] + ".pid", Process.pid.to_s)
+    Thread.new { sleep 0.01 }.join
+  RUBY
+
+  def test_a_daemon_under_gvlscope_run_exits
+    Dir.mktmpdir("gvlscope-daemon") do |dir|
+      File.write(File.join(dir, "daemon.rb"), DAEMON)
+      _out, err, status = gvlscope("run", "--no-summary", "-o", "t-%p.gvl", "--", RbConfig.ruby, "daemon.rb",
+                                   File.join(dir, "run"), chdir: dir)
+      assert status.success?, err
+      assert_daemon_exits(File.join(dir, "run.pid"))
+    end
+  end
+
+  def test_a_daemon_with_the_flight_recorder_exits_and_can_record_again
+    Dir.mktmpdir("gvlscope-daemon") do |dir|
+      out, err, status = run_ruby(<<~RUBY, File.join(dir, "fr"), timeout: 30)
+        require "gvlscope"
+        GVLScope::FlightRecorder.start(dir: #{dir.inspect}, signal: nil)
+        #{DAEMON}
+        # The parent's recorder is gone here; a new one starts and stops as in any process.
+        GVLScope::FlightRecorder.stop if GVLScope::FlightRecorder.running?
+        GVLScope::FlightRecorder.start(dir: #{dir.inspect}, signal: nil)
+        dump = GVLScope::FlightRecorder.dump("after daemon")
+        GVLScope::FlightRecorder.stop
+        File.write(ARGV[0] + ".done", dump.events.to_s)
+      RUBY
+      assert status.success?, err + out
+      assert_daemon_exits(File.join(dir, "fr.pid"))
+      assert_path_exists File.join(dir, "fr.done")
+    end
+  end
+
+  private
+
+  # The daemon is no child of ours: poll its pid. 20 s is far beyond its few ms of work.
+  def assert_daemon_exits(pid_file)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    sleep 0.05 until File.exist?(pid_file) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    assert_path_exists pid_file, "the daemon started"
+    pid = Integer(File.read(pid_file))
+    alive = true
+    while alive && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      alive = begin
+        Process.kill(0, pid)
+        !File.read("/proc/#{pid}/stat").split[2].eql?("Z")
+      rescue Errno::ESRCH, Errno::ENOENT
+        false
+      end
+      sleep 0.05 if alive
+    end
+    Process.kill(:KILL, pid) if alive
+    refute alive, "the daemon (pid #{pid}) was still running after 20 s: stop waited for a thread the fork left behind"
+  end
+end

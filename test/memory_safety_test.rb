@@ -1,0 +1,47 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# Races between the hook (on any native thread, without the GVL) and the snapshots that read and
+# free thread slots (issue 16). Debug entry points (ext/gvlscope/debug.c) widen the windows so that
+# the races happen on every run instead of once in a while under load.
+class MemorySafetyTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # A snapshot reads a slot while the hook about its thread writes it. A half-written slot (run_ns
+  # already grown by the hold that just ended, the state still "run") counts the hold twice, and
+  # the next reading is lower: "run_ns went back" in test/metrics_ractor_test.rb under load.
+  def test_snapshots_of_a_slot_being_written_never_go_back
+    reads, regressions = GVLScope::Native.debug_metrics_race(10_000_000)
+    assert_equal 10_000_000, reads
+    assert_equal 0, regressions, "readings lower than the one before (a half-written slot counted twice)"
+  end
+
+  # EXITED runs without the GVL, maybe in another Ractor, while a snapshot on the main thread may
+  # retire the exited thread's slot and free it. With the EXITED hook held up 20 ms, every thread's
+  # exit overlaps several snapshots: none may free a slot its hook is still using.
+  def test_a_snapshot_never_frees_a_slot_an_exited_hook_still_uses
+    out, err, status = run_ruby(<<~RUBY, timeout: 60)
+      require "gvlscope"
+      GVLScope::Native.debug_exited_delay_us = 20_000
+      GVLScope::Metrics.enable
+      threads = 20.times.map { Thread.new { 1 + 1 } }
+      snapshots = 0
+      until threads.none?(&:alive?) && snapshots > 10
+        GVLScope::Metrics.snapshot
+        snapshots += 1
+        sleep 0.002
+      end
+      threads.each(&:join)
+      sleep 0.05 # every EXITED hook has finished
+      GVLScope::Metrics.snapshot
+      GVLScope::Metrics.snapshot
+      puts GVLScope::Native.debug_freed_slot_writes, GVLScope::Native.debug_registry_size
+    RUBY
+    assert status.success?, err
+    freed_writes, registry = out.lines.map(&:to_i)
+    assert_equal 0, freed_writes, "EXITED hooks that wrote a slot a snapshot had freed"
+    # The exited threads' slots were pruned in the end: only the main thread's is left.
+    assert_equal 1, registry
+  end
+end
