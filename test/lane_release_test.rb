@@ -27,7 +27,7 @@ class LaneReleaseTest < Minitest::Test
       events, dropped = out.lines.map(&:to_i)
       assert_equal 0, dropped, "events dropped for want of chunks"
       trace = GVLScope::Model::TraceFile.read(path)
-      assert_equal events, trace.size
+      assert_equal events, trace.records # events, and the stack records of a trace with stacks
       assert_equal THREADS, trace.kinds.count(:exited), "every thread's EXITED is in the trace"
     end
   end
@@ -47,7 +47,7 @@ class LaneReleaseTest < Minitest::Test
       path, events, dropped = out.lines.map(&:chomp)
       trace = GVLScope::Model::TraceFile.read(path)
       assert_equal 0, dropped.to_i
-      assert_equal events.to_i, trace.size
+      assert_equal events.to_i, trace.records
       assert_equal 100, trace.kinds.count(:exited), "every thread's EXITED is in the dump"
     end
   end
