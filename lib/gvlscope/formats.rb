@@ -28,6 +28,8 @@ module GVLScope
                 extension: ".json", description: "Chrome trace event JSON: Perfetto UI, chrome://tracing (not speedscope)"),
       Entry.new(name: "speedscope", class_name: :Speedscope, file: "speedscope", subject: :timeline, command: "export",
                 extension: ".speedscope.json", description: "speedscope file, a timeline per thread: open in speedscope"),
+      Entry.new(name: "folded", class_name: :Folded, file: "folded", subject: :timeline, command: "export",
+                extension: ".folded", description: "folded stacks of the code that held the GVL while others waited: flamegraph.pl, inferno, speedscope"),
       Entry.new(name: "text", class_name: :ReportText, file: "report_text", subject: :report, command: "report",
                 extension: ".txt", description: "findings, per-thread table and histograms (the default)"),
       Entry.new(name: "json", class_name: :ReportJSON, file: "report_json", subject: :report, command: "report",
