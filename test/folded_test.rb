@@ -16,11 +16,8 @@ class FoldedTest < Minitest::Test
 
   def test_the_hogs_stack_is_the_heaviest_and_speedscope_reads_it
     Dir.mktmpdir("gvlscope-folded") do |dir|
-      trace = File.join(dir, "t.gvl")
-      trace_program(trace, 'GVLWorkloads.cpu_beside_reader("cpu", 6)')
-      _out, err, status = gvlscope("export", trace, "--format", "folded")
-      assert status.success?, err
-      folded = File.read(File.join(dir, "t.folded"))
+      trace, file = trace_and_export(dir, 'GVLWorkloads.cpu_beside_reader("cpu", 6)', "folded")
+      folded = File.read(file)
 
       lines = folded.lines(chomp: true)
       refute_empty lines
@@ -42,7 +39,7 @@ class FoldedTest < Minitest::Test
       assert_equal SPIN, heaviest.last, folded
       assert_operator weight, :>=, 0.8 * parsed.sum(&:last), folded
 
-      shown = open_in_speedscope(File.join(dir, "t.folded"))
+      shown = open_in_speedscope(file)
       assert_empty shown.errors, shown.log.join("\n")
       assert_includes shown.log.join("\n"), "Importing as collapsed stack format"
       rows = shown.profiles.first.rows

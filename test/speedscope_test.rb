@@ -25,11 +25,7 @@ class SpeedscopeTest < Minitest::Test
 
   def test_the_hogs_method_is_the_heaviest_holder_and_each_thread_is_one_flat_row_in_speedscope
     Dir.mktmpdir("gvlscope-speedscope") do |dir|
-      trace = File.join(dir, "t.gvl")
-      trace_program(trace, 'GVLWorkloads.cpu_beside_reader("cpu", 6)')
-      _out, err, status = gvlscope("export", trace, "--format", "speedscope")
-      assert status.success?, err
-      file = File.join(dir, "t.speedscope.json")
+      trace, file = trace_and_export(dir, 'GVLWorkloads.cpu_beside_reader("cpu", 6)', "speedscope")
       timeline = GVLScope::Model.timeline(trace)
       threads = timeline.threads.values.select { |thread| drawn(thread).any? }
       json = JSON.parse(File.read(file))
