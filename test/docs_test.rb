@@ -184,8 +184,13 @@ class DocsTest < Minitest::Test
         out
       end
       # Options before a `--` are gvlscope's; after it they are the traced program's.
-      command.split(/\s--\s/).first.scan(/(?<![\w-])--[a-z][a-z-]*/).each do |option|
+      ours = command.split(/\s--\s/).first
+      ours.scan(/(?<![\w-])--[a-z][a-z-]*/).each do |option|
         assert_includes helps[sub], option, "#{doc}: `#{command}`: gvlscope #{sub} has no #{option}"
+      end
+      # A format named is one the command offers (its --help lists Formats::REGISTRY's).
+      ours.scan(/--format[ =]([a-z][a-z-]*)/).flatten.each do |format|
+        assert_match(/\b#{format}\b/, helps[sub], "#{doc}: `#{command}`: gvlscope #{sub} has no format #{format}")
       end
     end
   end

@@ -16,6 +16,8 @@ class GoldenTest < Minitest::Test
   INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl gvl-tracing-1.7.0.json].freeze
   # Small enough to keep; the others' exports are checked by test/export_test.rb's invariants.
   EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl gvl-tracing-1.7.0.json].freeze
+  # The traces recorded with stacks: their folded stacks too (the others have none to export).
+  WITH_STACKS = %w[hog.gvl].freeze
 
   def cli(*args)
     out = StringIO.new(+"".b)
@@ -63,6 +65,11 @@ class GoldenTest < Minitest::Test
             cli("export", input, "--format", format, "-o", out)
             check("#{base}.#{extension}", File.binread(out))
           end
+        end
+        WITH_STACKS.each do |input|
+          out = File.join(dir, "#{File.basename(input, '.*')}.folded")
+          cli("export", input, "--format", "folded", "-o", out)
+          check(File.basename(out), File.binread(out))
         end
       end
     end

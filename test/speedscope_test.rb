@@ -7,9 +7,10 @@ require "gvlscope/formats/speedscope"
 require_relative "support/speedscope"
 
 # The speedscope export opened in speedscope itself (its npm package, pinned, in headless
-# Chromium: test/support/speedscope.rb): it loads without an error or warning, has one profile per
-# thread, and each thread is one flat row of back-to-back states, as long as the timeline says. A
-# screenshot of the IO thread's Time Order view is left in tmp/speedscope-test.png.
+# Chromium: test/support/speedscope.rb): it loads without an error or warning; first the holders'
+# sampled profile, whose heaviest frame is the hog's method; then one profile per thread, each one
+# flat row of back-to-back states, as long as the timeline says. A screenshot of the IO thread's
+# Time Order view is left in tmp/speedscope-test.png.
 # Run alone: bundle exec ruby -Ilib -Itest test/speedscope_test.rb
 class SpeedscopeTest < Minitest::Test
   include GVLScopeTestHelper
@@ -20,27 +21,33 @@ class SpeedscopeTest < Minitest::Test
     [nil, *GVLScope::Vocabulary::IDLE_REASONS.keys].map { |reason| GVLScope::Vocabulary.slice_name(state, reason) }
   end.uniq.freeze
 
-  def test_each_thread_is_one_flat_row_in_speedscope
+  HOLDERS = GVLScope::Formats::Speedscope::HOLDERS
+
+  def test_the_hogs_method_is_the_heaviest_holder_and_each_thread_is_one_flat_row_in_speedscope
     Dir.mktmpdir("gvlscope-speedscope") do |dir|
-      trace = File.join(dir, "t.gvl")
-      trace_program(trace, 'GVLWorkloads.cpu_beside_reader("cpu", 6)')
-      _out, err, status = gvlscope("export", trace, "--format", "speedscope")
-      assert status.success?, err
-      file = File.join(dir, "t.speedscope.json")
+      trace, file = trace_and_export(dir, 'GVLWorkloads.cpu_beside_reader("cpu", 6)', "speedscope")
       timeline = GVLScope::Model.timeline(trace)
       threads = timeline.threads.values.select { |thread| drawn(thread).any? }
-      assert_events_are_the_intervals(JSON.parse(File.read(file)), threads)
+      json = JSON.parse(File.read(file))
+      assert_samples_are_the_holders(json, timeline)
+      assert_events_are_the_intervals(json, threads)
 
       FileUtils.mkdir_p(File.join(ROOT, "tmp"))
       screenshot = File.join(ROOT, "tmp", "speedscope-test.png")
       reader_index = threads.index { |thread| thread.label == "reader" }
-      shown = open_in_speedscope(file, screenshot: screenshot, show: reader_index)
+      shown = open_in_speedscope(file, screenshot: screenshot, show: 1 + reader_index)
 
       assert_empty shown.errors, shown.log.join("\n")
       assert_empty shown.warnings, shown.log.join("\n")
       assert_equal "t.gvl - speedscope", shown.title
-      assert_equal threads.map(&:label), shown.profiles.map(&:name)
-      threads.zip(shown.profiles) do |thread, profile|
+      assert_equal [HOLDERS, *threads.map(&:label)], shown.profiles.map(&:name)
+      holders, *timelines = shown.profiles
+      # The code that made the reader wait: the CPU thread's method, by the samples' own frames
+      # (self weight: every frame below it has the same total).
+      heaviest = holders.rows.max_by { |row| row.self_weight.percent }
+      assert_equal "GVLWorkloads.spin", heaviest.name, holders.rows.map(&:to_a).inspect
+      assert_operator heaviest.self_weight.percent, :>=, 80
+      threads.zip(timelines) do |thread, profile|
         assert_flat(profile)
         expected = drawn(thread).group_by { |i| GVLScope::Vocabulary.slice_name(i.state, i.reason) }
         assert_equal expected.keys.sort, profile.rows.map(&:name).sort, thread.label
@@ -52,7 +59,7 @@ class SpeedscopeTest < Minitest::Test
         end
       end
       # A trace with stacks: the reader's release site (IO#read) names its idle reason.
-      assert_empty ["idle (io)", "run", "wait"] - shown.profiles[reader_index].rows.map(&:name)
+      assert_empty ["idle (io)", "run", "wait"] - timelines[reader_index].rows.map(&:name)
       assert_operator File.size(screenshot), :>, 10_000
     end
   end
@@ -93,15 +100,31 @@ class SpeedscopeTest < Minitest::Test
   # What a thread's row shows: its intervals but the zero-length exit marker.
   def drawn(thread) = thread.intervals.select { |interval| interval.end_ns > interval.start_ns }
 
-  # The file as speedscope's importer requires it (one evented profile per thread; each close
-  # matches the open frame; times never go back), and as flat as the timeline: an open and a
-  # close per interval, at its start and end, never two frames open.
+  # The first profile: every holder sample's stack, root first, as frames (name, file, line),
+  # weighted by its waiters; back-to-back samples of one stack are one, in time order.
+  def assert_samples_are_the_holders(json, timeline)
+    profile = json["profiles"].first
+    assert_equal ["sampled", HOLDERS, "none"], profile.values_at("type", "name", "unit")
+    frames = json.dig("shared", "frames").map { |frame| frame.values_at("name", "file", "line") }
+    assert_equal frames.uniq, frames
+    stacks = profile["samples"].map { |sample| sample.map { |index| frames.fetch(index) } }
+    expected = timeline.samples.chunk_while { |a, b| a.stack == b.stack }.map do |run|
+      [run.first.stack.reverse.map { |f| [f.label, f.path, f.line.positive? ? f.line : nil] }, run.sum(&:waiters)]
+    end
+    refute_empty expected, "no holder sample: nobody waited for the GVL"
+    assert_equal expected, stacks.zip(profile["weights"])
+    assert_equal profile["weights"].sum, profile["endValue"]
+  end
+
+  # The file as speedscope's importer requires it (one evented profile per thread, after the
+  # holders'; each close matches the open frame; times never go back), and as flat as the
+  # timeline: an open and a close per interval, at its start and end, never two frames open.
   def assert_events_are_the_intervals(json, threads)
     assert_equal GVLScope::Formats::Speedscope::SCHEMA, json["$schema"]
     frames = json.dig("shared", "frames").map { |frame| frame.fetch("name") }
-    assert_equal frames.uniq, frames
-    assert_equal threads.map(&:label), json["profiles"].map { |profile| profile["name"] }
-    threads.zip(json["profiles"]) do |thread, profile|
+    evented = json["profiles"].select { |profile| profile["type"] == "evented" }
+    assert_equal threads.map(&:label), evented.map { |profile| profile["name"] }
+    threads.zip(evented) do |thread, profile|
       assert_equal %w[evented nanoseconds], profile.values_at("type", "unit")
       expected = drawn(thread).flat_map do |interval|
         name = GVLScope::Vocabulary.slice_name(interval.state, interval.reason)

@@ -6,6 +6,7 @@ require "minitest/autorun"
 require "open3"
 require "rbconfig"
 require "gvlscope/model"
+require "gvlscope/formats"
 require_relative "support/gvl_workloads"
 
 module GVLScopeTestHelper
@@ -42,6 +43,16 @@ module GVLScopeTestHelper
       end
     RUBY
     assert status.success?, err
+  end
+
+  # Traces +program+ into DIR/t.gvl and exports it as a user would (`gvlscope export t.gvl
+  # --format FORMAT`); returns [the trace, the exported file].
+  def trace_and_export(dir, program, format)
+    trace = File.join(dir, "t.gvl")
+    trace_program(trace, program)
+    _out, err, status = gvlscope("export", trace, "--format", format)
+    assert status.success?, err
+    [trace, File.join(dir, "t#{GVLScope::Formats.fetch(format, command: 'export').extension}")]
   end
 
   # Runs exe/gvlscope; returns [stdout, stderr, status].

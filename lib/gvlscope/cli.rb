@@ -177,8 +177,11 @@ module GVLScope
       output ||= path.sub(/\.(gvl|json)\z/, "") + entry.extension
       raise Error, "#{output}: would overwrite the input trace; choose another -o" if File.expand_path(output) == File.expand_path(path)
 
+      # Built before the file is opened: a format that cannot be made of this trace (folded
+      # stacks of a trace without stacks) raises and leaves no empty file behind.
+      exporter = entry.format_class.new(timeline)
       progress("writing #{output}")
-      File.open(output, "wb") { |io| entry.format_class.new(timeline).write(io) }
+      File.open(output, "wb") { |io| exporter.write(io) }
       @err.puts "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
     end
 
@@ -216,6 +219,8 @@ module GVLScope
       if metrics_only && (html || export_format || output)
         raise UsageError, "--metrics-only writes no trace: it cannot go with -o, --html or --format"
       end
+      # Checked before the program runs: folded stacks of a trace without stacks fail only after it.
+      raise UsageError, "--format folded needs stacks: it cannot go with --no-stacks" if export_format == "folded" && !stacks
 
       output = File.expand_path(output || "gvlscope-%p.gvl")
       if !output.include?("%p") && (File.exist?(output) || File.symlink?(output))

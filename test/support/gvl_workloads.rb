@@ -17,13 +17,24 @@ module GVLWorkloads
     end
   end
 
-  # A CPU-bound thread named +cpu_name+ beside a thread named "reader" that reads a pipe +reads+
-  # times, a byte every 10 ms: the reader waits for the GVL after each read.
+  # Counts until stop[0] is set: the method a hog spends its time in, on a line tests know
+  # (SPIN_LINE), so a holder profile has a known answer. The loop calls no method that pushes a
+  # frame (Integer#+ and Array#[] are VM instructions), so the samples' top frame is this one.
+  def spin(stop)
+    x = 0
+    x += 1 until stop[0] # SPIN_LINE
+    x
+  end
+
+  SPIN_LINE = File.readlines(__FILE__).index { |line| line.include?("# SPIN_" + "LINE") } + 1
+
+  # A CPU-bound thread named +cpu_name+ (in GVLWorkloads.spin) beside a thread named "reader" that
+  # reads a pipe +reads+ times, a byte every 10 ms: the reader waits for the GVL after each read.
   def cpu_beside_reader(cpu_name, reads)
+    stop = [false]
     cpu = Thread.new do
       Thread.current.name = cpu_name
-      x = 0
-      x += 1 until Thread.current[:stop]
+      spin(stop)
     end
     from_main, to_reader = IO.pipe
     reader = Thread.new do
@@ -35,7 +46,7 @@ module GVLWorkloads
       sleep 0.01
     end
     reader.join
-    cpu[:stop] = true
+    stop[0] = true
     cpu.join
     [from_main, to_reader].each(&:close)
   end

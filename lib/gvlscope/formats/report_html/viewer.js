@@ -1,5 +1,6 @@
 // gvlscope's HTML report viewer: no dependencies, no network. Reads REPORT (written by
-// lib/gvlscope/formats/report_html.rb) and draws one lane per thread on a canvas.
+// lib/gvlscope/formats/report_html.rb), draws one lane per thread on a canvas and, with stacks,
+// the holders' profile as an icicle graph and the release-site table.
 "use strict";
 // Errors are recorded on <body> as well as in the console, so a headless browser's DOM dump
 // shows them (test/report_html_test.rb).
@@ -43,7 +44,7 @@ function renderStatic() {
   text("table", REPORT.table.join("\n"));
   const findings = document.getElementById("findings");
   if (REPORT.findings.length === 0) findings.textContent = "No findings: no convoy, hog or contention in this trace.";
-  REPORT.findings.forEach((f) => {
+  REPORT.findings.forEach((f, index) => {
     const box = document.createElement("div");
     box.className = "finding";
     const title = document.createElement("div");
@@ -52,10 +53,13 @@ function renderStatic() {
     fix.className = "fix";
     fix.textContent = "Fix: " + f.fix;
     box.append(title, fix);
-    if (f.focus_ns) {
+    const holderProfile = REPORT.stacks && f.holder !== null && REPORT.stacks.threads[f.holder];
+    if (f.focus_ns || holderProfile) {
+      // The hash, not a handler: a finding can be linked to (report.html#finding=2).
       const link = document.createElement("a");
-      link.href = "#focus=" + f.focus_ns.join(",");
-      link.textContent = "show in the timeline";
+      link.href = "#finding=" + index;
+      link.textContent = [f.focus_ns && "show in the timeline", holderProfile && "show the holder's code"]
+        .filter(Boolean).join(" and ");
       box.append(link);
     }
     findings.append(box);
@@ -139,6 +143,7 @@ function draw() {
     flush();
   });
   text("view", formatNs(view.from * REPORT.unitNs) + " - " + formatNs(view.to * REPORT.unitNs));
+  document.body.dataset.view = Math.round(view.from * REPORT.unitNs) + "," + Math.round(view.to * REPORT.unitNs);
   document.body.dataset.rendered = "ok";
   document.body.dataset.lanes = String(lanes.length);
   document.body.dataset.rectangles = String(drawn);
@@ -173,8 +178,13 @@ function unitsAt(clientX) {
   return view.from + (clientX - rect.left - LABEL_WIDTH) / plot * (view.to - view.from);
 }
 
+// #finding=N (a finding's link): the timeline zooms to its focus_ns and the icicle shows its
+// holder thread's profile. #focus=FROM,TO (ns) zooms the timeline only.
 function showFocus() {
-  const match = /focus=(\d+),(\d+)/.exec(location.hash);
+  const finding = /finding=(\d+)/.exec(location.hash);
+  const f = finding && REPORT.findings[Number(finding[1])];
+  const match = f ? f.focus_ns && [null, ...f.focus_ns] : /focus=(\d+),(\d+)/.exec(location.hash);
+  if (f && REPORT.stacks) selectProfile(f.holder !== null && REPORT.stacks.threads[f.holder] ? f.holder : null);
   if (!match) return;
   const from = Number(match[1]) / REPORT.unitNs, to = Number(match[2]) / REPORT.unitNs;
   const margin = Math.max((to - from) * 0.5, 10);
@@ -219,11 +229,141 @@ canvas.addEventListener("dblclick", () => { view = { from: 0, to: totalUnits }; 
 document.getElementById("zoom-in").onclick = () => zoom(0.5);
 document.getElementById("zoom-out").onclick = () => zoom(2);
 document.getElementById("reset").onclick = () => { view = { from: 0, to: totalUnits }; draw(); };
+// The wait-weighted profile of holders as an icicle (root on top, callees below), in plain DOM:
+// report_html.rb caps each tree at a few thousand nodes, and a div per node gives hover, click
+// and a page a test can read. Widths are weights (waiters summed over samples).
+const FLAME_ROW = 18;
+let flame = null; // { label: holder thread (null: all threads), tree, zoom: node index drawn full width }
+
+function flameTree(label) {
+  const tree = label === null ? REPORT.stacks.all : REPORT.stacks.threads[label];
+  if (!tree.children) { // children and depths, built on first use (nodes come after their parent)
+    tree.children = tree.parent.map(() => []);
+    tree.depth = tree.parent.map(() => 0);
+    tree.parent.forEach((parent, node) => {
+      if (parent < 0) return;
+      tree.children[parent].push(node);
+      tree.depth[node] = tree.depth[parent] + 1;
+    });
+  }
+  return tree;
+}
+
+function selectProfile(label) {
+  flame = { label: label, tree: flameTree(label), zoom: 0 };
+  drawFlame();
+}
+
+function frameOf(node) { const id = flame.tree.frame[node]; return id < 0 ? null : REPORT.stacks.frames[id]; }
+
+function frameName(node) {
+  const frame = frameOf(node);
+  if (frame) return frame[0];
+  return flame.label === null ? "all threads" : "'" + flame.label + "'";
+}
+
+// Warm hues for Ruby code, blue for C methods (no file), grey for the root and "(other)", each
+// name its own shade so neighbours differ.
+function frameColor(node) {
+  const frame = frameOf(node);
+  if (!frame || frame[0] === "(other)") return "#d0d0d0";
+  let hash = 0;
+  for (let i = 0; i < frame[0].length; i++) hash = (hash * 31 + frame[0].charCodeAt(i)) >>> 0;
+  return frame[1] ? `hsl(${10 + hash % 40}, 85%, ${62 + hash % 13}%)` : `hsl(${200 + hash % 30}, 45%, 72%)`;
+}
+
+function drawFlame() {
+  const box = document.getElementById("flame");
+  const tree = flame.tree;
+  const width = box.clientWidth;
+  const fragment = document.createDocumentFragment();
+  let drawn = 0, rows = 0;
+  const place = (node, x, w) => {
+    const div = document.createElement("div");
+    div.style.left = x + "px";
+    div.style.width = w + "px";
+    div.style.top = tree.depth[node] * FLAME_ROW + "px";
+    div.style.background = frameColor(node);
+    div.textContent = frameName(node);
+    div.dataset.node = node;
+    fragment.append(div);
+    drawn++;
+    rows = Math.max(rows, tree.depth[node] + 1);
+  };
+  // The zoomed node's callers span the whole width above it.
+  for (let caller = tree.parent[flame.zoom]; caller >= 0; caller = tree.parent[caller]) place(caller, 0, width);
+  const scale = tree.weight[flame.zoom] > 0 ? width / tree.weight[flame.zoom] : 0;
+  const layout = (node, x) => {
+    const w = tree.weight[node] * scale;
+    if (w < 1) return; // narrower than a pixel: it and its callees cannot be seen
+    place(node, x, w);
+    tree.children[node].forEach((child) => { layout(child, x); x += tree.weight[child] * scale; });
+  };
+  layout(flame.zoom, 0);
+  box.textContent = "";
+  box.style.height = rows * FLAME_ROW + "px";
+  box.append(fragment);
+  const who = flame.label === null ? "all threads" : "thread '" + flame.label + "' (a finding's holder)";
+  text("flame-title", `Holders: the code that held the GVL while threads waited, ${who}: ${tree.samples} samples, ` +
+    "weighted by waiters" + (tree.samples === 0 ? " (no sample: no thread waited at a timer tick, 10 ms)" : ""));
+  document.body.dataset.flame = "ok";
+  document.body.dataset.flameNodes = String(drawn);
+  document.body.dataset.flameThread = flame.label === null ? "" : flame.label;
+}
+
+function flameTooltip(event) {
+  const tip = document.getElementById("flame-tooltip");
+  const node = event.target.dataset.node;
+  if (node === undefined) { tip.style.display = "none"; return; }
+  const frame = frameOf(Number(node));
+  const share = 100 * flame.tree.weight[node] / flame.tree.weight[0];
+  tip.textContent = frameName(Number(node)) + (frame && frame[1] ? " at " + frame[1] + ":" + frame[2] : "") +
+    ": " + Number(share.toPrecision(3)) + "% of the waiting (weight " + flame.tree.weight[node] + ")";
+  const rect = document.getElementById("flame-box").getBoundingClientRect();
+  tip.style.left = Math.min(event.clientX - rect.left + 12, rect.width - tip.offsetWidth) + "px";
+  tip.style.top = event.clientY - rect.top + 14 + "px";
+  tip.style.display = "block";
+}
+
+function renderStacks() {
+  const stacks = REPORT.stacks;
+  if (!stacks) {
+    document.getElementById("stacks").textContent =
+      "stacks: not recorded (traced with --no-stacks, an older trace, or a gvl-tracing import)";
+    document.body.dataset.flame = "none";
+    return;
+  }
+  const rows = document.querySelector("#sites tbody");
+  if (stacks.sites.length === 0) rows.insertRow().insertCell().textContent = "(none recorded)";
+  stacks.sites.forEach((site) => {
+    const row = rows.insertRow();
+    [site.site, site.cause, site.calls, site.wait, Number((100 * site.share).toPrecision(3)) + "%"].forEach((value, i) => {
+      const cell = row.insertCell();
+      cell.textContent = value;
+      if (i >= 2) cell.className = "number";
+    });
+  });
+  const box = document.getElementById("flame");
+  box.addEventListener("mousemove", flameTooltip);
+  box.addEventListener("mouseleave", () => { document.getElementById("flame-tooltip").style.display = "none"; });
+  box.addEventListener("click", (event) => {
+    const node = event.target.dataset.node;
+    if (node === undefined) return;
+    // Clicking the zoomed frame again goes back up one level.
+    flame.zoom = Number(node) === flame.zoom ? Math.max(flame.tree.parent[flame.zoom], 0) : Number(node);
+    drawFlame();
+  });
+  document.getElementById("flame-all").onclick = () => selectProfile(null);
+  window.addEventListener("resize", drawFlame);
+  selectProfile(null);
+}
+
 window.addEventListener("hashchange", showFocus);
 window.addEventListener("resize", draw);
 
 renderStatic();
 draw();
+renderStacks();
 showFocus();
 document.body.dataset.readyMs = performance.now().toFixed(0); // since navigation start; bench/report.rb
 
