@@ -220,7 +220,9 @@ module GVLScope
         raise UsageError, "--metrics-only writes no trace: it cannot go with -o, --html or --format"
       end
       # Checked before the program runs: folded stacks of a trace without stacks fail only after it.
-      raise UsageError, "--format folded needs stacks: it cannot go with --no-stacks" if export_format == "folded" && !stacks
+      if export_format && !stacks && Formats.fetch(export_format, command: "export").stacks
+        raise UsageError, "--format #{export_format} needs stacks: it cannot go with --no-stacks"
+      end
 
       output = File.expand_path(output || "gvlscope-%p.gvl")
       if !output.include?("%p") && (File.exist?(output) || File.symlink?(output))

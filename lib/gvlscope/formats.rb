@@ -13,7 +13,9 @@ module GVLScope
     #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results)
     # command:   the CLI command that offers it (nil: used through the Ruby API only)
     # extension: the output file's default extension
-    Entry = Struct.new(:name, :class_name, :file, :subject, :command, :extension, :description, keyword_init: true) do
+    # stacks:    true when it shows only code locations (a trace without stacks is an error)
+    Entry = Struct.new(:name, :class_name, :file, :subject, :command, :extension, :description, :stacks,
+                       keyword_init: true) do
       # The Format subclass, loaded on first use.
       def format_class
         require_relative "formats/#{file}"
@@ -29,7 +31,7 @@ module GVLScope
       Entry.new(name: "speedscope", class_name: :Speedscope, file: "speedscope", subject: :timeline, command: "export",
                 extension: ".speedscope.json", description: "speedscope file: the holders' stacks (wait-weighted), then a timeline per thread"),
       Entry.new(name: "folded", class_name: :Folded, file: "folded", subject: :timeline, command: "export",
-                extension: ".folded", description: "folded stacks of the code that held the GVL while others waited: flamegraph.pl, inferno"),
+                extension: ".folded", stacks: true, description: "folded stacks of the code that held the GVL while others waited: flamegraph.pl, inferno"),
       Entry.new(name: "text", class_name: :ReportText, file: "report_text", subject: :report, command: "report",
                 extension: ".txt", description: "findings, per-thread table and histograms (the default)"),
       Entry.new(name: "json", class_name: :ReportJSON, file: "report_json", subject: :report, command: "report",
