@@ -33,7 +33,7 @@ totals = Dir.mktmpdir("gvlscope-instructions") do |dir|
   MODES.to_h do |mode, setup|
     script = <<~RUBY
       require "gvlscope"
-      dir = #{dir.inspect}
+      dir = #{File.join(dir, mode).tap { |d| Dir.mkdir(d) }.inspect}  # a file per mode: traces never overwrite
       #{setup}
       File.open("/dev/zero") { |zero| #{CALLS}.times { zero.sysread(16) } }
     RUBY

@@ -2,6 +2,9 @@
 
 require "test_helper"
 require "tmpdir"
+require "json"
+require "stringio"
+require "minitest/mock"
 require "gvlscope/lab"
 require "gvlscope/lab/runner"
 
@@ -92,5 +95,61 @@ class LabTest < Minitest::Test
     out, _err, status = gvlscope("lab", "run", "--help")
     assert status.success?
     assert_match(/--timeslice MS/, out)
+  end
+
+  # vm.max_map_count: CRuby maps 2 per thread; past the cap it dies with "[FATAL] failed to
+  # allocate memory". The lab says so, and how to raise it, before.
+  def test_the_map_limit_check_names_the_cap_and_how_to_raise_it
+    require "gvlscope/lab/map_limit"
+    limit = GVLScope::Lab::MapLimit
+    problem = limit.problem(100_000, limit: 65_530, in_use: 200)
+    assert_match(/100000 more threads need ~201200 memory mappings/, problem)
+    assert_match(/vm\.max_map_count = 65530/, problem)
+    assert_match(/sudo sysctl -w vm\.max_map_count=262144/, problem)
+    assert_nil limit.problem(10_000, limit: 65_530, in_use: 200)
+    assert_nil limit.problem(100_000, limit: 262_144, in_use: 200)
+    assert_nil limit.problem(100_000, limit: nil, in_use: 200), "no cap to read (not Linux): no check"
+    Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "max_map_count"), "65530\n")
+      assert_equal 65_530, limit.max_map_count(File.join(dir, "max_map_count"))
+      assert_nil limit.max_map_count(File.join(dir, "absent"))
+    end
+  end
+
+  # The ring skips a ring that would not fit (stubbed cap), says why, and judges the rings that ran.
+  def test_the_ring_skips_a_ring_over_the_map_limit_instead_of_crashing
+    Dir.mktmpdir do |dir|
+      stub = File.join(dir, "stub.rb")
+      File.write(stub, <<~RUBY)
+        require #{File.join(ROOT, "lib/gvlscope/lab/map_limit").inspect}
+        GVLScope::Lab::MapLimit.define_singleton_method(:max_map_count) { |*| 2_000 }
+      RUBY
+      result = File.join(dir, "result.json")
+      out, err, status = run_process([RbConfig.ruby, "-r", stub, File.join(ROOT, "lab/ring.rb")],
+                                     env: { "GVLSCOPE_LAB_SIZE" => "tiny", "GVLSCOPE_LAB_RESULT" => result })
+      assert status.success?, err
+      assert_match(/1000 threads: skipped: .*vm\.max_map_count = 2000; raise it: sudo sysctl -w vm\.max_map_count=262144/, out)
+      measured = JSON.parse(File.read(result), symbolize_names: true)
+      measured[:rings] = measured[:rings].transform_keys(&:to_s)
+      assert measured[:rings]["200"][:delivered]
+      verdicts = GVLScope::Lab.fetch("ring").claims.map { |c| c.judge(measured) }
+      assert_equal :holds, verdicts.first.status
+      assert_equal "200: ok, 1000: skipped (vm.max_map_count)", verdicts.first.measured
+      refute_includes verdicts.map(&:status), :not_measured
+    end
+  end
+
+  def test_lab_run_warns_before_a_ring_that_cannot_fit
+    require "gvlscope/lab/cli"
+    require "gvlscope/lab/map_limit"
+    out = StringIO.new
+    err = StringIO.new
+    cli = GVLScope::Lab::CLI.new(out: out, err: err)
+    GVLScope::Lab::MapLimit.stub(:max_map_count, 65_530) do
+      cli.send(:warn_map_limit, GVLScope::Lab.fetch("ring"), "full")
+      cli.send(:warn_map_limit, GVLScope::Lab.fetch("ring"), "small")
+    end
+    assert_equal 1, err.string.lines.size, err.string
+    assert_match(/gvlscope lab: warning: 100000 more threads .* vm\.max_map_count = 65530; raise it: sudo sysctl/, err.string)
   end
 end

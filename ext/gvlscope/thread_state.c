@@ -3,6 +3,7 @@
 #include "format.h"
 #include "metrics.h"
 #include "trace.h"
+#include "trace_session.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -74,6 +75,7 @@ static gvls_thread *create_slot(VALUE thread) {
         slot->ractor_id = ractor_id_of(thread);
         registry[registry_len++] = slot;
         rb_internal_thread_specific_set(thread, slot_key, slot);
+        gvls_file_sink_thread_appeared();  // its record reaches the file soon, not only at stop
     }
 out:
     pthread_mutex_unlock(&registry_lock);
@@ -96,6 +98,14 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg) {
     pthread_mutex_lock(&registry_lock);
     for (size_t i = 0; i < registry_len; i++) fn(registry[i], arg);
     pthread_mutex_unlock(&registry_lock);
+}
+
+size_t gvls_threads_each_from(size_t from, void (*fn)(gvls_thread *, void *), void *arg) {
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = from; i < registry_len; i++) fn(registry[i], arg);
+    size_t len = registry_len;
+    pthread_mutex_unlock(&registry_lock);
+    return len;
 }
 
 int gvls_debug_quarantine;  // debug.c: freed slots are poisoned and kept, to catch late writes

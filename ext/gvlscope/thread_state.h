@@ -71,6 +71,9 @@ static inline gvls_thread *gvls_thread_for(VALUE thread) {
 // Calls fn for each thread in the registry, under the registry lock (fn must not call Ruby
 // code that can run hooks of ours that take the lock; reading names is fine).
 void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
+// The same for the slots at index from and after; returns the registry's length. Slots are only
+// appended while a trace records (nothing prunes then), so an index is a stable place to go on from.
+size_t gvls_threads_each_from(size_t from, void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
 void gvls_thread_state_after_fork(void);

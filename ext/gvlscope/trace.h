@@ -13,10 +13,13 @@
 #include <stdint.h>
 
 #define GVLS_RECORDS_PER_CHUNK 8192  // 64 KiB of records: one write(2) per 8192 events
+#define GVLS_CHUNK_COPY 1            // a right-sized malloc'd copy (sink_ring.c)
+#define GVLS_CHUNK_PREFORMATTED 2    // malloc'd file bytes, not events (sink_file.c's thread records); count 0
 
 typedef struct gvls_chunk {
     struct gvls_chunk *next;   // in the drain queue, the free list or a sink's list
-    int compact;               // a right-sized malloc'd copy (sink_ring.c), not a pool chunk
+    int compact;               // not a pool chunk: GVLS_CHUNK_COPY or GVLS_CHUNK_PREFORMATTED
+    uint32_t preformatted_bytes;  // GVLS_CHUNK_PREFORMATTED: bytes in records
     gvls_events_header header;
     uint64_t records[GVLS_RECORDS_PER_CHUNK];
 } gvls_chunk;
@@ -75,6 +78,7 @@ void gvls_trace_buffers_reset(size_t max_chunks);
 void gvls_trace_buffers_flush(void);   // seal every lane's chunk (hook must be off)
 void gvls_trace_buffers_free(void);    // lanes, pool and whatever is still queued
 gvls_chunk *gvls_trace_take_queue(void);  // under lock
+void gvls_trace_queue_locked(gvls_chunk *chunk);  // under lock: for the drain thread, after what is queued
 void gvls_trace_recycle(gvls_chunk *chunk); // under lock
 void gvls_chunks_free(gvls_chunk *list);    // free(3)s a list linked by next
 // Under lock: malloc'd copies (linked by next) of the records every lane's chunk holds so far, and

@@ -219,6 +219,10 @@ gvls_chunk *gvls_trace_take_queue(void) {
     return head;
 }
 
+void gvls_trace_queue_locked(gvls_chunk *chunk) {
+    queue_locked(chunk);
+}
+
 void gvls_trace_recycle(gvls_chunk *chunk) {
     chunk->next = T.free_chunks;
     T.free_chunks = chunk;

@@ -92,38 +92,40 @@ static VALUE created_at(VALUE thread, VALUE name) {
     return rb_str_new(start, last - start);
 }
 
-typedef struct { gvls_thread *copy; size_t len, capa; } thread_copies;
+typedef struct { gvls_thread_ref *ref; size_t len, capa; } thread_refs;
 
-static void copy_thread(gvls_thread *slot, void *arg) {
-    thread_copies *copies = arg;
-    if (copies->len == copies->capa) {
-        size_t capa = copies->capa ? copies->capa * 2 : 64;
-        gvls_thread *grown = realloc(copies->copy, capa * sizeof(*grown));
+static void ref_thread(gvls_thread *slot, void *arg) {
+    thread_refs *refs = arg;
+    if (refs->len == refs->capa) {
+        size_t capa = refs->capa ? refs->capa * 2 : 64;
+        gvls_thread_ref *grown = realloc(refs->ref, capa * sizeof(*grown));
         if (!grown) return;
-        copies->copy = grown;
-        copies->capa = capa;
+        refs->ref = grown;
+        refs->capa = capa;
     }
-    copies->copy[copies->len++] = *slot;
+    refs->ref[refs->len++] = gvls_thread_ref_of(slot);
 }
 
-// The thread table. Names are read now, at the end, so names given after a thread started are
-// included. The registry is copied first: calling Ruby may run GC, whose mark takes its lock.
-static int write_thread_table(int fd) {
-    thread_copies copies = { 0 };
-    gvls_threads_each(copy_thread, &copies);
-    VALUE buffer = rb_str_buf_new(64 * (long)copies.len);
+gvls_thread_ref gvls_thread_ref_of(const gvls_thread *slot) {
+    return (gvls_thread_ref){ slot->thread, slot->serial, slot->ractor_id, atomic_load(&slot->exited) };
+}
+
+VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t *named) {
+    VALUE buffer = rb_str_buf_new(sizeof(gvls_chunk_header) + 64 * (long)len);
+    rb_str_buf_cat(buffer, (const char *)&(gvls_chunk_header){ GVLS_CHUNK_THREADS, 0 }, sizeof(gvls_chunk_header));
     VALUE main_thread = rb_thread_main();
     ID id_name = rb_intern("name");
-    for (size_t i = 0; i < copies.len; i++) {
-        gvls_thread *slot = &copies.copy[i];
-        VALUE name = rb_funcall(slot->thread, id_name, 0);
+    for (size_t i = 0; i < len; i++) {
+        const gvls_thread_ref *ref = &refs[i];
+        VALUE name = rb_funcall(ref->thread, id_name, 0);
+        if (named) named[i] = RB_TYPE_P(name, T_STRING) && RSTRING_LEN(name) > 0;
         if (!RB_TYPE_P(name, T_STRING)) name = rb_str_new(0, 0);
-        VALUE site = created_at(slot->thread, name);
+        VALUE site = created_at(ref->thread, name);
         if (NIL_P(site)) site = rb_str_new(0, 0);
         gvls_thread_record record = {
-            .serial = slot->serial,
-            .ractor_id = slot->ractor_id,
-            .flags = (slot->thread == main_thread ? GVLS_THREAD_MAIN : 0) | (slot->exited ? GVLS_THREAD_EXITED : 0),
+            .serial = ref->serial,
+            .ractor_id = ref->ractor_id,
+            .flags = (ref->thread == main_thread ? GVLS_THREAD_MAIN : 0) | (ref->exited ? GVLS_THREAD_EXITED : 0),
             .name_bytes = (uint32_t)RSTRING_LEN(name),
             .created_at_bytes = (uint32_t)RSTRING_LEN(site),
         };
@@ -131,10 +133,19 @@ static int write_thread_table(int fd) {
         rb_str_buf_cat(buffer, RSTRING_PTR(name), RSTRING_LEN(name));
         rb_str_buf_cat(buffer, RSTRING_PTR(site), RSTRING_LEN(site));
     }
-    free(copies.copy);
-    gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)RSTRING_LEN(buffer) };
-    int err = gvls_write_all(fd, &header, sizeof(header));
-    if (!err) err = gvls_write_all(fd, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
+    gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)(RSTRING_LEN(buffer) - sizeof(header)) };
+    memcpy(RSTRING_PTR(buffer), &header, sizeof(header));
+    return buffer;
+}
+
+// The thread table. Names are read now, at the end, so names given after a thread started are
+// included. The registry is copied first: calling Ruby may run GC, whose mark takes its lock.
+static int write_thread_table(int fd) {
+    thread_refs refs = { 0 };
+    gvls_threads_each(ref_thread, &refs);
+    VALUE buffer = gvls_thread_records_chunk(refs.ref, refs.len, NULL);
+    free(refs.ref);
+    int err = gvls_write_all(fd, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
     RB_GC_GUARD(buffer);
     return err;
 }

@@ -45,4 +45,8 @@ void gvls_debug_nogvl_delay(void);
 // whether a trace was recording.
 int gvls_session_after_fork(void);
 
+// sink_file.c: a thread got its slot (thread_state.c, maybe in the hook, any native thread):
+// asks for its record to be written to the running trace file. No locks, no Ruby calls.
+void gvls_file_sink_thread_appeared(void);
+
 #endif

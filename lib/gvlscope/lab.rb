@@ -44,7 +44,9 @@ module GVLScope
     end
 
     # +from_trace+ (optional) adds numbers read from the scenario's own trace and report.
-    Scenario = Struct.new(:name, :file, :summary, :source, :claims, :from_trace, :seconds, keyword_init: true) do
+    # +threads+ (optional): the most threads it creates at each size, checked against
+    # vm.max_map_count before it runs (lab/map_limit.rb).
+    Scenario = Struct.new(:name, :file, :summary, :source, :claims, :from_trace, :seconds, :threads, keyword_init: true) do
       def path = File.absolute_path?(file) ? file : File.join(ROOT, "lab", file)
     end
 
@@ -63,9 +65,9 @@ module GVLScope
         list.join(", ")
       end
 
-      def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [])
+      def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [], threads: nil)
         @scenarios[name] = Scenario.new(name: name, file: file, summary: summary, source: source, claims: claims,
-                                        from_trace: from_trace, seconds: seconds)
+                                        from_trace: from_trace, seconds: seconds, threads: threads)
       end
 
       def scenarios

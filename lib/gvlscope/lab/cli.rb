@@ -100,10 +100,19 @@ module GVLScope
         warn_timeslice(knobs)
         scenarios.map do |scenario|
           @out.puts "== lab #{scenario.name} (#{knobs[:size]})"
+          warn_map_limit(scenario, knobs[:size])
           result = runner.run(scenario)
           @out.puts Formats::LabText.new(result).to_s, ""
           result
         end
+      end
+
+      # Said before the run, not found as CRuby's "[FATAL] failed to allocate memory" after it.
+      def warn_map_limit(scenario, size)
+        threads = scenario.threads&.fetch(size, nil) or return
+        require_relative "map_limit"
+        problem = MapLimit.problem(threads, in_use: 0) or return
+        @err.puts "gvlscope lab: warning: #{problem} (rings that do not fit are skipped)"
       end
 
       def warn_timeslice(knobs)
