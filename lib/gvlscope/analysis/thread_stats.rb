@@ -7,7 +7,8 @@ module GVLScope
     # Per-thread totals of a timeline: time in each state, holds, waits, the longest wait and what
     # ended each run (Vocabulary::RELEASE_CAUSES).
     class ThreadStats
-      Row = Struct.new(:serial, :label, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
+      # +created_at+: where the thread was created ("app.rb:12"), when the trace recorded it.
+      Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, keyword_init: true)
 
       attr_reader :rows, :timeline
@@ -41,7 +42,8 @@ module GVLScope
           end
           previous = interval
         end
-        Row.new(serial: thread.serial, label: thread.label, ractor_id: thread.ractor_id, run_ns: totals[:run],
+        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
+                ractor_id: thread.ractor_id, run_ns: totals[:run],
                 wait_ns: totals[:wait], idle_ns: totals[:idle], gc_ns: totals[:gc], holds: holds,
                 waits: waits, longest_wait_ns: longest, released_by: released)
       end

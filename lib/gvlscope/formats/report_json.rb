@@ -42,8 +42,9 @@ module GVLScope
         {
           serial: row.serial, name: row.label, ractor_id: row.ractor_id, run_ns: row.run_ns,
           wait_ns: row.wait_ns, idle_ns: row.idle_ns, gc_ns: row.gc_ns, holds: row.holds, waits: row.waits,
-          longest_wait_ns: row.longest_wait_ns, released_by: row.released_by.transform_keys(&:to_s)
-        }
+          longest_wait_ns: row.longest_wait_ns, released_by: row.released_by.transform_keys(&:to_s),
+          created_at: row.created_at
+        }.compact
       end
 
       # Code locations: nil-free keys so a reader tells "not recorded" from "nothing found".

@@ -13,16 +13,24 @@ module GVLScope
       MAX_LABEL = 48
 
       def lines(rows)
-        width = (rows.map { |row| row.label.size } << 24).max.clamp(24, MAX_LABEL)
+        width = (rows.map { |row| name(row).size } << 24).max.clamp(24, MAX_LABEL)
         lines = [format("%-#{width}s %10s %10s %10s %8s %12s %6s %6s  %s", "thread", "run", "wait", "idle", "gc",
                         "longest wait", "holds", "waits", "released by")]
         rows.sort_by { |row| -row.wait_ns }.each do |row|
           released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
-          lines << format("%-#{width}s %10s %10s %10s %8s %12s %6d %6d  %s", row.label[0, width], Units.ms(row.run_ns),
+          lines << format("%-#{width}s %10s %10s %10s %8s %12s %6d %6d  %s", name(row)[0, width], Units.ms(row.run_ns),
                           Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns),
                           Units.ms(row.longest_wait_ns), row.holds, row.waits, released)
         end
         lines
+      end
+
+      # A named thread keeps its name and shows where it was created ("echo (app.rb:7)"); an
+      # unnamed one's label already says it ("thread 3 (app.rb:9)").
+      def name(row)
+        return row.label if row.created_at.nil? || row.label.end_with?("(#{row.created_at})")
+
+        "#{row.label} (#{row.created_at})"
       end
     end
   end
