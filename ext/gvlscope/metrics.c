@@ -234,6 +234,25 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     }
 }
 
+// The waiting gauge of Ractor r, read from another native thread while that Ractor's hooks count.
+// The three counters are loaded one after the other: every acquire or abandon between the loads
+// of acquired and of readied would add one (a snapshot preempted there showed 127 waiting of 33
+// threads). So acquired and abandoned are read again after readied: unchanged, the three values
+// held together at the moment readied was read. A few tries, then the plain read.
+static int64_t waiting_threads_consistent(int r) {
+    gvls_ractor_counters *c = &M.ractors[r];
+    for (int tries = 0; tries < 64; tries++) {
+        uint64_t acquired = atomic_load_explicit(&c->acquired, memory_order_acquire);
+        uint64_t abandoned = atomic_load_explicit(&c->abandoned, memory_order_acquire);
+        uint64_t readied = atomic_load_explicit(&c->readied, memory_order_acquire);
+        if (atomic_load_explicit(&c->acquired, memory_order_acquire) == acquired &&
+            atomic_load_explicit(&c->abandoned, memory_order_acquire) == abandoned) {
+            return (int64_t)(readied - acquired - abandoned);
+        }
+    }
+    return gvls_waiting_threads(r);
+}
+
 // Native.metrics_snapshot -> [now_ns, epoch_ns, waiting_threads_by_ractor, threads, rows, histograms]
 //   threads: the Thread of each row (nil for the last row: threads that exited earlier, together)
 //   rows: ROW_FIELDS little-endian uint64 per row
@@ -267,7 +286,7 @@ static VALUE metrics_snapshot(VALUE self) {
 
     VALUE waiting = rb_hash_new();
     for (int r = 0; r < GVLS_MAX_RACTORS; r++) {
-        int64_t n = gvls_waiting_threads(r);
+        int64_t n = waiting_threads_consistent(r);
         if (n > 0) rb_hash_aset(waiting, INT2NUM(r), LL2NUM(n));
     }
     gvls_threads_prune_exited();
