@@ -73,22 +73,22 @@ module GVLScope
       # Release sites, by the wait for the GVL that followed each release, heaviest first. With
       # +threads+ (serials), only their releases.
       def release_sites(threads: nil)
-        rows = Hash.new { |hash, key| hash[key] = { weight: 0, count: 0, lines: Hash.new(0), threads: {} } }
+        rows = Hash.new { |hash, key| hash[key] = { weight: 0, count: 0, threads: {} } }
         @timeline.threads.each_value do |thread|
           next if threads && !threads.include?(thread.serial)
 
           each_release(thread) do |run, waited|
             frame = code_frame(run.site)
-            row = rows[[run.site.first.label, frame.path, run.reason]]
+            # By line: two reads of the same IO method on different lines are two calls of yours.
+            row = rows[[run.site.first.label, frame.path, frame.line, run.reason]]
             row[:weight] += waited
             row[:count] += 1
-            row[:lines][frame.line] += waited + 1
             row[:threads][thread.label] = true
           end
         end
         total = rows.sum { |_, row| row[:weight] }.to_f
-        rows.map do |(top, path, cause), row|
-          frame = Model::Frame.new(top, path, row[:lines].max_by(&:last).first)
+        rows.map do |(top, path, line, cause), row|
+          frame = Model::Frame.new(top, path, line)
           Row.new(frame: frame, weight: row[:weight], share: total.positive? ? row[:weight] / total : 0.0,
                   count: row[:count], cause: cause, threads: row[:threads].keys)
         end.sort_by { |row| [-row.weight, -row.count] }
@@ -109,10 +109,10 @@ module GVLScope
           next unless run.state == :run && run.site
 
           waited = 0
-          intervals[(index + 1)..].each do |after|
-            break if after.state == :run || after.state == :exited
-
-            waited += after.duration_ns if after.state == :wait
+          after = index + 1 # by index, not a slice: a slice per release copies the rest of the thread
+          while after < intervals.size && !%i[run exited].include?(intervals[after].state)
+            waited += intervals[after].duration_ns if intervals[after].state == :wait
+            after += 1
           end
           yield run, waited
         end
