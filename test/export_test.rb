@@ -39,10 +39,11 @@ class ExportTest < Minitest::Test
     slices = events.select { |e| e["ph"] == "X" && e["cat"] == "gvl" }
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size }, slices.size
     names = events.select { |e| e["name"] == "thread_name" }.map { |e| e.dig("args", "name") }
-    assert_includes names, "reader ünïcode"
+    reader_name = names.find { |name| name.start_with?("reader ünïcode") }
+    assert_match(/\Areader ünïcode \(.*test\/export_test\.rb:\d+\)\z/, reader_name, "a named thread and where it was created")
     assert_includes names, "main"
     assert_includes slices.map { |e| e["name"] }, "idle (io/sleep)"
-    reader_tid = events.find { |e| e["name"] == "thread_name" && e.dig("args", "name") == "reader ünïcode" }["tid"]
+    reader_tid = events.find { |e| e["name"] == "thread_name" && e.dig("args", "name") == reader_name }["tid"]
     reader_states = slices.select { |e| e["tid"] == reader_tid }.sort_by { |e| e["ts"] }.map { |e| e["name"] }
     assert_equal ["started", "wait", "run", "idle (io/sleep)", "wait", "run", "exited"], reader_states
     assert events.any? { |e| e["ph"] == "C" }, "a counter of threads waiting for the GVL"
@@ -67,7 +68,7 @@ class ExportTest < Minitest::Test
                         end
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size } + running_intervals, begins
     assert_equal begins, ends
-    assert_includes text, 'thread_name: "reader \303\274n\303\257code"'
+    assert_match(/thread_name: "reader \\303\\274n\\303\\257code \(.*test\/export_test\.rb:\d+\)"/, text)
     assert_match(/name: "idle \(io\/sleep\)"/, text)
     assert_includes text, 'name: "threads waiting for the GVL"'
     assert_includes text, "type: TYPE_COUNTER"

@@ -40,7 +40,7 @@ class SpeedscopeTest < Minitest::Test
       assert_empty shown.errors, shown.log.join("\n")
       assert_empty shown.warnings, shown.log.join("\n")
       assert_equal "t.gvl - speedscope", shown.title
-      assert_equal [HOLDERS, *threads.map(&:label)], shown.profiles.map(&:name)
+      assert_equal [HOLDERS, *threads.map(&:display_name)], shown.profiles.map(&:name)
       holders, *timelines = shown.profiles
       # The code that made the reader wait: the CPU thread's method, by the samples' own frames
       # (self weight: every frame below it has the same total).
@@ -123,7 +123,7 @@ class SpeedscopeTest < Minitest::Test
     assert_equal GVLScope::Formats::Speedscope::SCHEMA, json["$schema"]
     frames = json.dig("shared", "frames").map { |frame| frame.fetch("name") }
     evented = json["profiles"].select { |profile| profile["type"] == "evented" }
-    assert_equal threads.map(&:label), evented.map { |profile| profile["name"] }
+    assert_equal threads.map(&:display_name), evented.map { |profile| profile["name"] }
     threads.zip(evented) do |thread, profile|
       assert_equal %w[evented nanoseconds], profile.values_at("type", "unit")
       expected = drawn(thread).flat_map do |interval|

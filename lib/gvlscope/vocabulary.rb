@@ -94,5 +94,14 @@ module GVLScope
 
       created_at ? "thread #{serial} (#{created_at})" : "thread #{serial}"
     end
+
+    # How a thread is shown where space allows (tables, viewer tracks): its label, and for a named
+    # thread also where it was created ("echo (app.rb:7)"): several threads often share a name.
+    # The label alone stays the thread's handle (findings, --thread NAME).
+    def thread_display_name(label, created_at)
+      return label if created_at.nil? || label.end_with?("(#{created_at})")
+
+      "#{label} (#{created_at})"
+    end
   end
 end

@@ -25,7 +25,7 @@ module GVLScope
         end
         timeline.each_thread do |thread|
           rpid = ractor_pid(thread.ractor_id)
-          emit(meta("thread_name", rpid, thread.serial, thread.label))
+          emit(meta("thread_name", rpid, thread.serial, thread.display_name))
           write_slices(rpid, thread)
         end
         counter_prefix = %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":)
@@ -103,7 +103,7 @@ module GVLScope
         emit(meta("process_name", NATIVE_PID, nil, "native threads"))
         tids.each { |serial, tid| emit(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
         timeline.each_thread do |thread|
-          prefix = %({"ph":"X","name":#{JSON.generate(thread.label)},"cat":"native","pid":#{NATIVE_PID},"tid":)
+          prefix = %({"ph":"X","name":#{JSON.generate(thread.display_name)},"cat":"native","pid":#{NATIVE_PID},"tid":)
           thread.intervals.each do |interval|
             next unless interval.state == :run && interval.native
 

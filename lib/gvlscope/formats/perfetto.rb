@@ -53,7 +53,7 @@ module GVLScope
           uuid = thread_uuid(thread.serial)
           packet(io, descriptor(uuid, THREAD,
                                 field_varint(PID, fake_pid(thread.ractor_id)) + field_varint(TID, thread.serial) +
-                                field_string(THREAD_NAME, thread.label),
+                                field_string(THREAD_NAME, thread.display_name),
                                 parent: process_uuid(thread.ractor_id)))
           thread.intervals.each do |interval|
             slice(io, uuid, interval.start_ns, interval.end_ns, Vocabulary.slice_name(interval.state, interval.reason))
@@ -103,7 +103,7 @@ module GVLScope
           thread.intervals.each do |interval|
             next unless interval.state == :run && interval.native
 
-            slice(io, native_uuid(interval.native), interval.start_ns, interval.end_ns, thread.label)
+            slice(io, native_uuid(interval.native), interval.start_ns, interval.end_ns, thread.display_name)
           end
         end
       end

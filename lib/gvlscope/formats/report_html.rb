@@ -139,7 +139,7 @@ module GVLScope
           ends[index] = interval.end_ns / unit_ns
         end
         {
-          label: thread.label, serial: thread.serial, ractor: thread.ractor_id, count: intervals.size,
+          label: thread.display_name, serial: thread.serial, ractor: thread.ractor_id, count: intervals.size,
           codes: [codes.pack("C*")].pack("m0"), starts: [starts.pack("L<*")].pack("m0"), ends: [ends.pack("L<*")].pack("m0")
         }
       end

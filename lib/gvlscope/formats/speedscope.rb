@@ -51,7 +51,7 @@ module GVLScope
           # only add a blank page to speedscope's list.
           next unless thread.intervals.any? { |interval| interval.end_ns > interval.start_ns }
 
-          name = several_ractors ? "#{thread.label} (Ractor #{thread.ractor_id})" : thread.label
+          name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
           write_evented_profile(name, thread.intervals)
         end
       end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../units"
+require_relative "../vocabulary"
 
 module GVLScope
   module Formats
@@ -25,13 +26,8 @@ module GVLScope
         lines
       end
 
-      # A named thread keeps its name and shows where it was created ("echo (app.rb:7)"); an
-      # unnamed one's label already says it ("thread 3 (app.rb:9)").
-      def name(row)
-        return row.label if row.created_at.nil? || row.label.end_with?("(#{row.created_at})")
-
-        "#{row.label} (#{row.created_at})"
-      end
+      # A named thread keeps its name and shows where it was created (Vocabulary.thread_display_name).
+      def name(row) = Vocabulary.thread_display_name(row.label, row.created_at)
     end
   end
 end

@@ -19,6 +19,7 @@ module GVLScope
 
       ThreadTimeline = Struct.new(:serial, :info, :intervals) do
         def label = info.label
+        def display_name = Vocabulary.thread_display_name(info.label, info.created_at)
         def ractor_id = info.ractor_id
       end
 
