@@ -50,8 +50,8 @@ class CLIReportTest < Minitest::Test
           _out, err, status = gvlscope("export", trace, "--format", format, "-o", File.join(dir, name))
           assert status.success?, "#{format}: #{err}"
         end
-        assert_includes JSON.parse(File.read(File.join(dir, "c.json")))["traceEvents"].map { |e| e.dig("args", "name") },
-                        "bad\u{fffd}name"
+        names = JSON.parse(File.read(File.join(dir, "c.json")))["traceEvents"].map { |e| e.dig("args", "name") }
+        assert(names.compact.any? { |name| name.start_with?("bad\u{fffd}name") }, names.inspect) # + " (-e:2)", where created
         assert_includes File.read(File.join(dir, "s.json")), "bad\u{fffd}name"
       end
     end
