@@ -5,6 +5,7 @@ require_relative "thread_stats"
 require_relative "histograms"
 require_relative "blame"
 require_relative "code_locations"
+require_relative "overview"
 require_relative "rules"
 
 module GVLScope
@@ -66,6 +67,37 @@ module GVLScope
       # See Histograms.
       def histograms
         @histograms ||= Histograms.of(selected_threads, @timeline.waiters_at_acquire)
+      end
+
+      # The whole trace in +bins+ slices per thread (Analysis::Overview): what the HTML report draws
+      # zoomed out.
+      def overview(bins: Overview::BINS)
+        @overviews ||= {}
+        @overviews[bins] ||= Overview.of(@timeline, bins: bins)
+      end
+
+      # The intervals of every thread that overlap [start_ns, end_ns) (a moment, such as an exit,
+      # counts when it falls in it), in time order (by start; threads in their order of
+      # appearance on ties), at most +limit+: the first ones. So when +limit+ of them come back,
+      # every interval that starts before the last one's start is among them.
+      def detail(start_ns, end_ns, limit: 200_000)
+        found = []
+        @timeline.each_thread do |thread|
+          intervals = thread.intervals
+          # A thread's intervals follow one another: their ends are in order.
+          first = intervals.bsearch_index { |interval| interval.end_ns > start_ns || interval.start_ns >= start_ns }
+          next unless first
+
+          taken = 0
+          intervals[first..].each do |interval|
+            break if interval.start_ns >= end_ns || taken == limit # the first +limit+ of all are among each's first
+
+            found << interval
+            taken += 1
+          end
+        end
+        found.sort_by!.with_index { |interval, index| [interval.start_ns, index] }
+        found.first(limit)
       end
 
       def selected_threads
