@@ -11,7 +11,9 @@ require "gvlscope/analysis"
 # budget is checked on (test/report_html_test.rb) and timed on (bench/report_html.rb).
 class SyntheticReport < GVLScope::Analysis::Report
   FIXTURE = File.expand_path("../fixtures/traces/mixed.gvl", __dir__)
-  INTERVAL_NS = 1_000 # each thread changes state every microsecond in the findings' windows
+  # Each busy thread changes state every 8 us: 500,000 intervals in 5 ms, ten times what the page
+  # takes around a finding (its share of the budget spans 4 ms).
+  INTERVAL_NS = 8_000
   STATES = %i[run wait idle].freeze
   DETAIL_THREADS = 100
 
@@ -49,8 +51,8 @@ class SyntheticReport < GVLScope::Analysis::Report
       GVLScope::Analysis::ThreadStats::Row.new(
         serial: serial, label: "worker #{serial}", created_at: "app/worker.rb:#{serial}", ractor_id: 0,
         # The first threads ran and waited most: the HTML report gives them their own lanes.
-        run_ns: duration_ns / 4 * (threads - serial) / threads, wait_ns: duration_ns / 4 * (threads - serial) / threads,
-        idle_ns: duration_ns / 2, gc_ns: duration_ns / 1000, holds: 50_000, waits: 50_000,
+        run_ns: duration_ns / threads * 2 * (threads - serial) / threads, wait_ns: duration_ns / 4 * (threads - serial) / threads,
+        idle_ns: duration_ns / 2, gc_ns: duration_ns / threads / 100, holds: 50_000, waits: 50_000,
         longest_wait_ns: 2_000_000, released_by: { io: 40_000, preempted: 10_000 }
       )
     end

@@ -149,9 +149,9 @@ module GVLScope
 
       # Around each finding's focus, a window of its intervals; Budget#detail_intervals shared
       # among them. Returns [the windows covered, [ns, ns] each, the intervals in time order].
-      # A window is the focus and twice its length on each side (1 ms at least); if it holds more
-      # intervals than its share, the focus and half its length on each side (what the finding's
-      # link shows); if still too many, from its start up to the last interval that fits.
+      # A window is the focus and twice its length on each side (1 ms at least); if its share of
+      # intervals ends before the focus does, the focus and half its length on each side (what the
+      # finding's link shows); if still too many, from its start up to the last interval that fits.
       def finding_details(findings)
         focuses = findings.filter_map(&:focus_ns).first(@budget.windows)
         return [[], []] if focuses.empty?
@@ -175,7 +175,8 @@ module GVLScope
         intervals = []
         merged.each do |from, to, focus_from, focus_to|
           found = @subject.detail(from, to, limit: limit)
-          if found.size >= limit
+          to = found.last.start_ns if found.size >= limit # every interval that starts before it is here
+          if to < focus_to # cut short before the end of a focus: the focus with less around it
             half = (focus_to - focus_from) / 2
             from = [focus_from - half, 0].max
             to = [focus_to + half, duration].min

@@ -86,10 +86,10 @@ function sharesOf(lane, from, to) {
   return [0, 1, 2, 3].map((s) => span > 0 ? (summed(lane.sums, s, to) - summed(lane.sums, s, from)) / span : 0);
 }
 
-// 1.5 s, 2.25 ms, 800 us: three significant digits at most, no trailing zeros.
-function formatNs(ns) {
+// 1.5 s, 2.25 ms, 800 us: three significant digits at most (or +digits), no trailing zeros.
+function formatNs(ns, digits = 3) {
   const [value, unit] = ns >= 1e9 ? [ns / 1e9, "s"] : ns >= 1e6 ? [ns / 1e6, "ms"] : ns >= 1e3 ? [ns / 1e3, "us"] : [ns, "ns"];
-  return Number(value.toPrecision(3)) + " " + unit;
+  return Number(value.toPrecision(digits)) + " " + unit;
 }
 
 function text(id, content) { document.getElementById(id).textContent = content; }
@@ -175,10 +175,9 @@ function firstAfter(lane, time) {
   return low;
 }
 
-// The parts of the view drawn from intervals: the windows that hold them, once zoomed in so that
-// a bin is a pixel or more (everywhere when the page holds every interval).
-function intervalRanges(scale) {
-  if (TIMELINE.mode !== "all" && binUnits * scale < 1) return [];
+// The parts of the view drawn from intervals: the windows that hold them (everywhere when the
+// page holds every interval).
+function intervalRanges() {
   return windows.filter(([from, to]) => to > view.from && from < view.to)
     .map(([from, to]) => [Math.max(from, view.from), Math.min(to, view.to)]);
 }
@@ -290,7 +289,7 @@ function draw() {
   context.clearRect(0, 0, width, height);
   const plot = width - LABEL_WIDTH;
   const scale = plot / (view.to - view.from);
-  const detailed = intervalRanges(scale);
+  const detailed = intervalRanges();
   const summarised = binRanges(detailed);
   // The others' lane has bins only; the page's lanes have no bins when it holds all their intervals.
   const columns = binUnits ? drawBins((lane) => (lane.others ? [[view.from, view.to]] : summarised), scale) : 0;
@@ -324,7 +323,8 @@ function drawAxis(plot, scale) {
   for (let t = first; t <= view.to * REPORT.unitNs; t += step) {
     const x = LABEL_WIDTH + (t / REPORT.unitNs - view.from) * scale;
     context.fillRect(x, AXIS - 6, 1, 6);
-    context.fillText(formatNs(t), x + 2, AXIS - 8);
+    // Enough digits that neighbours differ: 77.4002 s, 77.4004 s deep into a long trace.
+    context.fillText(formatNs(t, Math.min(Math.max(Math.ceil(Math.log10(Math.max(t, 1) / step)) + 1, 3), 12)), x + 2, AXIS - 8);
   }
   if (TIMELINE.mode === "all") return;
   context.fillStyle = "#3182bd"; // where the intervals are: a finding's window, at least 2 px wide to be seen
@@ -371,8 +371,7 @@ function tooltip(event) {
   const lane = lanes[index];
   if (!lane || event.clientX - rect.left < LABEL_WIDTH) { box.style.display = "none"; return; }
   const time = unitsAt(event.clientX);
-  const scale = (rect.width - LABEL_WIDTH) / (view.to - view.from);
-  const inIntervals = !lane.others && intervalRanges(scale).some(([from, to]) => time >= from && time <= to);
+  const inIntervals = !lane.others && intervalRanges().some(([from, to]) => time >= from && time <= to);
   if (inIntervals) {
     const i = firstAfter(lane, time);
     if (i >= lane.codes.length || lane.starts[i] > time) { box.style.display = "none"; return; }
