@@ -20,9 +20,10 @@ module GVLScope
     # trace of any length (docs/report.md, "HTML"):
     # - the overview (Analysis::Overview): each thread's run, wait, idle and gc time in each of
     #   Budget#bins slices of the trace, what the viewer draws zoomed out;
-    # - the intervals themselves, packed binary (base64), 9 bytes each: all of them for a trace of
-    #   up to Budget#embed_all_intervals; otherwise those in a window around each finding
-    #   (Budget#detail_intervals in all), which the viewer draws when zoomed into one.
+    # - the intervals themselves, packed binary (base64), 3-4 bytes each: all of them for a trace
+    #   of up to Budget#embed_all_intervals events; otherwise those in a window around each finding
+    #   and one where the threads waited most (Budget#detail_intervals in all), which the viewer
+    #   draws where the view meets them.
     # At most Budget#lanes threads get a lane of their own (those that ran and waited most, and
     # those a finding names); the others share one lane of their average.
     #
@@ -44,8 +45,10 @@ module GVLScope
       THREAD_PROFILE_NODES = 500
       RELEASE_SITES = 10 # rows of the release-site table
 
-      # What the page may hold. The defaults keep it under ~20 MB for any trace: intervals take 12
-      # bytes each in base64 (12 MB at most), an overview lane bins * 4 * 2 bytes * 4/3 (21 KB).
+      # What the page may hold. The defaults keep it under ~21 MB for any trace: an interval takes
+      # 3-4 bytes (ReportHTML#lane), 11 at most, so 1,000,000 take 15 MB at most in base64; an
+      # overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201 lanes); the
+      # table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
       # embed_all_intervals: a trace of at most this many events has all its intervals on the page
       # detail_intervals:    otherwise, the intervals of all the windows around findings, together
       # windows:             the findings that get a window (the first, in the report's order)
