@@ -53,17 +53,23 @@ File.write(clicked, File.read(html).sub("</body>", <<~HTML))
   document.querySelectorAll("#findings .finding")[3].querySelector("a").click();
   </script></body>
 HTML
-runs = [html, clicked].to_h do |page|
+# A blank page, for the CPU time of Chromium itself (start-up and exit): the page's own CPU time
+# is the difference, which other work on the machine changes far less than the wall times.
+blank = html.sub(".html", "-blank.html")
+File.write(blank, '<!DOCTYPE html><body><script>document.body.dataset.rendered = "ok";</script></body>')
+runs = [html, clicked, blank].to_h do |page|
   measured = Array.new(RUNS) do
     dom = nil
+    cpu_before = Process.times.then { |times| times.cutime + times.cstime }
     wall = seconds do
       dom, = Open3.capture3(chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
                             "--virtual-time-budget=60000", "--dump-dom", "file://#{page}")
     end
+    cpu = Process.times.then { |times| times.cutime + times.cstime } - cpu_before
     body = dom[/<body[^>]*>/].to_s
     abort "the page did not render: #{body}" unless body.include?('data-rendered="ok"') && !body.include?("data-errors")
     { ready: body[/data-ready-ms="(\d+)"/, 1].to_i, draw: body[/data-draw-ms="([\d.]+)"/, 1].to_f,
-      zoom: body[/data-zoom-ms="([\d.]+)"/, 1].to_f, wall: wall }
+      zoom: body[/data-zoom-ms="([\d.]+)"/, 1].to_f, wall: wall, cpu: cpu }
   end
   [page, measured]
 end
@@ -73,3 +79,6 @@ puts format("Chromium (headless, %d runs): drawn %d ms after navigation started 
             RUNS, median(opened.map { |run| run[:ready] }), opened.map { |run| run[:ready] }.min,
             opened.map { |run| run[:ready] }.max, median(opened.map { |run| run[:wall] }),
             median(opened.map { |run| run[:draw] }), median(runs[clicked].map { |run| run[:zoom] }))
+puts format("Chromium CPU time (all its processes, median): %.2f s for the page, %.2f s for a blank page: the page " \
+            "costs %.2f s of CPU", median(opened.map { |run| run[:cpu] }), median(runs[blank].map { |run| run[:cpu] }),
+            median(opened.map { |run| run[:cpu] }) - median(runs[blank].map { |run| run[:cpu] }))
