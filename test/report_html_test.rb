@@ -184,6 +184,8 @@ class ReportHTMLTest < Minitest::Test
     budget = GVLScope::Formats::ReportHTML::Budget.new(**GVLScope::Formats::ReportHTML::BUDGET.to_h, embed_all_intervals: 0,
                                                           detail_intervals: 600, bins: 50)
     data = page_data(write_html(report, budget: budget))
+    assert_match(/\ANo findings: no convoy/, data["noFindings"])
+    assert_includes GVLScope::Formats::ReportText.new(report).to_s.lines.map(&:chomp), data["noFindings"], "the text report's words"
     timeline = data["timeline"]
     overview = report.overview(bins: 50)
     waits = (0...50).map { |bin| report.all_rows.sum { |row| overview.lane(row.serial)[4 * bin + 1] } }

@@ -95,10 +95,15 @@ module GVLScope
           labels: CODES.keys.map { |code| label(code) },
           summary: "#{ReportText.new(report).header.join("\n")}\n",
           findings: findings.map do |finding|
+            explains_ns = finding.to_h[:explains_wait_ns] # findings that say which share of the wait they explain
             { kind: finding.kind, thread: finding.thread, title: finding.title, fix: finding.fix,
-              focus_ns: finding.focus_ns, holder: holder_of(finding) }
+              focus_ns: finding.focus_ns, holder: holder_of(finding),
+              explains: explains_ns && format("%s, %d%% of all wait", Units.ms_rounded(explains_ns),
+                                              (100 * finding.to_h[:wait_share]).round) }
           end,
           findingsTotal: report.findings.size,
+          # The text report's own sentence, which names the findings it looks for.
+          noFindings: report.findings.empty? ? ReportText.new(report).short.lines.find { |line| line.start_with?("No findings") }&.chomp : nil,
           table: table,
           histograms: histograms,
           stacks: stacks(findings),

@@ -98,12 +98,12 @@ function renderStatic() {
   text("summary", REPORT.summary);
   text("table", REPORT.table.join("\n"));
   const findings = document.getElementById("findings");
-  if (REPORT.findings.length === 0) findings.textContent = "No findings: no convoy, hog or contention in this trace.";
+  if (REPORT.findings.length === 0) findings.textContent = REPORT.noFindings || "No findings.";
   REPORT.findings.forEach((f, index) => {
     const box = document.createElement("div");
     box.className = "finding";
     const title = document.createElement("div");
-    title.textContent = f.title;
+    title.textContent = (f.explains ? "[" + f.explains + "] " : "") + f.title;
     const fix = document.createElement("div");
     fix.className = "fix";
     fix.textContent = "Fix: " + f.fix;
