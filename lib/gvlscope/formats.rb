@@ -44,6 +44,8 @@ module GVLScope
                 extension: ".txt", description: "a metrics snapshot as a table and histograms"),
       Entry.new(name: "prometheus", class_name: :Prometheus, file: "prometheus", subject: :snapshot, command: nil,
                 extension: ".prom", description: "Prometheus text exposition of metrics snapshots"),
+      Entry.new(name: "top-text", class_name: :TopText, file: "top_text", subject: :live, command: nil,
+                extension: ".txt", description: "one frame of gvlscope top: an interval of a live source"),
       Entry.new(name: "lab-text", class_name: :LabText, file: "lab_text", subject: :lab, command: "lab",
                 extension: ".txt", description: "a lab result, as `gvlscope lab run` prints it"),
       Entry.new(name: "lab-markdown", class_name: :LabMarkdown, file: "lab_markdown", subject: :lab, command: "lab",
