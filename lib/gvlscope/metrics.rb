@@ -94,7 +94,10 @@ module GVLScope
         ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
       end
 
+      # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go)
       def self.thread_label(thread, serial)
+        return Vocabulary.thread_label(thread, serial) if thread.is_a?(String)
+
         Vocabulary.thread_label(thread.name, serial, main: thread == Thread.main)
       rescue StandardError
         Vocabulary.thread_label(nil, serial)
