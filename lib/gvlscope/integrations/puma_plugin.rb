@@ -7,6 +7,7 @@ require_relative "../units"
 require_relative "../breakdown"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
+require_relative "stats_line"
 
 module GVLScope
   # What `plugin :gvlscope` does in Puma (lib/puma/plugin/gvlscope.rb is the thin Puma side).
@@ -137,19 +138,7 @@ module GVLScope
 
     # One log line for an interval (a Snapshot difference).
     def self.log_line(interval, index:)
-      waits = interval.wait_histogram
-      who = index ? "worker #{index} (pid #{Process.pid})" : "pid #{Process.pid}"
-      format("gvlscope %s: %.1f s, GVL held %.1f%%, waiting threads now %d (avg %.2f), %d waits, " \
-             "wait p50 <= %s, p99 <= %s, longest so far %s",
-             who, interval.wall_ns / 1e9, 100 * interval.held_ratio, interval.waiting_threads,
-             interval.wall_ns.positive? ? interval.wait_ns.fdiv(interval.wall_ns) : 0.0, waits.sum,
-             quantile_text(waits, 0.5), quantile_text(waits, 0.99), Units.ms_or_us(interval.longest_wait_ns))
-    end
-
-    # The upper bound of the log2 bucket holding the q-quantile.
-    def self.quantile_text(counts, q)
-      bucket = Log2.quantile_bucket(counts, q)
-      bucket ? Units.ms_or_us(2**bucket) : "-"
+      StatsLine.for(interval, index ? "worker #{index} (pid #{Process.pid})" : "pid #{Process.pid}")
     end
 
     private
