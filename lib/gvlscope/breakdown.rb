@@ -1,0 +1,146 @@
+# frozen_string_literal: true
+
+require_relative "errors"
+require_relative "units"
+require_relative "fork"
+
+module GVLScope
+  # Process-wide GVL numbers per route (GVLScope::Rack) and per job class (GVLScope::Sidekiq):
+  # how many requests/jobs, and the sums of their run / GVL wait / idle / GC time and duration,
+  # with a log2 histogram of their GVL waits. Exporters (Prometheus /metrics, OpenTelemetry,
+  # StatsD) read #snapshot.
+  #
+  #   GVLScope::Breakdown.record(:route, "UsersController#show", timing)
+  #   GVLScope::Breakdown.record(:job, "HardJob", timing, { queue: "default" })
+  #   GVLScope::Breakdown.snapshot # => [#<struct Entry kind=:route, label="UsersController#show", ...>]
+  #
+  # Cardinality is bounded: at most max_labels series (label + tags) per kind; past it, new ones
+  # are added together under the label "other" with no tags. Counters are totals since the
+  # process started (or forked: a child starts empty) and only grow.
+  #
+  # With sampling (a producer's `sample:` below 1.0) only sampled requests/jobs are recorded:
+  # count and sums are of the sampled ones, and each Entry carries the sample_rate it was
+  # recorded with, so count / sample_rate estimates the real number.
+  module Breakdown
+    KINDS = %i[route job].freeze
+    OTHER = "other"
+    NO_TAGS = {}.freeze
+    DEFAULT_MAX_LABELS = 100
+    BUCKETS = Log2::BUCKETS
+
+    # Where each number sits in a series' Array (one flat Array per series: recording allocates
+    # nothing).
+    COUNT, RUN, WAIT, IDLE, GC, DURATION, RATE = 0, 1, 2, 3, 4, 5, 6 # rubocop:disable Style/ParallelAssignment
+    FIRST_BUCKET = 7
+
+    # One series: totals since start. wait_buckets: Log2 buckets of each request's/job's GVL wait
+    # in ns (bucket 0 counts zero waits).
+    Entry = Struct.new(:kind, :label, :tags, :count, :run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns,
+                       :wait_buckets, :sample_rate, keyword_init: true) do
+      def wait_ms = wait_ns / 1e6
+    end
+
+    @lock = Mutex.new
+    @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
+
+    class << self
+      # Adds one request/job. +timing+ answers run_ns, wait_ns, idle_ns, gc_ns, duration_ns (a
+      # finished GVLScope::RequestTiming); +tags+ (e.g. { queue: "default" }) are part of the key;
+      # +sample_rate+ is the producer's (1.0 when everything is recorded).
+      def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
+        wait = timing.wait_ns
+        run = timing.run_ns
+        idle = timing.idle_ns
+        gc = timing.gc_ns
+        duration = timing.duration_ns
+        @lock.synchronize do
+          row = series_row(kind, label, tags)
+          row[COUNT] += 1
+          row[RUN] += run
+          row[WAIT] += wait
+          row[IDLE] += idle
+          row[GC] += gc
+          row[DURATION] += duration
+          row[RATE] = sample_rate
+          row[FIRST_BUCKET + (wait.bit_length < BUCKETS ? wait.bit_length : BUCKETS - 1)] += 1
+        end
+        nil
+      end
+
+      # Every series, as frozen Entries (kinds in KINDS order, then labels in first-seen order).
+      def snapshot
+        copies = @lock.synchronize do
+          @series.flat_map do |kind, labels|
+            labels.flat_map { |label, by_tags| by_tags.map { |tags, row| [kind, label, tags, row.dup] } }
+          end
+        end
+        copies.map do |kind, label, tags, row|
+          Entry.new(kind: kind, label: label, tags: tags, count: row[COUNT], run_ns: row[RUN], wait_ns: row[WAIT],
+                    idle_ns: row[IDLE], gc_ns: row[GC], duration_ns: row[DURATION],
+                    wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze, sample_rate: row[RATE]).freeze
+        end
+      end
+
+      # max_labels: series per kind (both kinds); max_routes / max_jobs: one kind. Series already
+      # recorded stay; the cap applies to new ones.
+      def configure(**options)
+        Options.reject_unknown!(options, %i[max_labels max_routes max_jobs], "GVLScope::Breakdown.configure")
+        caps = { route: options[:max_routes] || options[:max_labels], job: options[:max_jobs] || options[:max_labels] }.compact
+        caps.each do |kind, cap|
+          unless cap.is_a?(Integer) && cap >= 0
+            raise Error, "GVLScope::Breakdown: max_labels must be an Integer >= 0, got #{cap.inspect} (for #{kind})"
+          end
+        end
+        @lock.synchronize { @max_labels.merge!(caps) }
+        nil
+      end
+
+      def max_labels(kind) = @max_labels.fetch(kind)
+
+      # Forgets every series and restores the default caps (tests; a forked child).
+      def reset!
+        @lock = Mutex.new # a forked child must not inherit a lock some parent thread held
+        @lock.synchronize do
+          @series = KINDS.to_h { |kind| [kind, {}] }
+          @sizes = KINDS.to_h { |kind| [kind, 0] }
+          @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
+        end
+        nil
+      end
+
+      # Forgets the series only, keeping the caps (a forked child: its numbers are its own).
+      def clear_series!
+        @lock = Mutex.new
+        @series = KINDS.to_h { |kind| [kind, {}] }
+        @sizes = KINDS.to_h { |kind| [kind, 0] }
+        nil
+      end
+
+      private
+
+      # The series' row, created on first sight (under the lock). Lookups allocate nothing: a
+      # Hash per kind, per label, per tags.
+      def series_row(kind, label, tags)
+        by_label = @series.fetch(kind) { raise Error, "GVLScope::Breakdown: kind must be one of #{KINDS.inspect}, got #{kind.inspect}" }
+        row = by_label[label]&.[](tags)
+        return row if row
+
+        if @sizes[kind] >= @max_labels[kind]
+          label = OTHER
+          tags = NO_TAGS
+          row = by_label[label]&.[](tags)
+          return row if row
+        else
+          @sizes[kind] += 1
+        end
+        label = -label.to_s # frozen, deduplicated: a caller's mutable String must not change the key
+        tags = tags.frozen? ? tags : tags.dup.freeze
+        (by_label[label] ||= {})[tags] = Array.new(FIRST_BUCKET + BUCKETS, 0).tap { |new_row| new_row[RATE] = 1.0 }
+      end
+    end
+
+    clear_series!
+  end
+
+  after_fork { Breakdown.clear_series! }
+end
