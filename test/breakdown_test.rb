@@ -37,6 +37,22 @@ class BreakdownTest < Minitest::Test
     assert e.frozen? && e.wait_buckets.frozen? && e.label.frozen?
   end
 
+  # A RequestTiming's pickup wait is summed apart, so the parts add up: run + wait + idle + gc =
+  # duration + pickup_wait.
+  def test_a_request_timing_is_recorded_with_its_pickup_wait
+    GVLScope::Metrics.enable
+    timing = GVLScope::RequestTiming.start
+    sleep 0.002
+    timing.finish!
+    GVLScope::Breakdown.record(:route, "GET /", timing)
+    e = entry(:route, "GET /")
+    assert_equal [1, timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns, timing.pickup_wait_ns],
+                 [e.count, e.run_ns, e.wait_ns, e.idle_ns, e.gc_ns, e.duration_ns, e.pickup_wait_ns]
+    assert_operator e.idle_ns, :>=, 2_000_000
+  ensure
+    GVLScope::Metrics.disable
+  end
+
   def test_tags_are_part_of_the_key_and_kinds_are_apart
     GVLScope::Breakdown.record(:job, "HardJob", timing(run: 1), { queue: "default" })
     GVLScope::Breakdown.record(:job, "HardJob", timing(run: 2), { queue: "low" })

@@ -30,13 +30,16 @@ module GVLScope
 
     # Where each number sits in a series' Array (one flat Array per series: recording allocates
     # nothing).
-    COUNT, RUN, WAIT, IDLE, GC, DURATION, RATE = 0, 1, 2, 3, 4, 5, 6 # rubocop:disable Style/ParallelAssignment
-    FIRST_BUCKET = 7
+    COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, RATE = 0, 1, 2, 3, 4, 5, 6, 7 # rubocop:disable Style/ParallelAssignment
+    FIRST_BUCKET = 8
 
-    # One series: totals since start. wait_buckets: Log2 buckets of each request's/job's GVL wait
-    # in ns (bucket 0 counts zero waits).
+    # One series: totals since start. duration_ns: the app call / the job (as RequestTiming's);
+    # wait_ns includes pickup_wait_ns, the wait for the GVL before the request/job started (see
+    # RequestTiming), so run + wait + idle + gc = duration + pickup_wait (to the clock's
+    # resolution). wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0
+    # counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, :count, :run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns,
-                       :wait_buckets, :sample_rate, keyword_init: true) do
+                       :pickup_wait_ns, :wait_buckets, :sample_rate, keyword_init: true) do
       def wait_ms = wait_ns / 1e6
     end
 
@@ -44,15 +47,17 @@ module GVLScope
     @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
 
     class << self
-      # Adds one request/job. +timing+ answers run_ns, wait_ns, idle_ns, gc_ns, duration_ns (a
-      # finished GVLScope::RequestTiming); +tags+ (e.g. { queue: "default" }) are part of the key;
-      # +sample_rate+ is the producer's (1.0 when everything is recorded).
+      # Adds one request/job. +timing+ answers run_ns, wait_ns, idle_ns, gc_ns, duration_ns and
+      # optionally pickup_wait_ns (a finished GVLScope::RequestTiming); +tags+ (e.g.
+      # { queue: "default" }) are part of the key; +sample_rate+ is the producer's (1.0 when
+      # everything is recorded).
       def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
         wait = timing.wait_ns
         run = timing.run_ns
         idle = timing.idle_ns
         gc = timing.gc_ns
         duration = timing.duration_ns
+        pickup = timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0
         @lock.synchronize do
           row = series_row(kind, label, tags)
           row[COUNT] += 1
@@ -61,6 +66,7 @@ module GVLScope
           row[IDLE] += idle
           row[GC] += gc
           row[DURATION] += duration
+          row[PICKUP] += pickup
           row[RATE] = sample_rate
           row[FIRST_BUCKET + (wait.bit_length < BUCKETS ? wait.bit_length : BUCKETS - 1)] += 1
         end
@@ -77,7 +83,8 @@ module GVLScope
         copies.map do |kind, label, tags, row|
           Entry.new(kind: kind, label: label, tags: tags, count: row[COUNT], run_ns: row[RUN], wait_ns: row[WAIT],
                     idle_ns: row[IDLE], gc_ns: row[GC], duration_ns: row[DURATION],
-                    wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze, sample_rate: row[RATE]).freeze
+                    pickup_wait_ns: row[PICKUP], wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze,
+                    sample_rate: row[RATE]).freeze
         end
       end
 
@@ -85,7 +92,8 @@ module GVLScope
       # recorded stay; the cap applies to new ones.
       def configure(**options)
         Options.reject_unknown!(options, %i[max_labels max_routes max_jobs], "GVLScope::Breakdown.configure")
-        caps = { route: options[:max_routes] || options[:max_labels], job: options[:max_jobs] || options[:max_labels] }.compact
+        every = options[:max_labels]
+        caps = { route: options[:max_routes] || every, job: options[:max_jobs] || every }.compact
         caps.each do |kind, cap|
           unless cap.is_a?(Integer) && cap >= 0
             raise Error, "GVLScope::Breakdown: max_labels must be an Integer >= 0, got #{cap.inspect} (for #{kind})"
