@@ -65,6 +65,7 @@ class StatsDTest < Minitest::Test
                     "gvl.request.idle_ms:1|c|#route:UsersController#show",
                     "gvl.request.gc_ms:0|c|#route:UsersController#show",
                     "gvl.request.duration_ms:11|c|#route:UsersController#show",
+                    "gvl.request.pickup_wait_ms:0|c|#route:UsersController#show",
                     "gvl.request.gvl_wait_p50_ms:4.194|g|#route:UsersController#show",
                     "gvl.request.gvl_wait_p99_ms:4.194|g|#route:UsersController#show"], route
       # A label's spaces become "_" (a tag value cannot hold them); ":" and "/" stay.
@@ -99,6 +100,7 @@ class StatsDTest < Minitest::Test
                     "gvlscope.request.idle_ms:0|c|#route:UsersController#show",
                     "gvlscope.request.gc_ms:0.25|c|#route:UsersController#show",
                     "gvlscope.request.duration_ms:1.25|c|#route:UsersController#show",
+                    "gvlscope.request.pickup_wait_ms:0|c|#route:UsersController#show",
                     "gvlscope.request.gvl_wait_p50_ms:0|g|#route:UsersController#show",
                     "gvlscope.request.gvl_wait_p99_ms:0|g|#route:UsersController#show"], routes
     end

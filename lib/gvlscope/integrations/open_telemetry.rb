@@ -6,7 +6,7 @@ require_relative "../breakdown"
 require_relative "../units"
 require_relative "../fork"
 require_relative "../version"
-require_relative "../rate_limited_warning"
+require_relative "request_hooks"
 
 module GVLScope
   # GVL numbers as OpenTelemetry metrics, through the official Ruby SDK (opentelemetry-metrics-sdk)
@@ -22,7 +22,9 @@ module GVLScope
   #   gvlscope.waiting_threads     gauge, {thread} threads waiting for the GVL now
   #   gvlscope.request.gvl.wait    histogram, s   GVL wait per request, attribute route (GVLScope::Breakdown)
   #   gvlscope.request.time        counter, s     run / wait / idle / gc time of requests, attributes route, state
-  #   gvlscope.request.duration    counter, s     their duration (the four states add up to it)
+  #   gvlscope.request.duration    counter, s     their duration (the app call)
+  #   gvlscope.request.pickup_wait counter, s     GVL wait before they started (part of state wait):
+  #                                               run + wait + idle + gc = duration + pickup_wait
   #   gvlscope.job.*               the same per job class: attributes job, queue
   #
   # Why not the SDK's instruments: the SDK has no asynchronous histogram, and its observable
@@ -58,7 +60,8 @@ module GVLScope
       def install(**options)
         Options.reject_unknown!(options, OPTIONS, OWNER)
         load_sdk
-        warning = RateLimitedWarning.new(OWNER, logger: options.fetch(:logger) { ::OpenTelemetry.logger })
+        logger = options.fetch(:logger) { ::OpenTelemetry.logger }
+        warning = RequestHooks::Warning.new { |line| logger.warn("gvlscope: #{OWNER}: #{line}") }
         temporality = temporality_option(options[:temporality])
         provider = if options.key?(:otlp_endpoint)
                      raise Error, "#{OWNER}: give meter_provider or otlp_endpoint, not both" if options.key?(:meter_provider)
@@ -181,7 +184,6 @@ module GVLScope
 
       def reset
         __setobj__(@build.call)
-        @warning.reset
         ::OpenTelemetry::SDK::Metrics::Export::SUCCESS
       end
 
@@ -189,7 +191,7 @@ module GVLScope
 
       def failed(why = "")
         @failed_exports += 1
-        @warning.call("could not export to #{@endpoint}#{why}; #{@failed_exports} failed exports so far")
+        @warning.warn("could not export to #{@endpoint}#{why}; #{@failed_exports} failed exports so far")
       end
     end
 
@@ -230,8 +232,9 @@ module GVLScope
     class Stream
       def initialize(producer)
         @producer = producer
-        @lock = Mutex.new
         after_fork
+        # held_ratio's first interval starts at install (Metrics may have counted long before).
+        @previous_snapshot = Metrics.snapshot if Metrics.enabled?
       end
 
       # The metric store sets it on every stream; gvlscope's cardinality is bounded by Breakdown.
@@ -250,7 +253,7 @@ module GVLScope
       def collect(_start_time, end_time)
         @lock.synchronize { metric_data(end_time) }
       rescue StandardError => e
-        @producer.warning.call("could not collect: #{e.class}: #{e.message}")
+        @producer.warning.warn("could not collect: #{e.class}: #{e.message}")
         []
       end
 
@@ -268,7 +271,7 @@ module GVLScope
           process_metrics(data, snapshot, process_start, now)
           @previous_snapshot = snapshot
         else
-          @producer.warning.call("GVLScope::Metrics is disabled: only per-route/job numbers are reported")
+          @producer.warning.warn("GVLScope::Metrics is disabled: only per-route/job numbers are reported")
         end
         breakdown_metrics(data, Breakdown.snapshot, start, now)
         @previous_end = now
@@ -278,11 +281,12 @@ module GVLScope
       def process_metrics(data, snapshot, start, now)
         interval = @previous_snapshot ? snapshot - @previous_snapshot : snapshot
         max = @producer.temporality == :cumulative ? snapshot.longest_wait_ns / 1e9 : nil
-        wait = histogram_point({}, snapshot.wait_histogram, snapshot.wait_histogram.sum, snapshot.wait_ns, start, now, max)
+        wait = histogram_point(:wait, {}, snapshot.wait_histogram, snapshot.wait_histogram.sum, snapshot.wait_ns, start, now,
+                               max)
         data << metric("gvlscope.gvl.wait", "Waits for the GVL, each one (sum: all GVL wait, waits in progress included)",
-                       "s", :histogram, [wait].compact)
+                       "s", :histogram, [wait])
         data << metric("gvlscope.gvl.held", "Time some thread held the GVL", "s", :observable_counter,
-                       [sum_point({}, snapshot.held_ns / 1e9, start, now)].compact, monotonic: true)
+                       [sum_point(:held, {}, snapshot.held_ns / 1e9, start, now)], monotonic: true)
         data << metric("gvlscope.gvl.held_ratio", "Share of the time since the previous collection the GVL was held",
                        "1", :observable_gauge, [gauge_point(interval.held_ratio, start, now)])
         data << metric("gvlscope.waiting_threads", "Threads waiting for the GVL now", "{thread}", :observable_gauge,
@@ -293,22 +297,25 @@ module GVLScope
         entries.group_by(&:kind).each do |kind, kind_entries|
           base = "gvlscope.#{KIND_METRIC.fetch(kind)}"
           what = kind == :route ? "requests" : "jobs"
-          waits, times, durations = [], [], []
+          waits, times, durations, pickups = [], [], [], []
           kind_entries.each do |entry|
             attributes = attributes_of(entry)
             scale = entry.sample_rate < 1.0 ? 1.0 / entry.sample_rate : 1.0
             buckets = entry.wait_buckets.map { |count| (count * scale).round }
-            waits << histogram_point(attributes, buckets, buckets.sum, entry.wait_ns * scale, start, now, nil)
+            waits << histogram_point([kind, :wait], attributes, buckets, buckets.sum, entry.wait_ns * scale, start, now, nil)
             STATES.each do |state, field|
-              times << sum_point(attributes.merge("state" => state.to_s), entry[field] * scale / 1e9, start, now)
+              times << sum_point([kind, :time], attributes.merge("state" => state.to_s), entry[field] * scale / 1e9, start, now)
             end
-            durations << sum_point(attributes, entry.duration_ns * scale / 1e9, start, now)
+            durations << sum_point([kind, :duration], attributes, entry.duration_ns * scale / 1e9, start, now)
+            pickups << sum_point([kind, :pickup], attributes, entry.pickup_wait_ns * scale / 1e9, start, now)
           end
-          data << metric("#{base}.gvl.wait", "GVL wait of each of the #{what}", "s", :histogram, waits.compact)
+          data << metric("#{base}.gvl.wait", "GVL wait of each of the #{what}", "s", :histogram, waits)
           data << metric("#{base}.time", "Time of the #{what} by state: run, wait (for the GVL), idle, gc", "s",
-                         :observable_counter, times.compact, monotonic: true)
-          data << metric("#{base}.duration", "Duration of the #{what} (run + wait + idle + gc)", "s",
-                         :observable_counter, durations.compact, monotonic: true)
+                         :observable_counter, times, monotonic: true)
+          data << metric("#{base}.duration", "Duration of the #{what} (run + wait + idle + gc = duration + pickup_wait)",
+                         "s", :observable_counter, durations, monotonic: true)
+          data << metric("#{base}.pickup_wait", "GVL wait before the #{what} started (counted in state wait)", "s",
+                         :observable_counter, pickups, monotonic: true)
         end
       end
 
@@ -326,11 +333,12 @@ module GVLScope
         @producer.metric_data(name, description, unit, kind, points, monotonic: monotonic)
       end
 
-      # A counter's point: cumulative, or its change since the previous collection (delta).
-      def sum_point(attributes, total, start, now)
+      # A counter's point: cumulative, or its change since the previous collection (delta). +metric+
+      # and +attributes+ name the series whose previous value is kept.
+      def sum_point(metric, attributes, total, start, now)
         value = total
         if @producer.temporality == :delta
-          key = [:sum, attributes]
+          key = [metric, attributes]
           value = total - (@previous_points[key] || 0)
           @previous_points[key] = total
         end
@@ -341,12 +349,12 @@ module GVLScope
         ::OpenTelemetry::SDK::Metrics::Aggregation::NumberDataPoint.new({}, start, now, value, 0, nil)
       end
 
-      def histogram_point(attributes, log2_counts, count, sum_ns, start, now, max)
+      def histogram_point(metric, attributes, log2_counts, count, sum_ns, start, now, max)
         counts = Array.new(LAST_BOUNDED_BUCKET + 2, 0)
         log2_counts.each_with_index { |n, bucket| counts[[bucket, LAST_BOUNDED_BUCKET + 1].min] += n }
         sum = sum_ns / 1e9
         if @producer.temporality == :delta
-          key = [:histogram, attributes]
+          key = [metric, attributes]
           before_count, before_sum, before_counts = @previous_points[key]
           @previous_points[key] = [count, sum, counts]
           if before_counts

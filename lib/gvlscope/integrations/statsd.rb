@@ -5,7 +5,7 @@ require_relative "../metrics"
 require_relative "../breakdown"
 require_relative "../units"
 require_relative "../fork"
-require_relative "../rate_limited_warning"
+require_relative "request_hooks"
 
 module GVLScope
   # GVL numbers to StatsD or DogStatsD (Datadog's agent) over UDP: a background thread sends,
@@ -17,8 +17,9 @@ module GVLScope
   # held the GVL), gvl.waiting_threads (now), gvl.wait_p50_ms / gvl.wait_p99_ms (upper bounds of
   # the log2 buckets holding those quantiles of the interval's GVL waits); counters gvl.waits and
   # gvl.wait_ms. Per route and per job class (GVLScope::Breakdown): counters request.count,
-  # request.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms (job.* for jobs) and the gauges
-  # request.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
+  # request.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms / pickup_wait_ms (job.* for jobs;
+  # run + gvl_wait + idle + gc = duration + pickup_wait, the GVL wait before the request started)
+  # and the gauges request.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
   # DogStatsD tags (`|#route:UsersController#show`); with tags: false they go into the name
   # (`request.UsersController_show.count`), for a plain StatsD. Sampled counts (a producer's
   # `sample:`) carry their rate (`|@0.1`), so the server scales them back.
@@ -82,7 +83,8 @@ module GVLScope
       validate!
       @host, @port, @every, @tags = @options.values_at(:host, :port, :every, :tags)
       @prefix = @options[:prefix].empty? ? "" : "#{@options[:prefix]}."
-      @warning = RateLimitedWarning.new(OWNER, logger: @options[:logger])
+      logger = @options[:logger]
+      @warning = RequestHooks::Warning.new { |line| logger ? logger.warn(line) : Kernel.warn(line) }
       @sent_datagrams = 0
       @dropped_datagrams = 0
       @stop_lock = Mutex.new
@@ -124,7 +126,7 @@ module GVLScope
         lines
       end
     rescue StandardError => e
-      @warning.call("could not flush: #{e.class}: #{e.message}")
+      warn_once("could not flush: #{e.class}: #{e.message}")
       []
     end
 
@@ -148,7 +150,6 @@ module GVLScope
       @flush_lock = Mutex.new
       @stop_lock = Mutex.new
       @wake = ConditionVariable.new
-      @warning.reset
       @socket = nil
       start unless @stopping
     end
@@ -209,8 +210,8 @@ module GVLScope
       # A sampled series: the server multiplies counters by 1/rate.
       rate = entry.sample_rate < 1.0 ? "|@#{entry.sample_rate}" : ""
       lines << line("#{base}.count", count, "c", rate, tags)
-      { run_ms: :run_ns, gvl_wait_ms: :wait_ns, idle_ms: :idle_ns, gc_ms: :gc_ns,
-        duration_ms: :duration_ns }.each do |name, field|
+      { run_ms: :run_ns, gvl_wait_ms: :wait_ns, idle_ms: :idle_ns, gc_ms: :gc_ns, duration_ms: :duration_ns,
+        pickup_wait_ms: :pickup_wait_ns }.each do |name, field|
         lines << line("#{base}.#{name}", ms(entry[field] - (before ? before[field] : 0)), "c", rate, tags)
       end
       buckets = before ? entry.wait_buckets.zip(before.wait_buckets).map { |now, earlier| now - earlier } : entry.wait_buckets
@@ -271,8 +272,10 @@ module GVLScope
       # Refused: the ICMP answer to an earlier datagram; the socket stays usable. Otherwise
       # (resolution, no route) try again from scratch next time.
       close_socket unless e.is_a?(Errno::ECONNREFUSED)
-      @warning.call("cannot send to #{@host}:#{@port}: #{e.message} (datagrams dropped: #{@dropped_datagrams})")
+      warn_once("cannot send to #{@host}:#{@port}: #{e.message} (datagrams dropped: #{@dropped_datagrams})")
     end
+
+    def warn_once(message) = @warning.warn("gvlscope: #{OWNER}: #{message}")
 
     def connect
       address = Addrinfo.udp(@host, @port)
