@@ -14,7 +14,7 @@ module GVLScope
   #   GVLScope::StatsD.start(host: "127.0.0.1", port: 8125, every: 10, prefix: "gvlscope", tags: true)
   #
   # Process-wide (GVLScope::Metrics): gauges gvl.held_ratio (share of the interval some thread
-  # held the GVL), gvl.waiting_threads (now), gvl.wait_p50_ms / gvl.wait_p99_ms (upper bounds of
+  # held the GVL), waiting_threads (now), gvl.wait_p50_ms / gvl.wait_p99_ms (upper bounds of
   # the log2 buckets holding those quantiles of the interval's GVL waits); counters gvl.waits and
   # gvl.wait_ms. Per route and per job class (GVLScope::Breakdown): counters request.count,
   # request.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms / pickup_wait_ms (job.* for jobs;
@@ -188,7 +188,7 @@ module GVLScope
     def process_lines(lines, interval)
       waits = interval.wait_histogram
       lines << line("gvl.held_ratio", format("%.4f", interval.held_ratio), "g")
-      lines << line("gvl.waiting_threads", interval.waiting_threads, "g")
+      lines << line("waiting_threads", interval.waiting_threads, "g")
       lines << line("gvl.waits", waits.sum, "c")
       lines << line("gvl.wait_ms", ms(interval.wait_ns), "c")
       quantile_lines(lines, "gvl.wait", waits)
