@@ -93,6 +93,7 @@ class PumaTest < Minitest::Test
     # Which worker answers is the kernel's choice: each /cpu response says who served it.
     cpu_requests = Hash.new(0)
     8.times { cpu_requests[Integer(get(server.port, "/cpu").body)] += 1 }
+    (1..5).each { |id| get(server.port, "/items/#{id}") } # the app has no router: the path template
     sleep 2.5 # every worker reported (once a second) after its last request
 
     metrics = PrometheusText.parse(get(server.metrics_port, "/metrics").body)
@@ -110,6 +111,12 @@ class PumaTest < Minitest::Test
       assert_operator seconds, :>=, 0.8 * expected, "worker #{pid}: #{cpu_requests.inspect}"
       assert_operator seconds, :<=, expected + 0.5, "worker #{pid}: #{cpu_requests.inspect}"
     end
+    # Per-route series from each worker, through the master: /cpu counted where it was served.
+    routes = metrics.values.select { |name, _, _| name == "gvlscope_route_requests_total" }
+    cpu_by_pid = routes.filter_map { |_, labels, count| [Integer(labels["pid"]), count] if labels["route"] == "GET /cpu" }.to_h
+    assert_equal cpu_requests.select { |_, count| count.positive? }, cpu_by_pid
+    assert_equal 5, routes.select { |_, labels, _| labels["route"] == "GET /items/:id" }.sum(&:last)
+    assert_equal ["GET /cpu", "GET /items/:id"], routes.map { |_, labels, _| labels["route"] }.uniq.sort
     assert_match(/gvlscope worker [01] \(pid \d+\): [\d.]+ s, GVL held [\d.]+%, waiting threads now \d+/, server.log)
     assert_equal "404", get(server.metrics_port, "/").code
   end

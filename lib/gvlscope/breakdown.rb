@@ -40,7 +40,34 @@ module GVLScope
     # counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, :count, :run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns,
                        :pickup_wait_ns, :wait_buckets, :sample_rate, keyword_init: true) do
+      SUMS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns].freeze
+
       def wait_ms = wait_ns / 1e6
+      def key = [kind, label, tags]
+
+      # The same series of two processes (Puma workers) added together.
+      def +(other)
+        Entry.new(**to_h, **SUMS.to_h { |sum| [sum, self[sum] + other[sum]] },
+                  wait_buckets: wait_buckets.zip(other.wait_buckets).map(&:sum).freeze).freeze
+      end
+
+      # Small and plain, to travel between processes: the histogram sparse.
+      def pack
+        [kind, label, tags, *SUMS.map { |sum| self[sum] }, sample_rate,
+         wait_buckets.each_with_index.filter_map { |count, bucket| [bucket, count] if count.positive? }]
+      end
+
+      def self.unpack((kind, label, tags, *sums, sample_rate, buckets))
+        wait_buckets = Array.new(BUCKETS, 0)
+        buckets.each { |bucket, count| wait_buckets[bucket] = count }
+        new(kind: kind, label: label, tags: tags, **SUMS.zip(sums).to_h, sample_rate: sample_rate,
+            wait_buckets: wait_buckets.freeze).freeze
+      end
+
+      # Several processes' entries: one per series, added up.
+      def self.add_up(entries)
+        entries.group_by(&:key).map { |_, same| same.reduce(:+) }
+      end
     end
 
     @lock = Mutex.new
