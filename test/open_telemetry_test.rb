@@ -66,30 +66,30 @@ class OpenTelemetryTest < Minitest::Test
     metrics = pull
 
     assert_equal %w[gvlscope.gvl.held gvlscope.gvl.held_ratio gvlscope.gvl.wait gvlscope.job.duration gvlscope.job.gvl.wait
-                    gvlscope.job.pickup_wait gvlscope.job.time gvlscope.request.duration gvlscope.request.gvl.wait
-                    gvlscope.request.pickup_wait gvlscope.request.time gvlscope.waiting_threads], metrics.keys.sort
+                    gvlscope.job.pickup_wait gvlscope.job.time gvlscope.route.duration gvlscope.route.gvl.wait
+                    gvlscope.route.pickup_wait gvlscope.route.time gvlscope.waiting_threads], metrics.keys.sort
     assert_equal({ "gvlscope.gvl.wait" => ["s", :histogram], "gvlscope.gvl.held" => ["s", :observable_counter],
                    "gvlscope.gvl.held_ratio" => ["1", :observable_gauge],
                    "gvlscope.waiting_threads" => ["{thread}", :observable_gauge],
-                   "gvlscope.request.gvl.wait" => ["s", :histogram], "gvlscope.request.time" => ["s", :observable_counter] },
+                   "gvlscope.route.gvl.wait" => ["s", :histogram], "gvlscope.route.time" => ["s", :observable_counter] },
                  metrics.slice("gvlscope.gvl.wait", "gvlscope.gvl.held", "gvlscope.gvl.held_ratio", "gvlscope.waiting_threads",
-                               "gvlscope.request.gvl.wait", "gvlscope.request.time").transform_values { |m| [m.unit, m.instrument_kind] })
+                               "gvlscope.route.gvl.wait", "gvlscope.route.time").transform_values { |m| [m.unit, m.instrument_kind] })
 
-    show = point(metrics["gvlscope.request.gvl.wait"], { "route" => "UsersController#show" })
+    show = point(metrics["gvlscope.route.gvl.wait"], { "route" => "UsersController#show" })
     assert_equal 2, show.count
     assert_in_delta 0.006, show.sum, 1e-12
     assert_equal 37, show.bucket_counts.size, "36 bounds, 37 buckets"
     assert_equal({ 22 => 2 }, show.bucket_counts.each_with_index.select { |n, _| n.positive? }.to_h { |n, i| [i, n] })
     assert_in_delta 2**22 / 1e9, show.explicit_bounds[22], 1e-15, "3 ms lies in the bucket bounded by 2^22 ns = 4.19 ms"
-    index = point(metrics["gvlscope.request.gvl.wait"], { "route" => "HomeController#index" })
+    index = point(metrics["gvlscope.route.gvl.wait"], { "route" => "HomeController#index" })
     assert_equal [1, 1], [index.count, index.bucket_counts[0]], "no wait: the zero bucket"
-    times = metrics["gvlscope.request.time"]
+    times = metrics["gvlscope.route.time"]
     { "run" => 0.004, "wait" => 0.006, "idle" => 0.001, "gc" => 0.0 }.each do |state, seconds|
       assert_in_delta seconds, point(times, { "route" => "UsersController#show", "state" => state }).value, 1e-12, state
     end
-    assert_in_delta 0.011, point(metrics["gvlscope.request.duration"], { "route" => "UsersController#show" }).value, 1e-12
-    assert metrics["gvlscope.request.duration"].is_monotonic
-    assert_equal :cumulative, metrics["gvlscope.request.duration"].aggregation_temporality
+    assert_in_delta 0.011, point(metrics["gvlscope.route.duration"], { "route" => "UsersController#show" }).value, 1e-12
+    assert metrics["gvlscope.route.duration"].is_monotonic
+    assert_equal :cumulative, metrics["gvlscope.route.duration"].aggregation_temporality
     job = point(metrics["gvlscope.job.gvl.wait"], { "job" => "HardJob", "queue" => "default" })
     assert_equal [1, 0.003], [job.count, job.sum]
 
@@ -132,18 +132,18 @@ class OpenTelemetryTest < Minitest::Test
     second = [pull(cumulative_reader), pull(delta_reader)]
 
     show = { "route" => "UsersController#show" }
-    before, after = [first, second].map { |(cumulative, _)| point(cumulative["gvlscope.request.gvl.wait"], show) }
+    before, after = [first, second].map { |(cumulative, _)| point(cumulative["gvlscope.route.gvl.wait"], show) }
     assert_equal [2, 3], [before.count, after.count]
     assert_equal before.start_time_unix_nano, after.start_time_unix_nano
     assert_operator after.time_unix_nano, :>, before.time_unix_nano
 
     first_delta, second_delta = [first, second].map { |(_, delta)| delta }
-    assert_equal :delta, second_delta["gvlscope.request.gvl.wait"].aggregation_temporality
-    late = point(second_delta["gvlscope.request.gvl.wait"], show)
+    assert_equal :delta, second_delta["gvlscope.route.gvl.wait"].aggregation_temporality
+    late = point(second_delta["gvlscope.route.gvl.wait"], show)
     assert_equal [1, 1, 0.0], [late.count, late.bucket_counts[0], late.sum], "only the request since the previous collection"
-    assert_equal point(first_delta["gvlscope.request.gvl.wait"], show).time_unix_nano, late.start_time_unix_nano
-    assert_in_delta 0.00125, point(second_delta["gvlscope.request.duration"], show).value, 1e-12
-    assert_equal 0, point(second_delta["gvlscope.request.gvl.wait"], { "route" => "HomeController#index" }).count
+    assert_equal point(first_delta["gvlscope.route.gvl.wait"], show).time_unix_nano, late.start_time_unix_nano
+    assert_in_delta 0.00125, point(second_delta["gvlscope.route.duration"], show).value, 1e-12
+    assert_equal 0, point(second_delta["gvlscope.route.gvl.wait"], { "route" => "HomeController#index" }).count
   end
 
   def test_sampled_series_are_scaled_to_estimates
@@ -160,8 +160,8 @@ class OpenTelemetryTest < Minitest::Test
     later = OpenTelemetry::SDK::Metrics::Export::InMemoryMetricPullExporter.new
     @provider.add_metric_reader(later)
     record_requests
-    assert_equal 2, point(pull(later)["gvlscope.request.gvl.wait"], { "route" => "UsersController#show" }).count
-    assert_equal 2, point(pull["gvlscope.request.gvl.wait"], { "route" => "UsersController#show" }).count
+    assert_equal 2, point(pull(later)["gvlscope.route.gvl.wait"], { "route" => "UsersController#show" }).count
+    assert_equal 2, point(pull["gvlscope.route.gvl.wait"], { "route" => "UsersController#show" }).count
   end
 
   # The official OTLP/HTTP exporter (gzip, protobuf) posting to a server of the test, which
@@ -184,7 +184,7 @@ class OpenTelemetryTest < Minitest::Test
     assert_includes metrics.keys, "gvlscope.gvl.held_ratio"
     assert_includes metrics.keys, "gvlscope.waiting_threads"
 
-    histogram = metrics.fetch("gvlscope.request.gvl.wait")
+    histogram = metrics.fetch("gvlscope.route.gvl.wait")
     assert_equal "s", histogram.unit
     assert_equal :AGGREGATION_TEMPORALITY_CUMULATIVE, histogram.histogram.aggregation_temporality
     show = histogram.histogram.data_points.find do |data_point|
@@ -196,7 +196,7 @@ class OpenTelemetryTest < Minitest::Test
     assert_equal 2, show.bucket_counts[22]
     assert_in_delta 2**22 / 1e9, show.explicit_bounds[22], 1e-15
 
-    time = metrics.fetch("gvlscope.request.time").sum
+    time = metrics.fetch("gvlscope.route.time").sum
     assert time.is_monotonic
     wait = time.data_points.find { |data_point| data_point.attributes.map { |kv| [kv.key, kv.value.string_value] }.sort == [%w[route UsersController#show], %w[state wait]] }
     assert_in_delta 0.006, wait.as_double, 1e-12
@@ -218,7 +218,7 @@ class OpenTelemetryTest < Minitest::Test
     served, longest_gap = serve_requests_for(1.5)
     assert_operator served, :>, 100
     assert_operator longest_gap, :<, 0.5, "no request waited on the exporter"
-    assert_equal served, point(pull["gvlscope.request.gvl.wait"], { "route" => "Busy#work" }).count,
+    assert_equal served, point(pull["gvlscope.route.gvl.wait"], { "route" => "Busy#work" }).count,
                  "the in-memory reader of the same provider got every request"
     assert_empty @logged.string, "gvlscope's own collection did not fail"
   ensure
@@ -235,7 +235,7 @@ class OpenTelemetryTest < Minitest::Test
       request = receiver.next_request or flunk "nothing was posted"
       names = request.decoded.resource_metrics.flat_map(&:scope_metrics).flat_map(&:metrics).map(&:name)
     end
-    assert_includes names, "gvlscope.request.gvl.wait"
+    assert_includes names, "gvlscope.route.gvl.wait"
     assert_includes names, "gvlscope.gvl.held_ratio"
     assert_empty @logged.string
   ensure
@@ -308,7 +308,7 @@ class OpenTelemetryTest < Minitest::Test
     end
     assert_equal ["gvlscope: GVLScope::OpenTelemetry: could not collect: IOError: store unreadable"], @logged.string.lines.map(&:chomp)
     record_requests
-    assert_equal 2, point(pull["gvlscope.request.gvl.wait"], { "route" => "UsersController#show" }).count
+    assert_equal 2, point(pull["gvlscope.route.gvl.wait"], { "route" => "UsersController#show" }).count
   end
 
   def test_bad_arguments_raise_one_line_at_install
@@ -350,7 +350,7 @@ class OpenTelemetryTest < Minitest::Test
         GVLScope::Breakdown.record(:route, "Child#only", Timing.new(1, 0, 0, 0, 1))
         reader.reset
         reader.pull
-        waits = reader.metric_snapshots.find { |m| m.name == "gvlscope.request.gvl.wait" }
+        waits = reader.metric_snapshots.find { |m| m.name == "gvlscope.route.gvl.wait" }
         held = reader.metric_snapshots.find { |m| m.name == "gvlscope.gvl.held" }.data_points.first
         puts waits.data_points.map { |p| p.attributes["route"] }.inspect
         puts waits.data_points.first.start_time_unix_nano >= forked_at

@@ -59,20 +59,20 @@ class StatsDTest < Minitest::Test
       assert_equal lines, sent, "what #flush returns is what went on the wire"
 
       route = sent.grep(/\|#route:UsersController#show\z/)
-      assert_equal ["gvl.request.count:2|c|#route:UsersController#show",
-                    "gvl.request.run_ms:4|c|#route:UsersController#show",
-                    "gvl.request.gvl_wait_ms:6|c|#route:UsersController#show",
-                    "gvl.request.idle_ms:1|c|#route:UsersController#show",
-                    "gvl.request.gc_ms:0|c|#route:UsersController#show",
-                    "gvl.request.duration_ms:11|c|#route:UsersController#show",
-                    "gvl.request.pickup_wait_ms:0|c|#route:UsersController#show",
-                    "gvl.request.gvl_wait_p50_ms:4.194|g|#route:UsersController#show",
-                    "gvl.request.gvl_wait_p99_ms:4.194|g|#route:UsersController#show"], route
+      assert_equal ["gvl.route.requests:2|c|#route:UsersController#show",
+                    "gvl.route.run_ms:4|c|#route:UsersController#show",
+                    "gvl.route.gvl_wait_ms:6|c|#route:UsersController#show",
+                    "gvl.route.idle_ms:1|c|#route:UsersController#show",
+                    "gvl.route.gc_ms:0|c|#route:UsersController#show",
+                    "gvl.route.duration_ms:11|c|#route:UsersController#show",
+                    "gvl.route.pickup_wait_ms:0|c|#route:UsersController#show",
+                    "gvl.route.gvl_wait_p50_ms:4.194|g|#route:UsersController#show",
+                    "gvl.route.gvl_wait_p99_ms:4.194|g|#route:UsersController#show"], route
       # A label's spaces become "_" (a tag value cannot hold them); ":" and "/" stay.
-      assert_includes sent, "gvl.request.count:1|c|#route:GET_/users/:id/posts"
-      assert_includes sent, "gvl.request.gvl_wait_p99_ms:0|g|#route:GET_/users/:id/posts"
-      assert_includes sent, "gvl.request.gc_ms:0.25|c|#route:GET_/users/:id/posts"
-      assert_includes sent, "gvl.job.count:1|c|#job:HardJob,queue:default"
+      assert_includes sent, "gvl.route.requests:1|c|#route:GET_/users/:id/posts"
+      assert_includes sent, "gvl.route.gvl_wait_p99_ms:0|g|#route:GET_/users/:id/posts"
+      assert_includes sent, "gvl.route.gc_ms:0.25|c|#route:GET_/users/:id/posts"
+      assert_includes sent, "gvl.job.executions:1|c|#job:HardJob,queue:default"
       assert_includes sent, "gvl.job.gvl_wait_ms:3|c|#job:HardJob,queue:default"
 
       process = sent.grep_v(/\|#/)
@@ -94,15 +94,15 @@ class StatsDTest < Minitest::Test
       GVLScope::Breakdown.record(:route, "UsersController#show", INDEX)
       sent = exporter.flush
       routes = sent.grep(/\|#/)
-      assert_equal ["gvlscope.request.count:1|c|#route:UsersController#show",
-                    "gvlscope.request.run_ms:1|c|#route:UsersController#show",
-                    "gvlscope.request.gvl_wait_ms:0|c|#route:UsersController#show",
-                    "gvlscope.request.idle_ms:0|c|#route:UsersController#show",
-                    "gvlscope.request.gc_ms:0.25|c|#route:UsersController#show",
-                    "gvlscope.request.duration_ms:1.25|c|#route:UsersController#show",
-                    "gvlscope.request.pickup_wait_ms:0|c|#route:UsersController#show",
-                    "gvlscope.request.gvl_wait_p50_ms:0|g|#route:UsersController#show",
-                    "gvlscope.request.gvl_wait_p99_ms:0|g|#route:UsersController#show"], routes
+      assert_equal ["gvlscope.route.requests:1|c|#route:UsersController#show",
+                    "gvlscope.route.run_ms:1|c|#route:UsersController#show",
+                    "gvlscope.route.gvl_wait_ms:0|c|#route:UsersController#show",
+                    "gvlscope.route.idle_ms:0|c|#route:UsersController#show",
+                    "gvlscope.route.gc_ms:0.25|c|#route:UsersController#show",
+                    "gvlscope.route.duration_ms:1.25|c|#route:UsersController#show",
+                    "gvlscope.route.pickup_wait_ms:0|c|#route:UsersController#show",
+                    "gvlscope.route.gvl_wait_p50_ms:0|g|#route:UsersController#show",
+                    "gvlscope.route.gvl_wait_p99_ms:0|g|#route:UsersController#show"], routes
     end
   end
 
@@ -110,7 +110,7 @@ class StatsDTest < Minitest::Test
     record_requests
     with_receiver do |_receiver, port|
       exporter = GVLScope::StatsD.start(port: port, every: 3600)
-      assert_empty exporter.flush.grep(/request|job/)
+      assert_empty exporter.flush.grep(/route|job/)
     end
   end
 
@@ -119,7 +119,7 @@ class StatsDTest < Minitest::Test
       exporter = GVLScope::StatsD.start(port: port, every: 3600)
       GVLScope::Breakdown.record(:job, "HardJob", SHOW, { queue: "low" }, 0.25)
       lines = exporter.flush
-      assert_includes lines, "gvlscope.job.count:1|c|@0.25|#job:HardJob,queue:low"
+      assert_includes lines, "gvlscope.job.executions:1|c|@0.25|#job:HardJob,queue:low"
       assert_includes lines, "gvlscope.job.gvl_wait_p99_ms:4.194|g|#job:HardJob,queue:low", "gauges are not scaled"
     end
   end
@@ -132,16 +132,16 @@ class StatsDTest < Minitest::Test
       record_requests
       GVLScope::Breakdown.record(:job, "SampledJob", SHOW, { queue: "low" }, 0.5)
       exporter.flush
-      server.wait_for("the job's counter") { |s| s.flushes.any? { |f| f["counters"].key?("gvlscope.job.count;job=SampledJob;queue=low") } }
+      server.wait_for("the job's counter") { |s| s.flushes.any? { |f| f["counters"].key?("gvlscope.job.executions;job=SampledJob;queue=low") } }
       counters = server.counters
       gauges = server.gauges
       assert_equal 0, counters["statsd.bad_lines_seen"], server.log
-      assert_equal 2, counters["gvlscope.request.count;route=UsersControllershow"]
-      assert_in_delta 6.0, counters["gvlscope.request.gvl_wait_ms;route=UsersControllershow"], 1e-9
-      assert_equal 1, counters["gvlscope.request.count;route=GET_-users-id-posts"]
-      assert_equal 1, counters["gvlscope.job.count;job=HardJob;queue=default"]
-      assert_equal 2, counters["gvlscope.job.count;job=SampledJob;queue=low"], "one sampled at 0.5 counts as 2"
-      assert_in_delta 4.194, gauges["gvlscope.request.gvl_wait_p99_ms;route=UsersControllershow"], 1e-9
+      assert_equal 2, counters["gvlscope.route.requests;route=UsersControllershow"]
+      assert_in_delta 6.0, counters["gvlscope.route.gvl_wait_ms;route=UsersControllershow"], 1e-9
+      assert_equal 1, counters["gvlscope.route.requests;route=GET_-users-id-posts"]
+      assert_equal 1, counters["gvlscope.job.executions;job=HardJob;queue=default"]
+      assert_equal 2, counters["gvlscope.job.executions;job=SampledJob;queue=low"], "one sampled at 0.5 counts as 2"
+      assert_in_delta 4.194, gauges["gvlscope.route.gvl_wait_p99_ms;route=UsersControllershow"], 1e-9
       assert_includes gauges, "gvlscope.gvl.held_ratio"
       assert_includes gauges, "gvlscope.waiting_threads"
       assert_includes counters, "gvlscope.gvl.waits"
@@ -154,12 +154,12 @@ class StatsDTest < Minitest::Test
       record_requests
       lines = exporter.flush
       refute(lines.any? { |line| line.include?("|#") }, lines.join("\n"))
-      assert_includes lines, "gvlscope.request.UsersController_show.count:2|c"
-      assert_includes lines, "gvlscope.request.GET_users_id_posts.count:1|c"
+      assert_includes lines, "gvlscope.route.UsersController_show.requests:2|c"
+      assert_includes lines, "gvlscope.route.GET_users_id_posts.requests:1|c"
       assert_includes lines, "gvlscope.job.HardJob.default.gvl_wait_ms:3|c"
-      server.wait_for("the job's counter") { |s| s.flushes.any? { |f| f["counters"].key?("gvlscope.job.HardJob.default.count") } }
+      server.wait_for("the job's counter") { |s| s.flushes.any? { |f| f["counters"].key?("gvlscope.job.HardJob.default.executions") } }
       assert_equal 0, server.counters["statsd.bad_lines_seen"], server.log
-      assert_equal 2, server.counters["gvlscope.request.UsersController_show.count"]
+      assert_equal 2, server.counters["gvlscope.route.UsersController_show.requests"]
     end
   end
 
@@ -175,7 +175,7 @@ class StatsDTest < Minitest::Test
       assert GVLScope::StatsD.stop
       refute GVLScope::StatsD.running?
       refute(Thread.list.any? { |thread| thread.name == "gvlscope statsd" }, "the thread ended")
-      server.wait_for("the last flush") { |s| s.packets.any? { |p| p.include?("gvlscope.request.count:1|c|#route:Last#request") } }
+      server.wait_for("the last flush") { |s| s.packets.any? { |p| p.include?("gvlscope.route.requests:1|c|#route:Last#request") } }
       refute GVLScope::StatsD.stop, "nothing left to stop"
     end
   end
@@ -253,8 +253,8 @@ class StatsDTest < Minitest::Test
       assert status.success?, err
       assert_equal "0", out.strip, "the child's Breakdown held only its own route"
       lines = datagrams(receiver, wait: 1).flat_map { |datagram| datagram.split("\n") }
-      assert_includes lines, "gvlscope.request.count:1|c|#route:Child#only"
-      assert_equal 1, lines.count("gvlscope.request.count:1|c|#route:Parent#before_fork"),
+      assert_includes lines, "gvlscope.route.requests:1|c|#route:Child#only"
+      assert_equal 1, lines.count("gvlscope.route.requests:1|c|#route:Parent#before_fork"),
                    "the parent's route is sent once, by the parent: the child starts from zero"
     end
   end

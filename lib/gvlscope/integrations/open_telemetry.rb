@@ -20,12 +20,14 @@ module GVLScope
   #   gvlscope.gvl.held            counter, s     time some thread held the GVL
   #   gvlscope.gvl.held_ratio      gauge, 1       share of the time since the previous collection it was held
   #   gvlscope.waiting_threads     gauge, {thread} threads waiting for the GVL now
-  #   gvlscope.request.gvl.wait    histogram, s   GVL wait per request, attribute route (GVLScope::Breakdown)
-  #   gvlscope.request.time        counter, s     run / wait / idle / gc time of requests, attributes route, state
-  #   gvlscope.request.duration    counter, s     their duration (the app call)
-  #   gvlscope.request.pickup_wait counter, s     GVL wait before they started (part of state wait):
+  #   gvlscope.route.gvl.wait      histogram, s   GVL wait per request, attribute route (GVLScope::Breakdown)
+  #   gvlscope.route.time          counter, s     run / wait / idle / gc time of requests, attributes route, state
+  #   gvlscope.route.duration      counter, s     their duration (the app call)
+  #   gvlscope.route.pickup_wait   counter, s     GVL wait before they started (part of state wait):
   #                                               run + wait + idle + gc = duration + pickup_wait
   #   gvlscope.job.*               the same per job class: attributes job, queue
+  # (Through an OpenTelemetry Prometheus exporter these become the names of gvlscope's own /metrics:
+  # gvlscope_route_gvl_wait_seconds, gvlscope_route_duration_seconds_total ...)
   #
   # Why not the SDK's instruments: the SDK has no asynchronous histogram, and its observable
   # instruments take one value per callback, with fixed attributes. gvlscope already keeps exact
@@ -41,7 +43,7 @@ module GVLScope
     LAST_BOUNDED_BUCKET = 35
     WAIT_BOUNDS = (0..LAST_BOUNDED_BUCKET).map { |bucket| (2**bucket) / 1e9 }.freeze
     STATES = { run: :run_ns, wait: :wait_ns, idle: :idle_ns, gc: :gc_ns }.freeze
-    KIND_METRIC = { route: "request", job: "job" }.freeze
+    KIND_METRIC = { route: "route", job: "job" }.freeze
     KIND_ATTRIBUTE = { route: "route", job: "job" }.freeze
 
     @installed = {}.compare_by_identity

@@ -16,12 +16,12 @@ module GVLScope
   # Process-wide (GVLScope::Metrics): gauges gvl.held_ratio (share of the interval some thread
   # held the GVL), waiting_threads (now), gvl.wait_p50_ms / gvl.wait_p99_ms (upper bounds of
   # the log2 buckets holding those quantiles of the interval's GVL waits); counters gvl.waits and
-  # gvl.wait_ms. Per route and per job class (GVLScope::Breakdown): counters request.count,
-  # request.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms / pickup_wait_ms (job.* for jobs;
-  # run + gvl_wait + idle + gc = duration + pickup_wait, the GVL wait before the request started)
-  # and the gauges request.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
+  # gvl.wait_ms. Per route and per job class (GVLScope::Breakdown): counters route.requests,
+  # route.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms / pickup_wait_ms (job.executions and
+  # job.* for jobs; run + gvl_wait + idle + gc = duration + pickup_wait, the GVL wait before the
+  # request started) and the gauges route.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
   # DogStatsD tags (`|#route:UsersController#show`); with tags: false they go into the name
-  # (`request.UsersController_show.count`), for a plain StatsD. Sampled counts (a producer's
+  # (`route.UsersController_show.requests`), for a plain StatsD. Sampled counts (a producer's
   # `sample:`) carry their rate (`|@0.1`), so the server scales them back.
   #
   # Never in the way of the app: UDP sends that would block are dropped (and counted), a server
@@ -36,7 +36,9 @@ module GVLScope
     TAG_UNSAFE = /[,|\s]/
     # A plain StatsD key: letters, digits, _ and -, the dots being ours.
     NAME_UNSAFE = /[^A-Za-z0-9_-]+/
-    KIND_PREFIX = { route: "request", job: "job" }.freeze
+    KIND_PREFIX = { route: "route", job: "job" }.freeze
+    # What is counted, as in the Prometheus exposition: requests of a route, executions of a job class.
+    KIND_COUNT = { route: "requests", job: "executions" }.freeze
     KIND_TAG = { route: "route", job: "job" }.freeze
 
     @lock = Mutex.new
@@ -140,8 +142,8 @@ module GVLScope
         @previous = snapshot
       end
       entries = Breakdown.snapshot
-      entries.each { |entry| entry_lines(lines, entry, @previous_entries[entry_key(entry)]) }
-      @previous_entries = entries.to_h { |entry| [entry_key(entry), entry] }
+      entries.each { |entry| entry_lines(lines, entry, @previous_entries[entry.key]) }
+      @previous_entries = entries.to_h { |entry| [entry.key, entry] }
       lines
     end
 
@@ -209,7 +211,7 @@ module GVLScope
       end
       # A sampled series: the server multiplies counters by 1/rate.
       rate = entry.sample_rate < 1.0 ? "|@#{entry.sample_rate}" : ""
-      lines << line("#{base}.count", count, "c", rate, tags)
+      lines << line("#{base}.#{KIND_COUNT.fetch(entry.kind)}", count, "c", rate, tags)
       { run_ms: :run_ns, gvl_wait_ms: :wait_ns, idle_ms: :idle_ns, gc_ms: :gc_ns, duration_ms: :duration_ns,
         pickup_wait_ms: :pickup_wait_ns }.each do |name, field|
         lines << line("#{base}.#{name}", ms(entry[field] - (before ? before[field] : 0)), "c", rate, tags)
@@ -241,8 +243,6 @@ module GVLScope
       part = value.to_s.gsub(NAME_UNSAFE, "_").gsub(/\A_+|_+\z/, "")
       part.empty? ? "_" : part
     end
-
-    def entry_key(entry) = [entry.kind, entry.label, entry.tags]
 
     # Lines packed into datagrams of at most max_packet_bytes (one line per datagram if longer).
     def send_lines(lines)
