@@ -24,6 +24,7 @@ require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)
 REQUESTS = Integer(ENV.fetch("REQUESTS", 2000))
+WARMUP = Integer(ENV.fetch("WARMUP", 200)) # requests before each window
 # GC=off: no GC in the measured windows (a full GC before each): the counts then do not depend on
 # whether a window held a major GC, and the objects allocated per request tell the GC's share.
 GC_OFF = ENV["GC"] == "off"
@@ -53,7 +54,7 @@ Dir.mktmpdir("gvlscope-web-instructions") do |dir|
     Net::HTTP.start("127.0.0.1", port, read_timeout: 120) do |http|
       (SETUPS * ROUNDS).each do |setup|
         http.get("/__gvlscope/#{setup}").is_a?(Net::HTTPOK) or abort "unknown setup #{setup}"
-        200.times { http.get(REQUEST_PATH) }
+        WARMUP.times { http.get(REQUEST_PATH) }
         http.get("/__gvlscope/gc-off") if GC_OFF
         allocated_before = Integer(http.get("/__gvlscope/allocated").body)
         system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
