@@ -78,6 +78,7 @@ class RoutesTest < Minitest::Test
     controller = Struct.new(:action_name)
     stub_const = Class.new(controller) { def self.name = "Admin::UsersController" }
     with_controller = lambda do |env|
+      env["action_dispatch.request.path_parameters"] = { controller: "admin/users", action: "show", id: "1" }
       env["action_controller.instance"] = stub_const.new("show")
       [200, {}, ["ok"]]
     end

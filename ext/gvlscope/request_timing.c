@@ -107,6 +107,19 @@ static VALUE timing_gc_ns(VALUE self) { return ULL2NUM(counter(self, GC)); }
 static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->pickup_wait_ns); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
+// For breakdown.c: a RequestTiming's run, wait, idle, gc, duration and pickup wait (the numbers so
+// far if it is not finished) into out; 0 if obj is not a RequestTiming.
+int gvls_request_timing_values(VALUE obj, uint64_t out[6]) {
+    if (!rb_typeddata_is_kind_of(obj, &timing_type)) return 0;
+    request_timing *timing = timing_of(obj);
+    uint64_t now_ns = timing->finished ? 0 : gvls_now_ns();
+    if (timing->finished) memcpy(out, timing->delta, sizeof(timing->delta));
+    else deltas_now(timing, now_ns, out);
+    out[4] = timing->finished ? timing->duration_ns : minus(now_ns, timing->started_ns);
+    out[5] = timing->pickup_wait_ns;
+    return 1;
+}
+
 static VALUE timing_duration_ns(VALUE self) {
     request_timing *timing = timing_of(self);
     return ULL2NUM(timing->finished ? timing->duration_ns : minus(gvls_now_ns(), timing->started_ns));

@@ -2,6 +2,7 @@
 
 require_relative "errors"
 require_relative "units"
+require_relative "native"
 require_relative "fork"
 
 module GVLScope
@@ -28,8 +29,8 @@ module GVLScope
     DEFAULT_MAX_LABELS = 100
     BUCKETS = Log2::BUCKETS
 
-    # Where each number sits in a series' Array (one flat Array per series: recording allocates
-    # nothing).
+    # Where each number sits in a series' to_a (Native::BreakdownSeries, ext/gvlscope/breakdown.c:
+    # a request is added in one C call, atomic under the GVL, so adding takes no lock).
     COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, RATE = 0, 1, 2, 3, 4, 5, 6, 7 # rubocop:disable Style/ParallelAssignment
     FIRST_BUCKET = 8
 
@@ -79,35 +80,23 @@ module GVLScope
       # { queue: "default" }) are part of the key; +sample_rate+ is the producer's (1.0 when
       # everything is recorded).
       def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
-        wait = timing.wait_ns
-        run = timing.run_ns
-        idle = timing.idle_ns
-        gc = timing.gc_ns
-        duration = timing.duration_ns
-        pickup = timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0
-        @lock.synchronize do
-          row = series_row(kind, label, tags)
-          row[COUNT] += 1
-          row[RUN] += run
-          row[WAIT] += wait
-          row[IDLE] += idle
-          row[GC] += gc
-          row[DURATION] += duration
-          row[PICKUP] += pickup
-          row[RATE] = sample_rate
-          row[FIRST_BUCKET + (wait.bit_length < BUCKETS ? wait.bit_length : BUCKETS - 1)] += 1
+        # Untagged series (routes) are found without the lock: String and Symbol keys, C lookups.
+        series = (@untagged[kind]&.[](label) if tags.equal?(NO_TAGS)) || series_for(kind, label, tags)
+        unless series.add(timing, sample_rate)
+          series.add_values(timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns,
+                            timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0, sample_rate)
         end
         nil
       end
 
       # Every series, as frozen Entries (kinds in KINDS order, then labels in first-seen order).
       def snapshot
-        copies = @lock.synchronize do
+        rows = @lock.synchronize do
           @series.flat_map do |kind, labels|
-            labels.flat_map { |label, by_tags| by_tags.map { |tags, row| [kind, label, tags, row.dup] } }
+            labels.flat_map { |label, by_tags| by_tags.map { |tags, series| [kind, label, tags, series.to_a] } }
           end
         end
-        copies.map do |kind, label, tags, row|
+        rows.map do |kind, label, tags, row|
           Entry.new(kind: kind, label: label, tags: tags, count: row[COUNT], run_ns: row[RUN], wait_ns: row[WAIT],
                     idle_ns: row[IDLE], gc_ns: row[GC], duration_ns: row[DURATION],
                     pickup_wait_ns: row[PICKUP], wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze,
@@ -132,45 +121,47 @@ module GVLScope
 
       def max_labels(kind) = @max_labels.fetch(kind)
 
-      # Forgets every series and restores the default caps (tests; a forked child).
+      # Forgets every series and restores the default caps (tests).
       def reset!
-        @lock = Mutex.new # a forked child must not inherit a lock some parent thread held
-        @lock.synchronize do
-          @series = KINDS.to_h { |kind| [kind, {}] }
-          @sizes = KINDS.to_h { |kind| [kind, 0] }
-          @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
-        end
+        clear_series!
+        @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
         nil
       end
 
       # Forgets the series only, keeping the caps (a forked child: its numbers are its own).
       def clear_series!
-        @lock = Mutex.new
-        @series = KINDS.to_h { |kind| [kind, {}] }
+        @lock = Mutex.new # a forked child must not inherit a lock some parent thread held
+        @series = KINDS.to_h { |kind| [kind, {}] }   # kind => label => tags => series
+        @untagged = KINDS.to_h { |kind| [kind, {}] } # kind => label => its series with NO_TAGS
         @sizes = KINDS.to_h { |kind| [kind, 0] }
         nil
       end
 
       private
 
-      # The series' row, created on first sight (under the lock). Lookups allocate nothing: a
-      # Hash per kind, per label, per tags.
-      def series_row(kind, label, tags)
-        by_label = @series.fetch(kind) { raise Error, "GVLScope::Breakdown: kind must be one of #{KINDS.inspect}, got #{kind.inspect}" }
-        row = by_label[label]&.[](tags)
-        return row if row
+      # The series, found or made under the lock. Past the cap a new one is "other".
+      def series_for(kind, label, tags)
+        @lock.synchronize do
+          by_label = @series.fetch(kind) do
+            raise Error, "GVLScope::Breakdown: kind must be one of #{KINDS.inspect}, got #{kind.inspect}"
+          end
+          found = by_label[label]&.[](tags)
+          next found if found
 
-        if @sizes[kind] >= @max_labels[kind]
-          label = OTHER
-          tags = NO_TAGS
-          row = by_label[label]&.[](tags)
-          return row if row
-        else
-          @sizes[kind] += 1
+          if @sizes[kind] >= @max_labels[kind]
+            label = OTHER
+            tags = NO_TAGS
+            found = by_label[label]&.[](tags)
+            next found if found
+          else
+            @sizes[kind] += 1
+          end
+          label = -label.to_s # frozen, deduplicated: a caller's mutable String must not change the key
+          tags = tags.empty? ? NO_TAGS : (tags.frozen? ? tags : tags.dup.freeze)
+          series = Native::BreakdownSeries.new
+          @untagged[kind][label] = series if tags.equal?(NO_TAGS)
+          (by_label[label] ||= {})[tags] = series
         end
-        label = -label.to_s # frozen, deduplicated: a caller's mutable String must not change the key
-        tags = tags.frozen? ? tags : tags.dup.freeze
-        (by_label[label] ||= {})[tags] = Array.new(FIRST_BUCKET + BUCKETS, 0).tap { |new_row| new_row[RATE] = 1.0 }
       end
     end
 

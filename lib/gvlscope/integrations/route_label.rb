@@ -3,7 +3,7 @@
 module GVLScope
   # The route of a Rack request, for GVLScope::Rack's per-route numbers, read after the app ran:
   #   Rails      "UsersController#show" (the controller that handled it, or the router's
-  #              path parameters)
+  #              path parameters; env["action_dispatch.request.path_parameters"] says it is Rails)
   #   Sinatra    env["sinatra.route"]: "GET /users/:id"
   #   otherwise  the method and the path with its ids replaced: "GET /users/:id/posts". Ids are
   #              segments that are numbers ("42", "42-my-title", "42.json" -> ":id.json"), UUIDs,
@@ -23,16 +23,13 @@ module GVLScope
       @cached_paths = 0
     end
 
+    # For a plain Rack app this costs two missed env lookups before the template: Rails' and
+    # Sinatra's keys are looked up only as long as needed (each lookup hashes its key).
     def call(env, status)
-      if (controller = env["action_controller.instance"])
-        by_action = @rails[controller.class] ||= {}
-        action = controller.action_name.to_s
-        by_action[action] || (by_action[-action] = -"#{controller.class.name}##{action}")
+      if (params = env["action_dispatch.request.path_parameters"])
+        rails(env, params) || template(env, status)
       elsif (route = env["sinatra.route"])
         route
-      elsif (params = env["action_dispatch.request.path_parameters"]) && params[:controller]
-        by_action = @params[params[:controller]] ||= {}
-        by_action[params[:action].to_s] ||= -"#{camelize(params[:controller])}Controller##{params[:action]}"
       else
         template(env, status)
       end
@@ -40,19 +37,35 @@ module GVLScope
 
     private
 
+    # The controller that handled the request names its class (as Rails' log does); without one
+    # (a redirect route, a mounted app) the router's controller parameter does, if any.
+    def rails(env, params)
+      if (controller = env["action_controller.instance"])
+        by_action = @rails[controller.class] ||= {}
+        action = controller.action_name.to_s
+        by_action[action] || (by_action[-action] = -"#{controller.class.name}##{action}")
+      elsif (name = params[:controller])
+        by_action = @params[name] ||= {}
+        by_action[params[:action].to_s] ||= -"#{camelize(name)}Controller##{params[:action]}"
+      end
+    end
+
     def template(env, status)
       method = env["REQUEST_METHOD"]
       return -"#{method}#{NOT_FOUND}" if status.to_i == 404
 
-      path = "#{env['SCRIPT_NAME']}#{env['PATH_INFO']}"
+      script_name = env["SCRIPT_NAME"]
+      path = script_name.nil? || script_name.empty? ? env["PATH_INFO"].to_s : "#{script_name}#{env['PATH_INFO']}"
       path = "/" if path.empty?
-      return -"#{method} #{template_path(path)}" if path.match?(/\d/)
-
       by_path = @paths[method] ||= {}
-      by_path[path] || cache(by_path, path, -"#{method} #{path}")
+      by_path[path] || label_of_path(by_path, method, path)
     end
 
-    def cache(by_path, path, label)
+    # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS.
+    def label_of_path(by_path, method, path)
+      return -"#{method} #{template_path(path)}" if path.match?(/\d/)
+
+      label = -"#{method} #{path}"
       return label if @cached_paths >= MAX_CACHED_PATHS
 
       @cached_paths += 1
