@@ -15,14 +15,15 @@ class OpenTelemetryTest < Minitest::Test
   Timing = Struct.new(:run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns)
   SHOW = Timing.new(2_000_000, 3_000_000, 500_000, 0, 5_500_000) # 3 ms of GVL wait: log2 bucket 22 (<= 2^22 ns)
   QUICK = Timing.new(1_000_000, 0, 0, 250_000, 1_250_000)
+  SILENT = Logger.new(File::NULL)
 
   def setup
     GVLScope::Breakdown.reset!
     @logged = StringIO.new
     @logger = Logger.new(@logged, formatter: ->(_severity, _time, _progname, message) { "#{message}\n" })
-    # The SDK's own messages (a failed export's retries) stay out of the test output.
-    @sdk_logger = OpenTelemetry.logger
-    OpenTelemetry.logger = Logger.new(StringIO.new)
+    # The SDK's own messages (a failed export's retries, which may end after the test) stay out of
+    # the test output: its logger is silenced for the rest of the run (nothing else here uses it).
+    OpenTelemetry.logger = SILENT
     @provider = OpenTelemetry::SDK::Metrics::MeterProvider.new
     @reader = OpenTelemetry::SDK::Metrics::Export::InMemoryMetricPullExporter.new
     @provider.add_metric_reader(@reader)
@@ -30,7 +31,6 @@ class OpenTelemetryTest < Minitest::Test
 
   def teardown
     GVLScope::Breakdown.reset!
-    OpenTelemetry.logger = @sdk_logger
   end
 
   def record_requests
