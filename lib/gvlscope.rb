@@ -22,6 +22,8 @@ module GVLScope
   autoload :Live, File.expand_path("gvlscope/live", __dir__)
   autoload :Breakdown, File.expand_path("gvlscope/breakdown", __dir__)
   autoload :MetricsServer, File.expand_path("gvlscope/integrations/metrics_server", __dir__)
+  autoload :StatsD, File.expand_path("gvlscope/integrations/statsd", __dir__)
+  autoload :OpenTelemetry, File.expand_path("gvlscope/integrations/open_telemetry", __dir__)
   autoload :Model, File.expand_path("gvlscope/model", __dir__)
   autoload :Analysis, File.expand_path("gvlscope/analysis", __dir__)
   autoload :Formats, File.expand_path("gvlscope/formats", __dir__)

@@ -125,20 +125,23 @@ static VALUE timing_duration_ns(VALUE self) {
     return ULL2NUM(timing->finished ? timing->duration_ns : minus(gvls_now_ns(), timing->started_ns));
 }
 
-// Appends ns as milliseconds with three decimals ("12.345"), rounded to the microsecond. By hand:
-// snprintf's "%.3f" of four doubles was half of the middleware's cost per request.
-static char *put_ms(char *out, uint64_t ns) {
-    uint64_t us = (ns + 500) / 1000;
+// Appends ns as milliseconds rounded to the microsecond, without trailing zeros: "12.345", "0.09",
+// "72", "0". By hand: snprintf's "%.3f" of four doubles was half of the middleware's cost per request.
+static char *put_ms(char *out, uint64_t us) {
     char digits[24];
     int n = 0;
     uint64_t whole = us / 1000;
     do { digits[n++] = (char)('0' + whole % 10); whole /= 10; } while (whole);
     while (n) *out++ = digits[--n];
     unsigned fraction = (unsigned)(us % 1000);
-    *out++ = '.';
-    *out++ = (char)('0' + fraction / 100);
-    *out++ = (char)('0' + fraction / 10 % 10);
-    *out++ = (char)('0' + fraction % 10);
+    if (fraction) {
+        *out++ = '.';
+        *out++ = (char)('0' + fraction / 100);
+        if (fraction % 100) {
+            *out++ = (char)('0' + fraction / 10 % 10);
+            if (fraction % 10) *out++ = (char)('0' + fraction % 10);
+        }
+    }
     return out;
 }
 
@@ -147,7 +150,11 @@ static char *put_text(char *out, const char *text) {
     return out;
 }
 
-// The W3C Server-Timing value: "gvl-wait;dur=0.094, gvl-run;dur=0.009, idle;dur=0.000, gc;dur=0.000".
+static uint64_t rounded_us(uint64_t ns) { return (ns + 500) / 1000; }
+
+// The W3C Server-Timing value, as short as its content allows (Puma's work for the header grows
+// with its length: docs/performance.md): "gvl-wait;dur=0.094, gvl-run;dur=0.009", then
+// ", idle;dur=…" and ", gc;dur=…" only when they are not zero (to the microsecond). Durations in ms.
 static VALUE timing_server_timing(VALUE self) {
     request_timing *timing = timing_of(self);
     uint64_t values[COUNTERS];
@@ -155,10 +162,11 @@ static VALUE timing_server_timing(VALUE self) {
     else deltas_now(timing, gvls_now_ns(), values);
     char text[160];  // 4 names (34 chars) + 4 numbers of at most 21 + 4 chars
     char *end = text;
-    end = put_ms(put_text(end, "gvl-wait;dur="), values[WAIT]);
-    end = put_ms(put_text(end, ", gvl-run;dur="), values[RUN]);
-    end = put_ms(put_text(end, ", idle;dur="), values[IDLE]);
-    end = put_ms(put_text(end, ", gc;dur="), values[GC]);
+    end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
+    end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
+    uint64_t idle_us = rounded_us(values[IDLE]), gc_us = rounded_us(values[GC]);
+    if (idle_us) end = put_ms(put_text(end, ", idle;dur="), idle_us);
+    if (gc_us) end = put_ms(put_text(end, ", gc;dur="), gc_us);
     return rb_usascii_str_new(text, end - text);
 }
 

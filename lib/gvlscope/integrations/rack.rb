@@ -17,7 +17,7 @@ module GVLScope
   #   config.middleware.insert_before 0, GVLScope::Rack   # Rails: outermost, to see the whole request
   #
   # Options (anything else is a GVLScope::Error when the app is built, never at request time):
-  #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…, idle;dur=…, gc;dur=…`
+  #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…` (ms; then idle and gc when not zero)
   #   log_wait_over_ms:  nil    logs one line for each request that waited at least this long for the GVL
   #   logger:            nil    #warn receives that line; default env["rack.logger"], else $stderr
   #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
