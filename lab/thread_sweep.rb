@@ -1,0 +1,181 @@
+# frozen_string_literal: true
+
+# Does `gvlscope advise` pick the thread count a load test would? Puma under wrk with three
+# endpoint mixes (lab/thread_sweep_mixes.rb: CPU-heavy, IO-heavy, mixed). For each mix:
+#
+#   1. one traced run at Puma's default thread count (5 on CRuby) under load; `gvlscope advise`'s
+#      model (GVLScope::Analysis::Advisor) reads that trace and recommends a thread count;
+#   2. the sweep: a fresh untraced Puma per thread count (1..16, and the recommended count),
+#      each under the same load, rounds alternating up and down the counts so drift on the
+#      machine hits every count alike; requests/s and p99 latency from wrk.
+#
+# The knee and the verdicts are computed from these numbers in lib/gvlscope/lab/sweep.rb. With 2+
+# cores Puma runs on CPU 0 and wrk with the delay server on CPU 1 (taskset), so they do not trade
+# places; the advisor is then told the process has 1 core.
+require_relative "lab_helper"
+require_relative "thread_sweep_mixes"
+require "etc"
+require "tmpdir"
+include LabHelper
+
+begin
+  require "puma"
+rescue LoadError
+  say "skipped: the puma gem is not installed (it is in gvlscope's Gemfile: run under `bundle exec`)"
+  result(skipped: "puma gem not installed")
+  exit
+end
+find = ->(name) { ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |dir| File.join(dir, name) }.find { |path| File.executable?(path) } }
+wrk = find.("wrk")
+unless wrk
+  say "skipped: wrk is not installed (Debian: apt-get install wrk)"
+  result(skipped: "wrk not installed")
+  exit
+end
+
+DEFAULT_THREADS = 5 # Puma's default max_threads on CRuby (Rails' generated config says 3)
+CONNECTIONS = 32 # twice the most threads swept: every thread always has a request to serve
+counts = size(tiny: [1, 4, 16], small: [1, 2, 3, 4, 6, 8, 12, 16], full: [1, 2, 3, 4, 6, 8, 12, 16])
+seconds = size(tiny: 1, small: 2, full: 5)
+rounds = size(tiny: 1, small: 1, full: 3)
+mixes = ENV.fetch("THREAD_SWEEP_MIXES", ThreadSweepMixes::MIXES.keys.join(",")).split(",")
+taskset = find.("taskset")
+pinned = Etc.nprocessors >= 2 && taskset && ENV.fetch("THREAD_SWEEP_PIN", "1") == "1"
+server_cpu = pinned ? [taskset, "-c", "0"] : []
+client_cpu = pinned ? [taskset, "-c", "1"] : []
+puma_cores = pinned ? 1 : Etc.nprocessors
+out_dir = ENV["GVLSCOPE_OUTPUT"] ? File.dirname(ENV["GVLSCOPE_OUTPUT"]) : Dir.tmpdir
+server_program = File.join(__dir__, "thread_sweep_server.rb")
+
+# The sweep's servers run untraced: RUBYOPT without gvlscope's autorun (bundler's setup stays).
+untraced_rubyopt = ENV.fetch("RUBYOPT", "").split.reject { |option| option == "-rgvlscope/autorun" }.join(" ")
+lib = File.expand_path("../lib", __dir__)
+traced_rubyopt = "#{untraced_rubyopt} -I#{lib} -rgvlscope/autorun"
+$LOAD_PATH.unshift(lib) # the advisor reads the traces here (run alone: `ruby lab/thread_sweep.rb`)
+
+DELAY_SERVER = <<~'RUBY'
+  require "socket"
+  $stdout.sync = true
+  server = TCPServer.new("127.0.0.1", 0)
+  puts server.addr[1]
+  loop do
+    client = server.accept
+    Thread.new(client) do |connection|
+      while (line = connection.gets)
+        sleep(Float(line) / 1000)
+        connection.write("ok\n")
+      end
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      connection.close
+    end
+  end
+RUBY
+
+# Starts a Puma server process; returns [pid, port, its stdout reader].
+def start_server(env, command)
+  reader, writer = IO.pipe
+  pid = Process.spawn(env, *command, out: writer, pgroup: true)
+  writer.close
+  line = reader.gets or raise "the Puma server (#{command.join(' ')}) died before it listened"
+  [pid, Integer(line[/\Aport (\d+)/, 1]), reader]
+end
+
+def stop_server(pid, reader)
+  Process.kill(:TERM, pid)
+  Process.wait(pid)
+  reader.close
+end
+
+# wrk's latency (e.g. "12.34ms", "850.00us", "1.20s") in ms.
+def wrk_ms(text)
+  value = Float(text[/[\d.]+/])
+  case text[/[a-z]+\z/]
+  when "us" then value / 1000
+  when "ms" then value
+  when "s" then value * 1000
+  when "m" then value * 60_000
+  else raise "unknown wrk latency unit in #{text.inspect}"
+  end
+end
+
+# One wrk run: requests/s, p99 latency in ms, and errors (socket errors + non-2xx).
+run_wrk = lambda do |port, duration|
+  output = IO.popen([*client_cpu, wrk, "-c", CONNECTIONS.to_s, "-t", "2", "-d", duration.to_s, "--latency",
+                     "http://127.0.0.1:#{port}/"], err: %i[child out], &:read)
+  rps = output[%r{Requests/sec:\s+([\d.]+)}, 1] or raise "wrk printed no requests/s:\n#{output}"
+  p99 = output[/^\s+99%\s+(\S+)/, 1] or raise "wrk printed no p99:\n#{output}"
+  errors = output.scan(/(?:connect|read|write|timeout) (\d+)/).sum { |(count)| Integer(count) } +
+           output[/Non-2xx or 3xx responses: (\d+)/, 1].to_i
+  { rps: Float(rps), p99_ms: wrk_ms(p99), errors: errors }
+end
+
+iterations_per_ms = [iterations_for(0.05) / 50, 1].max
+delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
+say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
+    "#{pinned ? 'Puma on CPU 0, wrk and the delay server on CPU 1' : 'not pinned'}; #{iterations_per_ms} iterations/ms"
+results = {}
+begin
+  mixes.each do |mix|
+    endpoints = ThreadSweepMixes::MIXES.fetch(mix)
+    args = [RbConfig.ruby, server_program, nil, mix, iterations_per_ms.to_s, delay_port.to_s]
+    # 1. The advisor's run: Puma at its default thread count, traced from boot.
+    trace = File.join(out_dir, "thread-sweep-puma-#{mix}.gvl")
+    File.delete(trace) if File.exist?(trace)
+    traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil }
+    args[2] = DEFAULT_THREADS.to_s
+    pid, port, reader = start_server(traced_env, [*server_cpu, *args])
+    begin
+      run_wrk.(port, 1) # warm up
+      traced = run_wrk.(port, seconds)
+    ensure
+      stop_server(pid, reader)
+    end
+    require "gvlscope/model"
+    require "gvlscope/analysis/report"
+    require "gvlscope/analysis/advisor_inputs"
+    report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
+    workload = GVLScope::Analysis::AdvisorInputs.from_report(report)
+    advice = GVLScope::Analysis::Advisor.new(workload, cores: puma_cores, processes: 1).advice
+    shares = workload.shares
+    say format("%-9s advisor, from %d threads traced (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%, gc %.0f%%; " \
+               "GVL held %.0f%%; 1/run share %.1f -> %d threads",
+               mix, workload.threads, traced[:rps], 100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle],
+               100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads)
+
+    # 2. The sweep, the recommended count included.
+    swept = (counts + [advice.threads]).uniq.sort
+    points = swept.to_h { |threads| [threads, { rps: [], p99_ms: [], errors: 0 }] }
+    rounds.times do |round|
+      (round.even? ? swept : swept.reverse).each do |threads|
+        args[2] = threads.to_s
+        pid, port, reader = start_server({ "RUBYOPT" => untraced_rubyopt, "GVLSCOPE_OUTPUT" => nil }, [*server_cpu, *args])
+        begin
+          run_wrk.(port, [seconds / 2.0, 0.5].max.ceil) # warm up: connections, Puma's threads, the JIT-less caches
+          measured = run_wrk.(port, seconds)
+        ensure
+          stop_server(pid, reader)
+        end
+        point = points[threads]
+        point[:rps] << measured[:rps]
+        point[:p99_ms] << measured[:p99_ms]
+        point[:errors] += measured[:errors]
+        say format("%-9s round %d: %2d threads %8.1f requests/s  p99 %8.1f ms%s", mix, round + 1, threads, measured[:rps],
+                   measured[:p99_ms], measured[:errors].positive? ? "  (#{measured[:errors]} errors)" : "")
+      end
+    end
+    results[mix] = {
+      endpoints: endpoints.map { |endpoint| endpoint.transform_keys(&:to_s) },
+      advisor: { threads: advice.threads, from_threads: workload.threads, pool: workload.pool,
+                 no_collision_threads: advice.no_collision_threads.round(2), run_share: advice.run_share.round(4),
+                 shares: shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
+                 traced_rps: traced[:rps], trace: trace },
+      points: points.transform_keys(&:to_s),
+    }
+  end
+ensure
+  stop_helper(delay_pid)
+end
+result(mixes: results, counts: counts, seconds: seconds, rounds: rounds, connections: CONNECTIONS,
+       default_threads: DEFAULT_THREADS, pinned: pinned ? true : false, puma_cores: puma_cores)
