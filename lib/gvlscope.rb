@@ -17,6 +17,8 @@ require_relative "gvlscope/request_timing"
 module GVLScope
   autoload :Rack, File.expand_path("gvlscope/integrations/rack", __dir__)
   autoload :PumaPlugin, File.expand_path("gvlscope/integrations/puma_plugin", __dir__)
+  autoload :LiveServer, File.expand_path("gvlscope/integrations/live_server", __dir__)
+  autoload :Live, File.expand_path("gvlscope/live", __dir__)
   autoload :MetricsServer, File.expand_path("gvlscope/integrations/metrics_server", __dir__)
   autoload :Model, File.expand_path("gvlscope/model", __dir__)
   autoload :Analysis, File.expand_path("gvlscope/analysis", __dir__)
