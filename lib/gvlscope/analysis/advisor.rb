@@ -2,6 +2,7 @@
 
 require "etc"
 require_relative "../errors"
+require_relative "../units"
 
 module GVLScope
   module Analysis
@@ -39,9 +40,10 @@ module GVLScope
       #   other_held_ns:   GVL held by threads outside the pool in the same window
       #   threads:         the pool's size now (T0); pool: its name ("puma srv tp", 5 threads)
       #   held_ratio:      share of the window the GVL was held (all threads)
+      #   processes:       how many processes the numbers are of, when the source says (a scrape's workers)
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            keyword_init: true) do
+                            :processes, keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def own_ns = run_ns + gc_ns + idle_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
@@ -66,9 +68,78 @@ module GVLScope
 
       Advice = Struct.new(:workload, :threads, :processes, :cores, :current_processes, :no_collision_threads,
                           :demand_ns, :idle_per_request_ns, :run_share, :curve, :target, :max_wait_ns,
-                          :limited_by, :measured_busy, :what_would_change, keyword_init: true) do
+                          :limited_by, :sensitivity, keyword_init: true) do
         def point(threads) = curve[threads - 1]
         def per_request? = workload.count.to_i.positive?
+        def unit_name = per_request? ? workload.unit.to_s : "thread"
+        def current_threads = workload.threads
+
+        # The model's point at the current thread count, when the curve reaches it.
+        def current_point = current_threads.between?(1, curve.size) ? point(current_threads) : nil
+
+        # The GVL wait per unit the model predicts at +threads+, in ns (per request) or nil.
+        def wait_ns_at(threads) = per_request? ? point(threads).wait_per_demand * demand_ns : nil
+
+        # Why this many threads, in sentences (text and JSON show the same).
+        def reasoning
+          pct = ->(share) { format("%.0f %%", 100 * share) }
+          chosen = point(threads)
+          lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
+                   "what threads add). With no collisions, 1 / run share = #{format('%.1f', no_collision_threads)} threads " \
+                   "keep the GVL busy: while one holds it, the others are idle."]
+          lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
+                   "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
+                   "the fewest to reach #{pct.(target)} of what one GVL allows."
+          if limited_by == :wait
+            lines << "Lowered to #{threads} by --max-wait-ms #{format('%g', max_wait_ns / 1e6)}: one more thread would " \
+                     "raise the GVL wait per #{unit_name} to #{Units.ms(wait_ns_at(threads + 1))}."
+          elsif threads < curve.size
+            extra = point(threads + 1)
+            wait_added = (extra.wait_per_demand - chosen.wait_per_demand)
+            wait_text = per_request? ? Units.ms(wait_added * demand_ns) : "#{format('%.1f', wait_added)} x the run time"
+            lines << "Going to #{threads + 1} threads would add #{format('%.1f', 100 * (extra.busy - chosen.busy))} points of " \
+                     "GVL busy time (throughput) and #{wait_text} of GVL wait per #{unit_name}."
+          end
+          if (now = current_point)
+            check = "At the current #{current_threads} thread#{'s' unless current_threads == 1} the model predicts the GVL " \
+                    "busy #{pct.(now.busy)}"
+            check += "; measured #{pct.(workload.held_ratio)} (all threads)" if workload.held_ratio
+            lines << "#{check}."
+          end
+          lines
+        end
+
+        def processes_reasoning
+          if cores > current_processes
+            "#{cores} cores, #{current_processes} process#{'es' unless current_processes == 1}: one process's GVL runs " \
+              "Ruby on one core at a time (busy #{format('%.0f %%', 100 * point(threads).busy)} at #{threads} threads); " \
+              "#{processes} processes (one GVL each) use the free cores, which more threads in one process cannot."
+          else
+            "#{cores} core#{'s' unless cores == 1}, #{current_processes} process#{'es' unless current_processes == 1}: " \
+              "no core is free for another process; keep #{current_processes}, each with #{threads} thread#{'s' unless threads == 1}."
+          end
+        end
+
+        # What would change the answer, in sentences.
+        def what_would_change
+          lines = ["Slower IO: with twice the idle time per #{unit_name} the answer is #{sensitivity[:idle_doubled]} threads; " \
+                   "with half, #{sensitivity[:idle_halved]}. Faster Ruby (less run time) moves it like more idle."]
+          lines << "Steadier requests: the model takes hold and idle times as varied as exponential times; " \
+                   "with no variation at all, #{no_collision_threads.ceil} thread#{'s' unless no_collision_threads.ceil == 1} would do."
+          if workload.unit == :thread
+            lines << "Idle time between requests: these are per-thread numbers, so a thread that waited for work " \
+                     "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
+                     "or give per-request numbers (a snapshot with Breakdown entries)."
+          end
+          if workload.held_ratio && workload.held_ratio < 0.5
+            lines << "Load: the GVL was busy only #{format('%.0f %%', 100 * workload.held_ratio)} of the time measured: " \
+                     "the counts are what the process needs when busy, not at this load."
+          end
+          lines << "A latency budget: --max-wait-ms caps the GVL wait per request and with it the threads." if per_request? && !max_wait_ns
+          lines << "Memory: if it limits the processes, more threads per process still add throughput up to " \
+                   "#{curve.index { |p| p.busy >= 0.99 }&.+(1) || curve.size} threads (99 % of one GVL), at the cost of GVL wait." if processes > current_processes
+          lines
+        end
       end
 
       # Mean value analysis of the closed network: one queue (the GVL, demand +d+ per request) and
@@ -91,10 +162,10 @@ module GVLScope
       # +cores+: CPU cores the processes share (default: this machine's); +processes+: how many
       # run this workload now; +max_wait_ms+: the GVL wait per request you accept (needs
       # per-request numbers); +max_threads+: the most threads considered.
-      def initialize(workload, cores: nil, processes: 1, max_wait_ms: nil, max_threads: MAX_THREADS, target: TARGET)
+      def initialize(workload, cores: nil, processes: nil, max_wait_ms: nil, max_threads: MAX_THREADS, target: TARGET)
         @workload = workload
         @cores = cores || Etc.nprocessors
-        @processes = processes
+        @processes = processes || workload.processes || 1
         @max_wait_ms = max_wait_ms
         @max_threads = max_threads
         @target = target
@@ -141,32 +212,17 @@ module GVLScope
             limited_by = :wait
           end
         end
-        Advice.new(workload: w, threads: threads, processes: processes_for(curve[threads - 1]), cores: @cores,
+        Advice.new(workload: w, threads: threads, processes: processes_for, cores: @cores,
                    current_processes: @processes, no_collision_threads: (demand + idle) / demand, demand_ns: demand,
                    idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
-                   max_wait_ns: max_wait_ns, limited_by: limited_by, measured_busy: w.held_ratio,
-                   what_would_change: what_would_change(demand, idle, threads))
+                   max_wait_ns: max_wait_ns, limited_by: limited_by,
+                   sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0) })
       end
 
-      # One process per core while the GVL would be busy: a GVL busy U of the time keeps U of a
-      # core busy, so cores / U processes fill the cores (never fewer than now, at most one per core
-      # when U is high).
-      def processes_for(point)
-        return @processes if @cores <= @processes
+      # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
+      def processes_for = [@cores, @processes].max
 
-        [[(@cores / [point.busy, 0.05].max).floor, @cores].min, @processes].max
-      end
-
-      # The recommendation again with the idle per request halved and doubled: how much the answer
-      # hangs on the IO share.
-      def what_would_change(demand, idle, threads)
-        {
-          idle_halved: threads_for(demand, idle / 2.0),
-          idle_doubled: threads_for(demand, idle * 2.0),
-          current: threads,
-        }
-      end
-
+      # The recommendation for other idle times per request: how much the answer hangs on the IO.
       def threads_for(demand, idle)
         curve = Advisor.curve(demand, idle, @max_threads)
         best = curve.map(&:busy).max

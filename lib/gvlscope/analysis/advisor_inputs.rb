@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "json"
 require_relative "../errors"
+require_relative "../live/snapshot"
 require_relative "advisor"
 
 module GVLScope
@@ -86,27 +88,81 @@ module GVLScope
                        held_ratio: duration.positive? ? held.fdiv(duration) : 0.0, window_ns: duration)
       end
 
-      # From metrics snapshots as Hashes (the live snapshot's JSON: docs/advise.md): +later+ alone
-      # (counts since metrics started) or the interval from +earlier+ to +later+.
-      def from_snapshots(later, earlier = nil, source:, threads: nil)
-        later = symbolize(later)
-        earlier = earlier && symbolize(earlier)
-        rows_now = snapshot_rows(later, source)
-        if earlier
-          before = snapshot_rows(earlier, source).to_h { |serial, row| [serial, row] }
-          rows = rows_now.map { |serial, row| [serial, (previous = before[serial]) ? subtract(row, previous) : row] }
-          window = later.fetch(:time_ns) - earlier.fetch(:time_ns)
-          breakdown = subtract_breakdown(later[:breakdown], earlier[:breakdown])
-        else
-          rows = rows_now
-          window = later[:interval_ns] || rows.map { |_serial, row| row.run_ns + row.gc_ns + row.wait_ns + row.idle_ns }.max
-          breakdown = later[:breakdown]
+      # From live snapshots (Live::Snapshot: a snapshot file, Live.fetch): +later+ alone (counts
+      # since metrics started in the target) or the interval from +earlier+ to +later+.
+      # +breakdown+: per-request/per-job entries (Hashes) for the same span, when the target had them.
+      # A Prometheus scrape has no per-thread rows: +current_threads+ (the threads each process
+      # runs now) then turns its GVL held and wait into per-thread shares.
+      def from_live(later, earlier = nil, source:, threads: nil, current_threads: nil, breakdown: nil)
+        snapshot = earlier ? later - earlier : later
+        window = snapshot.interval_ns
+        if snapshot.threads.empty?
+          return from_process_totals(snapshot, source: source, current_threads: current_threads, window_ns: window)
         end
-        rows = rows.map(&:last)
-        held = rows.sum(&:held_ns)
-        held_ratio = window.to_i.positive? ? held.fdiv(window) : later[:held_ratio].to_f
-        workload(rows, source: source, pattern: threads, held_ratio: held_ratio, window_ns: window,
-                       breakdown: breakdown && breakdown.map { |entry| symbolize(entry) })
+
+        rows = snapshot.threads.map do |row|
+          Row.new(label: row.label.to_s, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns, idle_ns: row.idle_ns,
+                  excluded_idle_ns: 0)
+        end
+        workload(rows, source: source, pattern: threads, held_ratio: snapshot.held_ratio, window_ns: window,
+                       breakdown: breakdown)
+      end
+
+      # A scrape's process totals as a pool of +current_threads+ alike threads: together they held
+      # the GVL held_ns and waited wait_ns; the rest of their time (threads x wall) was idle.
+      def from_process_totals(snapshot, source:, current_threads:, window_ns:)
+        unless current_threads
+          raise Error, "#{source} has no per-thread numbers (a Prometheus scrape): give --current-threads N, " \
+                       "the threads each process runs now"
+        end
+
+        # wall_ns adds up the workers' wall times: threads x wall_ns is every worker's pool.
+        capacity = current_threads * snapshot.wall_ns
+        idle = capacity - snapshot.held_ns - snapshot.wait_ns
+        if idle.negative?
+          raise Error, "--current-threads #{current_threads}: fewer than the threads #{source} shows holding or waiting " \
+                       "for the GVL (#{format('%.1f', (snapshot.held_ns + snapshot.wait_ns).fdiv(snapshot.wall_ns))} on average)"
+        end
+        raise Error, "#{source}: the GVL was never held: nothing to advise from" unless snapshot.held_ns.positive?
+
+        Advisor::Workload.new(source: source, unit: :thread, count: nil, run_ns: snapshot.held_ns, gc_ns: 0,
+                              wait_ns: snapshot.wait_ns, idle_ns: idle, excluded_idle_ns: 0, other_held_ns: 0,
+                              pool_held_ns: snapshot.held_ns, threads: current_threads,
+                              pool: "#{current_threads} threads per process (--current-threads)",
+                              held_ratio: snapshot.held_ratio, window_ns: window_ns, processes: snapshot.processes,
+                              notes: ["a scrape gives process totals: run includes GC, and every GVL hold is " \
+                                      "counted as the workers' own"])
+      end
+
+      # The snapshots of a snapshot file: one JSON object, a JSON array, or one object per line
+      # (what `gvlscope top --once --json` prints, run twice). Returns [later, earlier or nil,
+      # breakdown entries for that span or nil].
+      def read_snapshot_file(path)
+        raise Error, "#{path}: no such file" unless File.exist?(path)
+        raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
+
+        text = File.read(path)
+        hashes = begin
+          parsed = JSON.parse(text)
+          parsed.is_a?(Array) ? parsed : [parsed]
+        rescue JSON::ParserError
+          begin
+            text.each_line.reject { |line| line.strip.empty? }.map { |line| JSON.parse(line) }
+          rescue JSON::ParserError => e
+            raise Error, "#{path}: not JSON (#{e.message.lines.first.strip})"
+          end
+        end
+        raise Error, "#{path}: holds no snapshot" if hashes.empty?
+
+        snapshots = hashes.map do |hash|
+          Live::Snapshot.from_h(hash)
+        rescue Error => e
+          raise Error, "#{path}: #{e.message}"
+        end
+        earlier = snapshots.size > 1 ? snapshots.first : nil
+        entries = ->(hash) { hash["breakdown"].is_a?(Array) ? hash["breakdown"].map { |entry| symbolize(entry) } : nil }
+        breakdown = earlier ? subtract_breakdown(entries.(hashes.last), entries.(hashes.first)) : entries.(hashes.last)
+        [snapshots.last, earlier, breakdown]
       end
 
       def symbolize(value)
@@ -117,30 +173,9 @@ module GVLScope
         end
       end
 
-      def snapshot_rows(snapshot, source)
-        threads = snapshot[:threads]
-        raise Error, "#{source}: not a gvlscope snapshot (no \"threads\" list)" unless threads.is_a?(Array)
-
-        threads.filter_map do |thread|
-          next if thread[:serial].nil? # exited threads added together: no pool to belong to
-
-          numbers = %i[run_ns wait_ns idle_ns gc_ns].to_h do |key|
-            value = thread[key]
-            raise Error, "#{source}: thread #{thread[:serial]} has no #{key}" unless value.is_a?(Integer) && value >= 0
-
-            [key, value]
-          end
-          [thread[:serial], Row.new(label: (thread[:label] || thread[:name]).to_s, excluded_idle_ns: 0, **numbers)]
-        end
-      end
-
-      def subtract(row, before)
-        Row.new(label: row.label, run_ns: row.run_ns - before.run_ns, gc_ns: row.gc_ns - before.gc_ns,
-                wait_ns: row.wait_ns - before.wait_ns, idle_ns: row.idle_ns - before.idle_ns, excluded_idle_ns: 0)
-      end
-
       NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns].freeze
 
+      # Breakdown entries are cumulative: the span's are later minus earlier, by kind, label, tags.
       def subtract_breakdown(now, before)
         return nil unless now
 
