@@ -275,15 +275,16 @@ class AdviseTest < Minitest::Test
 
   # --- a /metrics URL (the Puma plugin's Prometheus text) ---
 
-  # Serves +bodies+ in turn (the last one from then on) as HTTP answers on a loopback port.
-  def with_metrics_server(bodies)
+  # Serves HTTP answers on a loopback port: the n-th (from 0) is body.call(n).
+  def with_metrics_server(body)
     server = TCPServer.new("127.0.0.1", 0)
+    served = -1
     thread = Thread.new do
       loop do
         client = server.accept
         while (line = client.gets) && line != "\r\n"; end
-        body = bodies.size > 1 ? bodies.shift : bodies.first
-        client.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: #{body.bytesize}\r\nConnection: close\r\n\r\n#{body}")
+        text = body.call(served += 1)
+        client.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: #{text.bytesize}\r\nConnection: close\r\n\r\n#{text}")
         client.close
       end
     rescue IOError
@@ -295,7 +296,7 @@ class AdviseTest < Minitest::Test
     thread&.join(1)
   end
 
-  # Two Puma workers, 10 s apart: each held the GVL 5 s and had on average 1 thread waiting.
+  # Two Puma workers; every 10 s each holds the GVL 5 s and has on average 1 thread waiting.
   def exposition(wall_s, held_s, wait_s)
     lines = ["# TYPE gvlscope_wall_seconds_total counter", "# TYPE gvlscope_gvl_held_seconds_total counter",
              "# TYPE gvlscope_gvl_wait_seconds_total counter"]
@@ -309,7 +310,7 @@ class AdviseTest < Minitest::Test
   end
 
   def test_a_metrics_url_with_the_current_thread_count
-    with_metrics_server([exposition(100, 20, 30), exposition(110, 25, 40)]) do |url|
+    with_metrics_server(->(n) { exposition(100 + 10 * n, 20 + 5 * n, 30 + 10 * n) }) do |url|
       json = advise_json("advise", "--url", url, "--interval", "0.05", "--current-threads", "3", "--cores", "4")
       # Per process: 3 threads x 10 s = 30 thread-seconds: held 5, waiting 10, idle 15.
       shares = json["measured"]["shares"]
