@@ -35,13 +35,13 @@ end
 
 DEFAULT_THREADS = 5 # Puma's default max_threads on CRuby (Rails' generated config says 3)
 CONNECTIONS = 32 # twice the most threads swept: every thread always has a request to serve
-counts = size(tiny: [1, 4, 16], small: [1, 2, 3, 4, 6, 8, 12, 16], full: [1, 2, 3, 4, 6, 8, 12, 16])
+counts = size(tiny: [1, 16], small: [1, 2, 3, 4, 6, 8, 12, 16], full: [1, 2, 3, 4, 6, 8, 12, 16])
 seconds = size(tiny: 1, small: 2, full: 5)
 rounds = size(tiny: 1, small: 1, full: 3)
 mixes = ENV.fetch("THREAD_SWEEP_MIXES", ThreadSweepMixes::MIXES.keys.join(",")).split(",")
 taskset = find.("taskset")
 pinned = Etc.nprocessors >= 2 && taskset && ENV.fetch("THREAD_SWEEP_PIN", "1") == "1"
-server_cpu = pinned ? [taskset, "-c", "0"] : []
+server_cpu = pinned && ENV["THREAD_SWEEP_SERVER_CPU"] ? [taskset, "-c", ENV["THREAD_SWEEP_SERVER_CPU"]] : (pinned ? [taskset, "-c", "0"] : [])
 client_cpu = pinned ? [taskset, "-c", "1"] : []
 puma_cores = pinned ? 1 : Etc.nprocessors
 out_dir = ENV["GVLSCOPE_OUTPUT"] ? File.dirname(ENV["GVLSCOPE_OUTPUT"]) : Dir.tmpdir
@@ -121,7 +121,7 @@ begin
     endpoints = ThreadSweepMixes::MIXES.fetch(mix)
     args = [RbConfig.ruby, server_program, nil, mix, iterations_per_ms.to_s, delay_port.to_s]
     # 1. The advisor's run: Puma at its default thread count, traced from boot.
-    trace = File.join(out_dir, "thread-sweep-puma-#{mix}.gvl")
+    trace = File.join(out_dir, "sweep-puma-#{mix}.gvl") # not thread-sweep-*: the runner reads that one as the scenario's own
     File.delete(trace) if File.exist?(trace)
     traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil }
     args[2] = DEFAULT_THREADS.to_s
