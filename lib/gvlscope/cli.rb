@@ -23,6 +23,8 @@ module GVLScope
         export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
                               convert a trace for Perfetto UI / chrome://tracing / speedscope
         summary FILE          per-thread GVL times of a trace
+        top PID | --url URL | -- COMMAND [ARGS...]
+                              live view of a running process: GVL held %, waits, threads, findings
         advise FILE | --snapshot FILE | --pid PID | --url URL [--cores N] [--processes N] [--json]
                               how many threads (and processes) to run, with the reasoning
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
@@ -87,6 +89,9 @@ module GVLScope
         @out.puts "gvlscope #{VERSION}"
         0
       when "run" then run_command(argv)
+      when "top"
+        require_relative "top/cli"
+        Top::CLI.new(out: @out, err: @err).run(argv)
       when "lab"
         require_relative "lab/cli"
         Lab::CLI.new(out: @out, err: @err).run(argv)
@@ -199,6 +204,7 @@ module GVLScope
       metrics_only = false
       buffer_mb = nil
       stacks = true
+      live = false
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
@@ -210,6 +216,9 @@ module GVLScope
         opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("--no-stacks", "do not record code locations (release sites, holder stacks while threads wait)") { stacks = false }
+        opts.on("--live", "each process also opens its live socket for `gvlscope top PID` (pids printed as they start)") do
+          live = true
+        end
         opts.on("--buffer MB", Integer, "recorder memory per process (default 64; each native thread holds 64 KiB)") do |mb|
           raise UsageError, "--buffer must be at least 1 (MB)" unless mb.positive?
 
@@ -236,8 +245,10 @@ module GVLScope
       require "tmpdir"
       # A private directory for what the traced processes tell us: their traces and messages.
       Dir.mktmpdir("gvlscope-run") do |run_dir|
+        announcer = announce_live(run_dir) if live
         status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb,
-                                                   stacks: stacks)
+                                                   stacks: stacks, live: live)
+        announcer&.call
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
@@ -247,7 +258,7 @@ module GVLScope
       end
     end
 
-    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:)
+    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:, live: false)
       lib = File.expand_path("..", __dir__)
       env = {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
@@ -256,6 +267,7 @@ module GVLScope
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
         "GVLSCOPE_STACKS" => stacks ? nil : "0",
+        "GVLSCOPE_LIVE" => live ? "1" : nil,
       }
       forwarding = forward_signals
       pid = begin
@@ -268,6 +280,25 @@ module GVLScope
       status
     ensure
       forwarding&.call(nil)
+    end
+
+    # `gvlscope run --live`: tells, as each traced process opens its live socket, the command that
+    # reads it (once per pid: a process that execs itself opens it again). Returns a lambda that
+    # stops watching.
+    def announce_live(run_dir)
+      path = File.join(run_dir, "live")
+      told = {}
+      watcher = Thread.new do
+        loop do
+          lines = File.exist?(path) ? File.readlines(path, chomp: true) : []
+          lines.map { |line| line.split.first }.uniq.each do |pid|
+            @err.puts "gvlscope: pid #{pid} is live: gvlscope top #{pid}" unless told[pid]
+            told[pid] = true
+          end
+          sleep 0.2
+        end
+      end
+      -> { watcher.kill.join }
     end
 
     # What a supervisor (docker, systemd, foreman, a CI runner) sends to the process it started

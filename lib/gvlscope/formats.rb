@@ -45,6 +45,8 @@ module GVLScope
                 extension: ".txt", description: "a metrics snapshot as a table and histograms"),
       Entry.new(name: "prometheus", class_name: :Prometheus, file: "prometheus", subject: :snapshot, command: nil,
                 extension: ".prom", description: "Prometheus text exposition of metrics snapshots"),
+      Entry.new(name: "top-text", class_name: :TopText, file: "top_text", subject: :live, command: nil,
+                extension: ".txt", description: "one frame of gvlscope top: an interval of a live source"),
       Entry.new(name: "advice-text", class_name: :AdviceText, file: "advice_text", subject: :advice, command: "advise",
                 extension: ".txt", description: "the thread-count advice with its reasoning (the default)"),
       Entry.new(name: "advice-json", class_name: :AdviceJSON, file: "advice_json", subject: :advice, command: "advise",

@@ -21,9 +21,10 @@ module GVLScope
     # One Snapshot now from exactly one source: +pid+ (its socket under the runtime dir),
     # +socket+ (a socket path) or +url+ (a /metrics URL). GVLScope::Error, one line, when the
     # source cannot answer.
-    def fetch(pid: nil, url: nil, socket: nil)
+    # +stacks+: each thread's row also says where its code is now (socket sources only).
+    def fetch(pid: nil, url: nil, socket: nil, stacks: false)
       source = source(pid: pid, url: url, socket: socket)
-      source.snapshot
+      source.snapshot(stacks: stacks)
     ensure
       source&.close
     end

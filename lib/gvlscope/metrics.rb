@@ -116,6 +116,10 @@ module GVLScope
       # Threads that exited before the previous snapshot, added together.
       def exited = rows.last
 
+      # The Thread objects of #threads, in the same order (nil for one gone meanwhile); empty for
+      # a difference of snapshots.
+      def ruby_threads = @packed ? @packed[0].first(threads.size) : []
+
       def all_rows = rows
 
       COUNTERS.each do |counter|

@@ -15,7 +15,8 @@ module GVLScope
   # a 0600 socket in a 0700 directory, and each peer's uid checked (SO_PEERCRED) against ours.
   #
   # Protocol: one JSON object per line each way. {"get":"snapshot"} answers
-  # {"snapshot":{...Live::Snapshot#to_h...}}; {"get":"hello"} answers {"pid":..,"version":..}.
+  # {"snapshot":{...Live::Snapshot#to_h...}} ("stacks":true adds where each thread is);
+  # {"get":"hello"} answers {"pid":..,"version":..,"protocol":..}.
   # Anything else, a line over MAX_REQUEST_BYTES, or a request not finished within
   # REQUEST_TIMEOUT gets {"error":"..."} and the connection closed.
   #
@@ -110,9 +111,10 @@ module GVLScope
       nil
     end
 
-    # The snapshot a client gets: this process's metrics now.
-    def snapshot
-      Live::Snapshot.from_metrics(Metrics.snapshot, pid: @pid, trace_path: GVLScope.trace_path, timeslice_ns: @timeslice_ns)
+    # The snapshot a client gets: this process's metrics now (and with +stacks+ where each thread is).
+    def snapshot(stacks: false)
+      Live::Snapshot.from_metrics(Metrics.snapshot, pid: @pid, trace_path: GVLScope.trace_path, timeslice_ns: @timeslice_ns,
+                                                    stacks: stacks)
     end
 
     private
@@ -227,7 +229,7 @@ module GVLScope
         nil
       end
       case request.is_a?(Hash) && request["get"]
-      when "snapshot" then reply(connection, { "snapshot" => snapshot.to_h })
+      when "snapshot" then reply(connection, { "snapshot" => snapshot(stacks: request["stacks"] == true).to_h })
       when "hello" then reply(connection, { "pid" => @pid, "version" => GVLScope::VERSION, "protocol" => PROTOCOL })
       else refuse(connection, 'not a request: send one JSON line, {"get":"snapshot"} or {"get":"hello"}')
       end

@@ -27,6 +27,7 @@ module GVLScope
       prometheus_host: "127.0.0.1", # must be a loopback address
       prometheus_per_worker: true,  # false: sum the workers into one series
       flight_recorder: nil,         # true or FlightRecorder.start options: one recorder per worker
+      live: false,                  # true: each worker opens its live socket, for `gvlscope top PID`
     }.freeze
     # Puma itself traps USR2 (restart) and USR1 (phased restart) in every process; WINCH is free.
     FLIGHT_RECORDER_DEFAULTS = { signal: "WINCH" }.freeze
@@ -75,6 +76,9 @@ module GVLScope
       unless recorder.nil? || recorder == false || recorder == true || recorder.is_a?(Hash)
         raise Error, "gvlscope (puma plugin): flight_recorder must be true or a Hash, got #{recorder.inspect}"
       end
+      unless [true, false].include?(options[:live])
+        raise Error, "gvlscope (puma plugin): live must be true or false, got #{options[:live].inspect}"
+      end
       options
     end
 
@@ -113,6 +117,7 @@ module GVLScope
       end
       Metrics.enable
       start_flight_recorder
+      start_live_server if @options[:live]
       @index = index
       Thread.new do
         Thread.current.name = "gvlscope reporter"
@@ -155,6 +160,14 @@ module GVLScope
       FlightRecorder.start(**@recorder_options)
     rescue Error => e
       @log.call("gvlscope: flight recorder not started: #{e.message}")
+    end
+
+    def start_live_server
+      require_relative "live_server"
+      server = LiveServer.start
+      @log.call("gvlscope: live GVL numbers of pid #{Process.pid}: gvlscope top #{Process.pid} (#{server.path})")
+    rescue Error => e
+      @log.call("gvlscope: live socket not opened: #{e.message}")
     end
 
     def start_metrics_server

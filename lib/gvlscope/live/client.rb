@@ -49,9 +49,9 @@ module GVLScope
         @socket = nil
       end
 
-      # One Live::Snapshot, now.
-      def snapshot
-        Snapshot.from_h(request("snapshot").fetch("snapshot"))
+      # One Live::Snapshot, now; with +stacks+, each thread's row says where its code is.
+      def snapshot(stacks: false)
+        Snapshot.from_h(request("snapshot", stacks ? { "stacks" => true } : {}).fetch("snapshot"))
       end
 
       # { "pid", "version", "protocol" } of the server.
@@ -64,11 +64,11 @@ module GVLScope
 
       private
 
-      def request(what)
+      def request(what, options = {})
         attempts = 0
         begin
           socket = connect
-          socket.write(JSON.generate({ "get" => what }), "\n")
+          socket.write(JSON.generate({ "get" => what, **options }), "\n")
           answer = read_line(socket)
         rescue Errno::EPIPE, Errno::ECONNRESET, EOFError
           close

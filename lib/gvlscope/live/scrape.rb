@@ -31,7 +31,8 @@ module GVLScope
         raise Error, "not a URL: #{url}"
       end
 
-      def snapshot
+      # +stacks+ is accepted for Client's sake: a scrape has no threads.
+      def snapshot(stacks: false) # rubocop:disable Lint/UnusedMethodArgument
         self.class.parse(get, time_ns: Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond))
       end
 

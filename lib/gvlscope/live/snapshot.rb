@@ -24,9 +24,9 @@ module GVLScope
       DEFAULT_TIMESLICE_NS = 100_000_000 # CRuby's; a scrape does not say the target's
 
       # One thread's counters (run_ns, wait_ns, idle_ns, gc_ns: docs/metrics.md), its state at the
-      # moment of the snapshot (vocabulary.rb's words), and where its code was (+code+: nil, or
-      # { "holding" => "Class#method (file:line)", "released_at" => ... } when a trace with stacks
-      # had them).
+      # moment of the snapshot (vocabulary.rb's words), and where its code was (+code+: nil, or a
+      # Hash: "at" => "Class#method (file:line)" where it was at the snapshot, when asked for with
+      # stacks; `gvlscope top` adds "holding" and "released_at" from a trace with stacks).
       THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
                          longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code].freeze
       ThreadRow = Struct.new(*THREAD_FIELDS, keyword_init: true) do
@@ -188,8 +188,14 @@ module GVLScope
       end
 
       # A snapshot of this process from a Metrics::Snapshot (what the live socket answers).
-      def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS)
-        rows = metrics.threads.map { |row| thread_row(row) }
+      # With +stacks+, each thread's row says where its code is now ("at"): the snapshot is taken
+      # holding the GVL, so every other thread is stopped where it runs or waits.
+      def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false)
+        threads = stacks ? metrics.ruby_threads : []
+        rows = metrics.threads.each_with_index.map do |row, index|
+          at = threads[index] && code_location(threads[index])
+          thread_row(row, at ? { "at" => at } : nil)
+        end
         new(
           source: "socket", pid: pid, time_ns: metrics.taken_ns, wall_ns: metrics.wall_ns, held_ns: metrics.held_ns,
           run_ns: metrics.run_ns, gc_ns: metrics.gc_ns, wait_ns: metrics.wait_ns, idle_ns: metrics.idle_ns,
@@ -200,12 +206,28 @@ module GVLScope
         )
       end
 
-      def self.thread_row(row)
+      FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
+
+      # "Object#spin (app.rb:4)": the innermost frame in a source file, relative to the working
+      # directory when under it; nil for a thread without Ruby frames (or the caller itself).
+      def self.code_location(thread)
+        return nil if thread == Thread.current
+
+        frames = thread.backtrace_locations(0, FRAMES_LOOKED_AT) or return nil
+        frame = frames.find { |f| f.path && !f.path.start_with?("<internal:") } || frames.first or return nil
+        path = frame.path.to_s
+        path = path.delete_prefix("#{Dir.pwd}/")
+        "#{frame.label} (#{path}:#{frame.lineno})"
+      rescue StandardError
+        nil
+      end
+
+      def self.thread_row(row, code = nil)
         ThreadRow.new(serial: row.serial, label: row.name, ractor_id: row.ractor_id, state: row.state, exited: row.exited,
                       run_ns: row.run_ns, wait_ns: row.wait_ns, idle_ns: row.idle_ns, gc_ns: row.gc_ns, holds: row.holds,
                       waits: row.waits, longest_hold_ns: row.longest_hold_ns, longest_wait_ns: row.longest_wait_ns,
                       released_blocking: row.released_blocking, released_preempted: row.released_preempted,
-                      released_exit: row.released_exit, code: nil).freeze
+                      released_exit: row.released_exit, code: code).freeze
       end
 
       private
