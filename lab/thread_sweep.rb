@@ -38,6 +38,7 @@ CONNECTIONS = 32 # twice the most threads swept: every thread always has a reque
 counts = size(tiny: [1, 16], small: [1, 2, 3, 4, 6, 8, 12, 16], full: [1, 2, 3, 4, 6, 8, 12, 16])
 seconds = size(tiny: 1, small: 2, full: 5)
 rounds = size(tiny: 1, small: 1, full: 3)
+warm_up = size(tiny: 0, small: 1, full: 2)
 mixes = ENV.fetch("THREAD_SWEEP_MIXES", ThreadSweepMixes::MIXES.keys.join(",")).split(",")
 taskset = find.("taskset")
 pinned = Etc.nprocessors >= 2 && taskset && ENV.fetch("THREAD_SWEEP_PIN", "1") == "1"
@@ -88,6 +89,20 @@ def stop_server(pid, reader)
   reader.close
 end
 
+# Time the pool's threads (Puma names them "puma srv tp NNN", which Linux shows as their comm)
+# spent runnable but waiting for a CPU core, from /proc/PID/task/TID/schedstat (0 where there is
+# none). A thread back from a syscall that finds the core busy waits there: the GVL's events
+# show it as idle.
+def runqueue_ns(pid)
+  Dir.glob("/proc/#{pid}/task/*").sum do |task|
+    next 0 unless File.read(File.join(task, "comm")).start_with?("puma srv tp")
+
+    Integer(File.read(File.join(task, "schedstat")).split[1])
+  rescue SystemCallError, ArgumentError
+    0
+  end
+end
+
 # wrk's latency (e.g. "12.34ms", "850.00us", "1.20s") in ms.
 def wrk_ms(text)
   value = Float(text[/[\d.]+/])
@@ -111,6 +126,10 @@ run_wrk = lambda do |port, duration|
   { rps: Float(rps), p99_ms: wrk_ms(p99), errors: errors }
 end
 
+require "gvlscope/model"
+require "gvlscope/analysis/report"
+require "gvlscope/analysis/advisor_inputs"
+require "gvlscope/live"
 iterations_per_ms = [iterations_for(0.05) / 50, 1].max
 delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
@@ -123,26 +142,44 @@ begin
     # 1. The advisor's run: Puma at its default thread count, traced from boot.
     trace = File.join(out_dir, "sweep-puma-#{mix}.gvl") # not thread-sweep-*: the runner reads that one as the scenario's own
     File.delete(trace) if File.exist?(trace)
-    traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil }
+    traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil, "GVLSCOPE_LIVE" => "1" }
     args[2] = DEFAULT_THREADS.to_s
     pid, port, reader = start_server(traced_env, [*server_cpu, *args])
     begin
       run_wrk.(port, 1) # warm up
-      traced = run_wrk.(port, seconds)
+      # The same run read live too: two snapshots of its socket inside the measured wrk run.
+      traced_seconds = [seconds, 2].max
+      load = Thread.new { run_wrk.(port, traced_seconds) }
+      sleep 0.25
+      live = GVLScope::Live.source(pid: pid)
+      earlier = live.snapshot
+      queued_before = runqueue_ns(pid)
+      sleep traced_seconds - 0.5
+      queued = runqueue_ns(pid) - queued_before
+      later = live.snapshot
+      live.close
+      traced = load.value
     ensure
       stop_server(pid, reader)
     end
-    require "gvlscope/model"
-    require "gvlscope/analysis/report"
-    require "gvlscope/analysis/advisor_inputs"
     report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
     workload = GVLScope::Analysis::AdvisorInputs.from_report(report)
     advice = GVLScope::Analysis::Advisor.new(workload, cores: puma_cores, processes: 1).advice
+    live_workload = GVLScope::Analysis::AdvisorInputs.from_live(later, earlier, source: "pid #{pid}")
+    live_advice = GVLScope::Analysis::Advisor.new(live_workload, cores: puma_cores, processes: 1).advice
+    # What the advice would be had the pool's run-queue wait (measured in the live window) not
+    # been counted as idle.
+    runqueue_share = queued.fdiv(workload.threads * (later.time_ns - earlier.time_ns))
+    without_queue = workload.dup
+    without_queue.idle_ns = [workload.idle_ns - (runqueue_share * workload.total_ns).round, 0].max
+    corrected = GVLScope::Analysis::Advisor.new(without_queue, cores: puma_cores, processes: 1).advice
     shares = workload.shares
     say format("%-9s advisor, from %d threads traced (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%, gc %.0f%%; " \
-               "GVL held %.0f%%; 1/run share %.1f -> %d threads",
+               "GVL held %.0f%%; 1/run share %.1f -> %d threads (live: %d); CPU run-queue wait %.0f%% " \
+               "(without it: %d threads)",
                mix, workload.threads, traced[:rps], 100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle],
-               100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads)
+               100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads, live_advice.threads,
+               100 * runqueue_share, corrected.threads)
 
     # 2. The sweep, the recommended count included.
     swept = (counts + [advice.threads]).uniq.sort
@@ -152,7 +189,7 @@ begin
         args[2] = threads.to_s
         pid, port, reader = start_server({ "RUBYOPT" => untraced_rubyopt, "GVLSCOPE_OUTPUT" => nil }, [*server_cpu, *args])
         begin
-          run_wrk.(port, [seconds / 2.0, 0.5].max.ceil) # warm up: connections, Puma's threads, the JIT-less caches
+          run_wrk.(port, warm_up) if warm_up.positive? # connections, Puma's threads, the method caches
           measured = run_wrk.(port, seconds)
         ensure
           stop_server(pid, reader)
@@ -170,7 +207,9 @@ begin
       advisor: { threads: advice.threads, from_threads: workload.threads, pool: workload.pool,
                  no_collision_threads: advice.no_collision_threads.round(2), run_share: advice.run_share.round(4),
                  shares: shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
-                 traced_rps: traced[:rps], trace: trace },
+                 traced_rps: traced[:rps], trace: trace, live_threads: live_advice.threads,
+                 live_no_collision_threads: live_advice.no_collision_threads.round(2),
+                 runqueue_share: runqueue_share.round(4), threads_without_runqueue: corrected.threads },
       points: points.transform_keys(&:to_s),
     }
   end

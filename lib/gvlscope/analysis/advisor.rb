@@ -131,6 +131,8 @@ module GVLScope
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
                      "or give per-request numbers (a snapshot with Breakdown entries)."
           end
+          lines << "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
+                   "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
           if workload.held_ratio && workload.held_ratio < 0.5
             lines << "Load: the GVL was busy only #{format('%.0f %%', 100 * workload.held_ratio)} of the time measured: " \
                      "the counts are what the process needs when busy, not at this load."

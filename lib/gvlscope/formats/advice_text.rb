@@ -9,15 +9,34 @@ module GVLScope
     # then the measured shares, the model with its numbers, the processes, and what would change it.
     class AdviceText < Format
       CURVE_ROWS = 12 # rows of the model's table around the recommendation and the current count
+      WIDTH = 100 # sentences wrap here
 
       def write(io)
         advice = @subject
         io << (headline(advice) + [""] + measured(advice) + [""] + model(advice) + [""] +
-               ["Processes:", "  #{advice.processes_reasoning}", "", "What would change the answer:"] +
-               advice.what_would_change.map { |line| "  - #{line}" }).join("\n") << "\n"
+               ["Processes:", *wrap(advice.processes_reasoning, "  "), "", "What would change the answer:"] +
+               advice.what_would_change.flat_map { |line| wrap(line, "  - ", "    ") }).join("\n") << "\n"
       end
 
       private
+
+      # +text+ in lines of at most WIDTH, the first after +first+, the others after +rest+.
+      def wrap(text, first, rest = " " * first.size)
+        lines = []
+        line = first.dup
+        empty = true
+        text.split(" ").each do |word|
+          if !empty && line.size + 1 + word.size > WIDTH
+            lines << line
+            line = rest.dup
+            empty = true
+          end
+          line << " " unless empty
+          line << word
+          empty = false
+        end
+        lines << line
+      end
 
       def plural(count, word) = "#{count} #{word}#{'s' unless count == 1}"
 
@@ -53,11 +72,11 @@ module GVLScope
 
       def model(advice)
         per_request = advice.per_request?
-        lines = ["Model: one GVL and #{plural(advice.current_threads, 'thread')} going round: idle (IO, sleep) for Z, " \
-                 "in line for the GVL (wait), then holding it for D (run + GC).",
-                 "  A closed queueing network solved by mean value analysis: per thread count, the GVL's busy share",
-                 "  (= throughput / the most one GVL allows) and the GVL wait per #{advice.unit_name}."]
-        advice.reasoning.each { |line| lines << "  #{line}" }
+        lines = wrap("Model: one GVL and threads going round: idle (IO, sleep) for Z, in line for the GVL (wait), then " \
+                     "holding it for D (run + GC). A closed queueing network, solved by mean value analysis for each " \
+                     "thread count: the GVL's busy share (= throughput / the most one GVL allows) and the GVL wait " \
+                     "per #{advice.unit_name}.", "", "  ")
+        advice.reasoning.each { |line| lines.concat(wrap(line, "  - ", "    ")) }
         lines << ""
         lines << format("  %-9s %-10s %s", "threads", "GVL busy", per_request ? "GVL wait per #{advice.unit_name}" : "GVL wait (x run time)")
         rows_shown(advice).each do |threads|

@@ -264,9 +264,12 @@ module GVLScope
               advisor = sweep_mix.(m, mix).fetch(:advisor)
               shares = advisor.fetch(:shares)
               judgement = sweep_judge.(m, mix)
-              format("advisor %d (from %d threads traced: run %.0f %%, GVL wait %.0f %%, idle %.0f %%; 1 / run share %.1f); " \
-                     "knee %s; %s: %s", advisor[:threads], advisor[:from_threads], 100 * shares[:run], 100 * shares[:wait],
-                     100 * shares[:idle], advisor[:no_collision_threads], judgement.knee || "none",
+              format("advisor %d (from %d threads traced: run %.0f %%, GVL wait %.0f %%, idle %.0f %%; 1 / run share %.1f; " \
+                     "read live from the same run: %s; the pool waited for a CPU %.0f %% of its time, counted as idle: " \
+                     "without it %s); knee %s; %s: %s", advisor[:threads], advisor[:from_threads],
+                     100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle], advisor[:no_collision_threads],
+                     advisor[:live_threads], 100 * advisor[:runqueue_share], advisor[:threads_without_runqueue],
+                     judgement.knee || "none",
                      judgement.verdict.to_s.tr("_", " "), judgement.reason)
             },
             holds: ->(m) { sweep_judge.(m, mix).inside? },
