@@ -83,7 +83,7 @@ class AdviseTest < Minitest::Test
     assert_in_delta 1.0, advice.no_collision_threads, 1e-9
     text = GVLScope::Formats::AdviceText.new(advice).to_s
     assert_match(/^gvlscope advise: 1 thread per process, 4 processes \(now 5 threads x 1 process, 4 cores\)$/, text)
-    assert_match(/4 processes \(one GVL each\) use the free cores/, text)
+    assert_match(/4 processes \(one GVL each\) use the free cores/, advice.processes_reasoning)
   end
 
   def test_cpu_bound_with_no_free_core_keeps_the_processes
@@ -111,7 +111,7 @@ class AdviseTest < Minitest::Test
     assert_in_delta 2.0, advice.no_collision_threads, 1e-9
     assert_equal 4, advice.threads
     reasoning = advice.reasoning.join("\n")
-    assert_match(/1 \/ run share = 2\.0 threads/, reasoning)
+    assert_match(/1 \/ run share = 2\.0: that many threads keep the GVL busy/, reasoning)
     assert_match(/4 threads keep the GVL busy 98 % of the time, the fewest to reach 95 %/, reasoning)
     assert_match(/At the current 5 threads the model predicts the GVL busy 100 %; measured 150 %/, reasoning,
                  "5 threads x 30 % run: the measured held share is the pool's (no other thread)")

@@ -85,8 +85,8 @@ module GVLScope
           pct = ->(share) { format("%.0f %%", 100 * share) }
           chosen = point(threads)
           lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
-                   "what threads add). With no collisions, 1 / run share = #{format('%.1f', no_collision_threads)} threads " \
-                   "keep the GVL busy: while one holds it, the others are idle."]
+                   "what threads add). With no collisions, (D + Z) / D = 1 / run share = #{format('%.1f', no_collision_threads)}: " \
+                   "that many threads keep the GVL busy, each idle while the others hold it."]
           lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
                    "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
                    "the fewest to reach #{pct.(target)} of what one GVL allows."
@@ -112,20 +112,20 @@ module GVLScope
         def processes_reasoning
           if cores > current_processes
             "#{cores} cores, #{current_processes} process#{'es' unless current_processes == 1}: one process's GVL runs " \
-              "Ruby on one core at a time (busy #{format('%.0f %%', 100 * point(threads).busy)} at #{threads} threads); " \
+              "Ruby on one core at a time (busy #{format('%.0f %%', 100 * point(threads).busy)} at #{Advisor.count(threads, 'thread')}); " \
               "#{processes} processes (one GVL each) use the free cores, which more threads in one process cannot."
           else
             "#{cores} core#{'s' unless cores == 1}, #{current_processes} process#{'es' unless current_processes == 1}: " \
-              "no core is free for another process; keep #{current_processes}, each with #{threads} thread#{'s' unless threads == 1}."
+              "no core is free for another process; keep #{current_processes}, each with #{Advisor.count(threads, 'thread')}."
           end
         end
 
         # What would change the answer, in sentences.
         def what_would_change
-          lines = ["Slower IO: with twice the idle time per #{unit_name} the answer is #{sensitivity[:idle_doubled]} threads; " \
-                   "with half, #{sensitivity[:idle_halved]}. Faster Ruby (less run time) moves it like more idle."]
+          lines = ["Slower IO: with twice the idle time per #{unit_name} the answer is " \
+                   "#{Advisor.count(sensitivity[:idle_doubled], 'thread')}; with half, #{sensitivity[:idle_halved]}. Faster Ruby (less run time) moves it like more idle."]
           lines << "Steadier requests: the model takes hold and idle times as varied as exponential times; " \
-                   "with no variation at all, #{no_collision_threads.ceil} thread#{'s' unless no_collision_threads.ceil == 1} would do."
+                   "with no variation at all, #{Advisor.count(no_collision_threads.ceil, 'thread')} would do."
           if workload.unit == :thread
             lines << "Idle time between requests: these are per-thread numbers, so a thread that waited for work " \
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
@@ -139,10 +139,14 @@ module GVLScope
           end
           lines << "A latency budget: --max-wait-ms caps the GVL wait per request and with it the threads." if per_request? && !max_wait_ns
           lines << "Memory: if it limits the processes, more threads per process still add throughput up to " \
-                   "#{curve.index { |p| p.busy >= 0.99 }&.+(1) || curve.size} threads (99 % of one GVL), at the cost of GVL wait." if processes > current_processes
+                   "#{Advisor.count(curve.index { |p| p.busy >= 0.99 }&.+(1) || curve.size, 'thread')} (99 % of one GVL), " \
+                   "at the cost of GVL wait." if processes > current_processes
           lines
         end
       end
+
+      # "1 thread", "3 threads"; "1 process", "2 processes".
+      def self.count(number, word) = "#{number} #{word}#{number == 1 ? '' : (word.end_with?('s') ? 'es' : 's')}"
 
       # Mean value analysis of the closed network: one queue (the GVL, demand +d+ per request) and
       # one delay (idle, +z+ per request) with +max+ threads. Returns Points for 1..max: busy = U(T)

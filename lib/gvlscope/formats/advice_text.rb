@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "../units"
+require_relative "../analysis/advisor"
 
 module GVLScope
   module Formats
@@ -38,12 +39,12 @@ module GVLScope
         lines << line
       end
 
-      def plural(count, word) = "#{count} #{word}#{'s' unless count == 1}"
+      def plural(count, word) = Analysis::Advisor.count(count, word)
 
       def headline(advice)
         text = "gvlscope advise: #{plural(advice.threads, 'thread')} per process"
-        text += advice.processes == advice.current_processes ? "" : ", #{plural(advice.processes, 'process').sub('processs', 'processes')}"
-        ["#{text} (now #{plural(advice.current_threads, 'thread')} x #{plural(advice.current_processes, 'process').sub('processs', 'processes')}, " \
+        text += advice.processes == advice.current_processes ? "" : ", #{plural(advice.processes, 'process')}"
+        ["#{text} (now #{plural(advice.current_threads, 'thread')} x #{plural(advice.current_processes, 'process')}, " \
          "#{plural(advice.cores, 'core')})"]
       end
 
