@@ -487,7 +487,7 @@ module GVLScope
         ensure
           source.close
         end
-        Analysis::AdvisorInputs.from_live(later, earlier, source: "#{what} over #{format('%g', interval)} s",
+        Analysis::AdvisorInputs.from_live(later, earlier, source: what,
                                                            current_threads: options[:current_threads], **choose)
       end
     end

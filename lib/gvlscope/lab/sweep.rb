@@ -56,7 +56,7 @@ module GVLScope
                           "#{percent(LATENCY - 1)} of the best"] unless knee
 
         numbers = format("%d threads: %.0f requests/s (%s of the best), p99 %.0f ms (%s of the best)", recommended, chosen.rps,
-                         percent(chosen.rps / best_rps), chosen.p99_ms, percent(chosen.p99_ms / best_p99))
+                         percent(chosen.rps.fdiv(best_rps)), chosen.p99_ms, percent(chosen.p99_ms.fdiv(best_p99)))
         if recommended < knee
           [:too_few, "#{numbers}: below the knee"]
         elsif recommended > upper
