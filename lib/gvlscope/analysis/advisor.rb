@@ -22,8 +22,8 @@ module GVLScope
     #   the GVL's limit; past it each thread adds about D of GVL wait to every request and almost
     #   no throughput. --max-wait-ms lowers it to the most threads whose W(T) stays under a budget.
     #
-    # Where cores are free (cores > processes) and the process's GVL would be busy, more processes
-    # (one GVL each) add throughput that more threads cannot.
+    # A busy GVL runs Ruby on one core at a time: where cores are free (cores > processes), more
+    # processes (one GVL each) add throughput that more threads cannot; the advice is one per core.
     class Advisor
       TARGET = 0.95 # the lab's knee uses the same 95 % of the best throughput (docs/lab.md)
       MAX_THREADS = 64
@@ -45,7 +45,6 @@ module GVLScope
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
                             :processes, keyword_init: true) do
         def held_ns = run_ns + gc_ns
-        def own_ns = run_ns + gc_ns + idle_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
 
         # Share of the unit's time in each state (wait included), as shown.
