@@ -368,6 +368,39 @@ class AdviseTest < Minitest::Test
     end
   end
 
+  # The snapshot file `gvlscope top PID --once --json` writes (the contract between the two
+  # commands), from a real process with its live socket open.
+  def test_a_snapshot_file_from_gvlscope_top
+    Dir.mktmpdir do |dir|
+      program = File.join(dir, "loop.rb")
+      File.write(program, <<~RUBY)
+        3.times.map do |n|
+          Thread.new do
+            Thread.current.name = "worker \#{n}"
+            loop { 20_000.times { }; sleep 0.002 }
+          end
+        end
+        $stdout.puts "ready"
+        $stdout.flush
+        sleep 30
+      RUBY
+      env = { "GVLSCOPE_LIVE" => "1", "GVLSCOPE_TRACE" => "0", "RUBYOPT" => "-I#{File.join(ROOT, 'lib')} -rgvlscope/autorun" }
+      IO.popen(env, [RbConfig.ruby, program]) do |io|
+        assert_equal "ready\n", io.gets
+        snap = File.join(dir, "snap.json")
+        out, err, status = gvlscope("top", io.pid.to_s, "--once", "--json", "--interval", "0.5")
+        assert status.success?, err
+        File.write(snap, out)
+        json = advise_json("advise", "--snapshot", snap, "--cores", "1")
+        assert_equal({ "name" => "worker #", "threads" => 3 }, json["measured"]["pool"])
+        assert_in_delta 0.5e9, json["measured"]["window_ns"], 0.2e9
+        assert_operator json["measured"]["shares"]["idle"], :>, 0.3, "each worker sleeps 2 ms a round"
+      ensure
+        Process.kill(:TERM, io.pid)
+      end
+    end
+  end
+
   # --- errors: one line, exit 1 ---
 
   def test_bad_input_is_one_line_and_exit_1
