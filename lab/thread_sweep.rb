@@ -10,8 +10,12 @@
 #      machine hits every count alike; requests/s and p99 latency from wrk.
 #
 # The knee and the verdicts are computed from these numbers in lib/gvlscope/lab/sweep.rb. With 2+
-# cores Puma runs on CPU 0 and wrk with the delay server on CPU 1 (taskset), so they do not trade
-# places; the advisor is then told the process has 1 core.
+# cores, wrk and the delay server run on the last CPU (taskset) and Puma anywhere
+# (THREAD_SWEEP_PIN=client, the default): Puma's threads coming back from a syscall find a core
+# while another holds the GVL, as on a server with cores to spare. THREAD_SWEEP_PIN=apart puts
+# Puma on CPU 0 alone (its own threads then queue for that core: measured as idle, see
+# docs/advise.md), none pins nothing. The sweep judges threads in one process: the advisor is
+# told 1 core, so its process advice stays out of it.
 require_relative "lab_helper"
 require_relative "thread_sweep_mixes"
 require "etc"
@@ -41,10 +45,16 @@ rounds = size(tiny: 1, small: 1, full: 5)
 warm_up = size(tiny: 0, small: 1, full: 2)
 mixes = ENV.fetch("THREAD_SWEEP_MIXES", ThreadSweepMixes::MIXES.keys.join(",")).split(",")
 taskset = find.("taskset")
-pinned = Etc.nprocessors >= 2 && taskset && ENV.fetch("THREAD_SWEEP_PIN", "1") == "1"
-server_cpu = pinned && ENV["THREAD_SWEEP_SERVER_CPU"] ? [taskset, "-c", ENV["THREAD_SWEEP_SERVER_CPU"]] : (pinned ? [taskset, "-c", "0"] : [])
-client_cpu = pinned ? [taskset, "-c", "1"] : []
-puma_cores = pinned ? 1 : Etc.nprocessors
+pin = Etc.nprocessors >= 2 && taskset ? ENV.fetch("THREAD_SWEEP_PIN", "client") : "none"
+unless %w[client apart none].include?(pin)
+  raise ArgumentError, "THREAD_SWEEP_PIN must be client, apart or none (got #{pin.inspect})"
+end
+last_cpu = (Etc.nprocessors - 1).to_s
+server_cpu = pin == "apart" ? [taskset, "-c", "0"] : []
+client_cpu = pin == "none" ? [] : [taskset, "-c", last_cpu]
+pinning = { "client" => "wrk and the delay server on CPU #{last_cpu}, Puma on any",
+            "apart" => "Puma on CPU 0, wrk and the delay server on CPU #{last_cpu}", "none" => "nothing pinned" }.fetch(pin)
+puma_cores = 1
 out_dir = ENV["GVLSCOPE_OUTPUT"] ? File.dirname(ENV["GVLSCOPE_OUTPUT"]) : Dir.tmpdir
 server_program = File.join(__dir__, "thread_sweep_server.rb")
 
@@ -140,7 +150,7 @@ iterations_per_ms = 3.times.map do
 end.max
 delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
-    "#{pinned ? 'Puma on CPU 0, wrk and the delay server on CPU 1' : 'not pinned'}; #{iterations_per_ms} iterations/ms"
+    "#{pinning}; #{iterations_per_ms} iterations/ms"
 results = {}
 begin
   mixes.each do |mix|
@@ -224,4 +234,4 @@ ensure
   stop_helper(delay_pid)
 end
 result(mixes: results, counts: counts, seconds: seconds, rounds: rounds, connections: CONNECTIONS,
-       default_threads: DEFAULT_THREADS, pinned: pinned ? true : false, puma_cores: puma_cores)
+       default_threads: DEFAULT_THREADS, pinning: pinning, puma_cores: puma_cores)

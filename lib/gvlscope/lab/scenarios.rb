@@ -288,7 +288,8 @@ module GVLScope
                judgement = sweep_judge.(m, mix)
                endpoints = sweep_mix.(m, mix).fetch(:endpoints).map { |e| format("%s %g ms Ruby + %g ms IO", e[:name], e[:cpu_ms], e[:io_ms]) }
                lines << "" unless lines.empty?
-               lines << "#{mix} (#{endpoints.join(', ')} per request; #{m[:rounds]} round(s) of #{m[:seconds]} s per count):"
+               lines << "#{mix} (#{endpoints.join(', ')} per request; #{m[:rounds]} round(s) of #{m[:seconds]} s per count; " \
+                        "#{m[:pinning]}):"
                lines << ""
                lines.concat(Sweep.table(judgement))
              end
