@@ -99,20 +99,6 @@ def stop_server(pid, reader)
   reader.close
 end
 
-# Time the pool's threads (Puma names them "puma srv tp NNN", which Linux shows as their comm)
-# spent runnable but waiting for a CPU core, from /proc/PID/task/TID/schedstat (0 where there is
-# none). A thread back from a syscall that finds the core busy waits there: the GVL's events
-# show it as idle.
-def runqueue_ns(pid)
-  Dir.glob("/proc/#{pid}/task/*").sum do |task|
-    next 0 unless File.read(File.join(task, "comm")).start_with?("puma srv tp")
-
-    Integer(File.read(File.join(task, "schedstat")).split[1])
-  rescue SystemCallError, ArgumentError
-    0
-  end
-end
-
 # wrk's latency (e.g. "12.34ms", "850.00us", "1.20s") in ms.
 def wrk_ms(text)
   value = Float(text[/[\d.]+/])
@@ -170,9 +156,9 @@ begin
       sleep 0.25
       live = GVLScope::Live.source(pid: pid)
       earlier = live.snapshot
-      queued_before = runqueue_ns(pid)
+      queued_before = GVLScope::Analysis::AdvisorInputs.cpu_wait_by_name(pid)
       sleep traced_seconds - 0.5
-      queued = runqueue_ns(pid) - queued_before
+      queued_after = GVLScope::Analysis::AdvisorInputs.cpu_wait_by_name(pid)
       later = live.snapshot
       live.close
       traced = load.value
@@ -182,21 +168,19 @@ begin
     report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
     workload = GVLScope::Analysis::AdvisorInputs.from_report(report)
     advice = GVLScope::Analysis::Advisor.new(workload, cores: puma_cores, processes: 1).advice
+    # As `gvlscope advise --pid` reads it: the live interval, and the pool's run-queue wait in it.
     live_workload = GVLScope::Analysis::AdvisorInputs.from_live(later, earlier, source: "pid #{pid}")
+    live_workload.cpu_wait_ns = GVLScope::Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after,
+                                                                                 live_workload.pool_labels)
     live_advice = GVLScope::Analysis::Advisor.new(live_workload, cores: puma_cores, processes: 1).advice
-    # What the advice would be had the pool's run-queue wait (measured in the live window) not
-    # been counted as idle.
-    runqueue_share = queued.fdiv(workload.threads * (later.time_ns - earlier.time_ns))
-    without_queue = workload.dup
-    without_queue.idle_ns = [workload.idle_ns - (runqueue_share * workload.total_ns).round, 0].max
-    corrected = GVLScope::Analysis::Advisor.new(without_queue, cores: puma_cores, processes: 1).advice
+    runqueue_share = live_workload.cpu_wait_ns.to_f / live_workload.total_ns
     shares = workload.shares
     say format("%-9s advisor, from %d threads traced (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%, gc %.0f%%; " \
                "GVL held %.0f%%; 1/run share %.1f -> %d threads (live: %d); CPU run-queue wait %.0f%% " \
-               "(without it: %d threads)",
+               "(the live advice without it: %s threads)",
                mix, workload.threads, traced[:rps], 100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle],
                100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads, live_advice.threads,
-               100 * runqueue_share, corrected.threads)
+               100 * runqueue_share, live_advice.sensitivity[:without_cpu_wait].inspect)
 
     # 2. The sweep, the recommended count included.
     swept = (counts + [advice.threads]).uniq.sort
@@ -226,7 +210,7 @@ begin
                  shares: shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
                  traced_rps: traced[:rps], trace: trace, live_threads: live_advice.threads,
                  live_no_collision_threads: live_advice.no_collision_threads.round(2),
-                 runqueue_share: runqueue_share.round(4), threads_without_runqueue: corrected.threads },
+                 runqueue_share: runqueue_share.round(4), live_threads_without_runqueue: live_advice.sensitivity[:without_cpu_wait] },
       points: points.transform_keys(&:to_s),
     }
   end

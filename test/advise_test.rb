@@ -4,6 +4,7 @@ require "test_helper"
 require "json"
 require "tmpdir"
 require "socket"
+require "fileutils"
 require "gvlscope/analysis/advisor_inputs"
 require "gvlscope/live"
 
@@ -395,9 +396,56 @@ class AdviseTest < Minitest::Test
         assert_equal({ "name" => "worker #", "threads" => 3 }, json["measured"]["pool"])
         assert_in_delta 0.5e9, json["measured"]["window_ns"], 0.2e9
         assert_operator json["measured"]["shares"]["idle"], :>, 0.3, "each worker sleeps 2 ms a round"
+        # The same process read directly: on Linux, with the pool's run-queue wait (its threads'
+        # names reach /proc as their comm).
+        live = advise_json("advise", "--pid", io.pid.to_s, "--interval", "0.3", "--cores", "1")
+        assert_equal({ "name" => "worker #", "threads" => 3 }, live["measured"]["pool"])
+        if File.exist?("/proc/#{io.pid}/task")
+          assert_kind_of Integer, live["measured"]["cpu_wait_ns"]
+          assert_operator live["measured"]["cpu_wait_ns"], :<=, 3 * 0.3e9 * 2, "at most the pool's time (3 threads)"
+        end
       ensure
         Process.kill(:TERM, io.pid)
       end
+    end
+  end
+
+  # Linux's run-queue wait of the pool's threads (a --pid on this machine), read from
+  # /proc/PID/task/TID/{comm,schedstat}: here a made-up tree.
+  def test_the_pools_wait_for_a_cpu_core
+    Dir.mktmpdir do |proc_root|
+      write_task = lambda do |tid, comm, queued_ns|
+        dir = File.join(proc_root, "77", "task", tid.to_s)
+        FileUtils.mkdir_p(dir)
+        File.write(File.join(dir, "comm"), "#{comm}\n")
+        File.write(File.join(dir, "schedstat"), "123456 #{queued_ns} 42\n")
+      end
+      write_task.(77, "ruby", 5 * MS)
+      write_task.(78, "puma srv tp 001", 10 * MS)
+      write_task.(79, "puma srv tp 002", 20 * MS)
+      before = Inputs.cpu_wait_by_name(77, proc_root: proc_root)
+      assert_equal({ "ruby" => 5 * MS, "puma srv tp 001" => 10 * MS, "puma srv tp 002" => 20 * MS }, before)
+      write_task.(78, "puma srv tp 001", 410 * MS)
+      write_task.(79, "puma srv tp 002", 620 * MS)
+      write_task.(77, "ruby", 905 * MS)
+      after = Inputs.cpu_wait_by_name(77, proc_root: proc_root)
+      assert_equal 1_000 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001", "puma srv tp 002"])
+      # Linux keeps 15 bytes of a name.
+      assert_equal 400 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001 (extra)"])
+      assert_nil Inputs.pool_cpu_wait_ns(before, after, ["worker 1"]), "no thread has the pool's names"
+      assert_nil Inputs.cpu_wait_by_name(99, proc_root: proc_root), "no such process"
+
+      # 2 threads x 10 s: run 4 s, idle 16 s, 1 s of which waiting for a core (+ charge none).
+      hash = pool_snapshot(threads: 2, run: 0.2, wait: 0.0, idle: 0.8)
+      workload = Inputs.from_live(Snapshot.from_h(hash), source: "pid 77")
+      workload.cpu_wait_ns = 1_000 * MS
+      advice = Advisor.new(workload, cores: 1).advice
+      expected = Advisor.curve(1.0, 15.0 / 4).find { |p| p.busy >= 0.95 }.threads
+      assert_equal expected, advice.sensitivity[:without_cpu_wait]
+      assert_match(/the pool waited for a core 5\.0 % of its time .* with that wait out of the idle time, #{expected} threads/,
+                   advice.what_would_change.join("\n"))
+      assert_match(/waiting for a CPU core \(Linux run-queue wait\): 5\.0 % of the pool's time/,
+                   GVLScope::Formats::AdviceText.new(advice).to_s)
     end
   end
 

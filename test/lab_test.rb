@@ -76,7 +76,7 @@ class LabTest < Minitest::Test
       # The thread sweep: every mix swept and judged (the numbers and verdicts depend on the machine).
       %w[cpu-heavy io-heavy mixed].each do |mix|
         assert_match(/^  \[(holds|DIFFERS)\] #{mix}: the advisor's count is inside the measured knee$/, out)
-        assert_match(/^      measured:  advisor \d+ \(from 5 threads traced: .*read live from the same run: \d+; .*\); knee (\d+|none); (inside|too few|too many|outside|no knee): /, out)
+        assert_match(/^      measured:  advisor \d+ \(from 5 threads traced: .*read live from the same run: \d+, or (\d+|\?) without the \d+ % of the pool's time it waited for a CPU core\); knee (\d+|none); (inside|too few|too many|outside|no knee): /, out)
         assert_match(/^  #{mix} \(.* per request; 1 round\(s\) of 1 s per count; .*\):$/, out)
       end
       assert_equal 3, out.scan(/^  \| threads \| requests\/s \(median; min-max\) \| p99 ms \(median; min-max\) \| meets both \| \|$/).size

@@ -479,16 +479,22 @@ module GVLScope
         require_relative "live"
         source = Live.source(pid: options[:pid], url: options[:url])
         what = options[:pid] ? "pid #{options[:pid]}" : options[:url]
+        # Linux, a pid: the threads' run-queue wait at both reads (docs/advise.md, "A machine short of CPU").
+        queued = -> { options[:pid] && Analysis::AdvisorInputs.cpu_wait_by_name(options[:pid]) }
         begin
           earlier = source.snapshot
+          queued_before = queued.()
           progress("reading #{what} for #{format('%g', interval)} s")
           sleep interval
+          queued_after = queued.()
           later = source.snapshot
         ensure
           source.close
         end
-        Analysis::AdvisorInputs.from_live(later, earlier, source: what,
-                                                           current_threads: options[:current_threads], **choose)
+        workload = Analysis::AdvisorInputs.from_live(later, earlier, source: what,
+                                                                      current_threads: options[:current_threads], **choose)
+        workload.cpu_wait_ns = Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after, workload.pool_labels.to_a)
+        workload
       end
     end
   end

@@ -41,9 +41,11 @@ module GVLScope
       #   threads:         the pool's size now (T0); pool: its name ("puma srv tp", 5 threads)
       #   held_ratio:      share of the window the GVL was held (all threads)
       #   processes:       how many processes the numbers are of, when the source says (a scrape's workers)
+      #   pool_labels:     the pool's thread labels
+      #   cpu_wait_ns:     the pool's time runnable but waiting for a CPU core (Linux, a live pid), or nil
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            :processes, keyword_init: true) do
+                            :processes, :pool_labels, :cpu_wait_ns, keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
 
@@ -130,8 +132,14 @@ module GVLScope
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
                      "or give per-request numbers (a snapshot with Breakdown entries)."
           end
-          lines << "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
-                   "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
+          lines << if sensitivity[:without_cpu_wait]
+                     "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
+                       "of its time (Linux's run-queue wait), most of it counted as idle here; with that wait out of the idle " \
+                       "time, #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                   else
+                     "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
+                       "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
+                   end
           if workload.held_ratio && workload.held_ratio < 0.5
             lines << "Load: the GVL was busy only #{format('%.0f %%', 100 * workload.held_ratio)} of the time measured: " \
                      "the counts are what the process needs when busy, not at this load."
@@ -221,7 +229,8 @@ module GVLScope
                    current_processes: @processes, no_collision_threads: (demand + idle) / demand, demand_ns: demand,
                    idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
                    max_wait_ns: max_wait_ns, limited_by: limited_by,
-                   sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0) })
+                   sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
+                                  without_cpu_wait: w.cpu_wait_ns && threads_for(demand, [idle - w.cpu_wait_ns / per, 0.0].max) })
       end
 
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.

@@ -58,13 +58,14 @@ module GVLScope
                                 gc_ns: pool.sum(&:gc_ns), wait_ns: pool.sum(&:wait_ns), idle_ns: pool.sum(&:idle_ns),
                                 excluded_idle_ns: pool.sum { |row| row.excluded_idle_ns.to_i }, other_held_ns: other_held,
                                 pool_held_ns: pool_held, threads: pool.size, pool: name, held_ratio: held_ratio,
-                                window_ns: window_ns, notes: notes)
+                                window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq)
         else
           kinds = entries.map { |entry| entry[:kind].to_s }.uniq
           Advisor::Workload.new(source: source, unit: kinds == ["job"] ? :job : :request, count: sum.(:count),
                                 run_ns: sum.(:run_ns), gc_ns: sum.(:gc_ns), wait_ns: sum.(:wait_ns), idle_ns: sum.(:idle_ns),
                                 excluded_idle_ns: 0, other_held_ns: other_held, pool_held_ns: pool_held,
-                                threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes)
+                                threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes,
+                                pool_labels: pool.map(&:label).uniq)
         end
       end
 
@@ -106,6 +107,35 @@ module GVLScope
         end
         workload(rows, source: source, pattern: threads, held_ratio: snapshot.held_ratio, window_ns: window,
                        breakdown: breakdown)
+      end
+
+      # Linux: how long the threads of process +pid+ spent runnable but waiting for a CPU core (the
+      # run-queue wait in /proc/PID/task/TID/schedstat), summed by thread name (comm: Linux cuts a
+      # thread's name to 15 bytes); nil where there is no such file. Read at both ends of a live
+      # interval, the difference is time the GVL's events counted as idle (a thread back from a
+      # syscall that finds every core busy) or as run (a holder the kernel set aside).
+      COMM_BYTES = 15
+
+      def cpu_wait_by_name(pid, proc_root: "/proc")
+        tasks = Dir.glob(File.join(proc_root, pid.to_s, "task", "*"))
+        return nil if tasks.empty?
+
+        tasks.each_with_object(Hash.new(0)) do |task, sums|
+          sums[File.read(File.join(task, "comm")).chomp.b] += Integer(File.read(File.join(task, "schedstat")).split[1])
+        rescue SystemCallError, ArgumentError, TypeError
+          nil # a thread that exited between the listing and the read
+        end
+      end
+
+      # The pool's run-queue wait between two cpu_wait_by_name readings; nil without them or when no
+      # thread carries a pool thread's name (names set from Ruby reach Linux; unnamed threads do not).
+      def pool_cpu_wait_ns(before, after, labels)
+        return nil unless before && after
+
+        names = labels.map { |label| label.b.byteslice(0, COMM_BYTES) }.uniq.select { |name| after.key?(name) }
+        return nil if names.empty?
+
+        names.sum { |name| [after[name] - before.fetch(name, 0), 0].max }
       end
 
       # A scrape's process totals as a pool of +current_threads+ alike threads: together they held

@@ -26,7 +26,7 @@ module GVLScope
             pool: { name: w.pool, threads: w.threads },
             shares: w.shares.transform_values { |share| share.round(6) },
             run_ns: w.run_ns, gc_ns: w.gc_ns, wait_ns: w.wait_ns, idle_ns: w.idle_ns,
-            excluded_idle_ns: w.excluded_idle_ns, other_held_ns: w.other_held_ns,
+            excluded_idle_ns: w.excluded_idle_ns, other_held_ns: w.other_held_ns, cpu_wait_ns: w.cpu_wait_ns,
             held_ratio: w.held_ratio&.round(6), notes: w.notes.to_a
           },
           model: {
@@ -35,7 +35,7 @@ module GVLScope
             idle_ns: advice.per_request? ? advice.idle_per_request_ns.round : nil,
             charge: w.charge.round(6), run_share: advice.run_share.round(6),
             no_collision_threads: advice.no_collision_threads.round(3), target: advice.target,
-            max_wait_ns: advice.max_wait_ns&.round,
+            max_wait_ns: advice.max_wait_ns&.round, sensitivity: advice.sensitivity,
             curve: advice.curve.map do |point|
               { threads: point.threads, gvl_busy: point.busy.round(6), wait_per_run: point.wait_per_demand.round(6),
                 wait_ns: advice.wait_ns_at(point.threads)&.round }

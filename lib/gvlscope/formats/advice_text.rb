@@ -67,6 +67,10 @@ module GVLScope
         held = format("  GVL held %.1f %% of the time", 100 * w.held_ratio.to_f)
         held += format("; other threads held it %.1f %% as long as the pool, charged to the pool's work", 100 * (w.charge - 1)) if w.charge > 1.0005
         lines << held
+        if w.cpu_wait_ns
+          lines << format("  waiting for a CPU core (Linux run-queue wait): %.1f %% of the pool's time, inside run and idle above",
+                          100.0 * w.cpu_wait_ns / w.total_ns)
+        end
         w.notes.to_a.each { |note| lines << "  note: #{note}" }
         lines
       end

@@ -265,10 +265,10 @@ module GVLScope
               shares = advisor.fetch(:shares)
               judgement = sweep_judge.(m, mix)
               format("advisor %d (from %d threads traced: run %.0f %%, GVL wait %.0f %%, idle %.0f %%; 1 / run share %.1f; " \
-                     "read live from the same run: %s; the pool waited for a CPU %.0f %% of its time, counted as idle: " \
-                     "without it %s); knee %s; %s: %s", advisor[:threads], advisor[:from_threads],
+                     "read live from the same run: %s, or %s without the %.0f %% of the pool's time it waited for a CPU core); " \
+                     "knee %s; %s: %s", advisor[:threads], advisor[:from_threads],
                      100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle], advisor[:no_collision_threads],
-                     advisor[:live_threads], 100 * advisor[:runqueue_share], advisor[:threads_without_runqueue],
+                     advisor[:live_threads], advisor[:live_threads_without_runqueue] || "?", 100 * advisor[:runqueue_share],
                      judgement.knee || "none",
                      judgement.verdict.to_s.tr("_", " "), judgement.reason)
             },
