@@ -137,6 +137,9 @@ end.max
 delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
     "#{pinning}; #{iterations_per_ms} iterations/ms"
+# The machine's load average while the sweep ran (Linux): other work on it is the sweep's noise.
+load_average = -> { File.read("/proc/loadavg").split.first.to_f rescue nil } # rubocop:disable Style/RescueModifier
+loads = [load_average.()]
 results = {}
 begin
   mixes.each do |mix|
@@ -199,6 +202,7 @@ begin
         point[:rps] << measured[:rps]
         point[:p99_ms] << measured[:p99_ms]
         point[:errors] += measured[:errors]
+        loads << load_average.()
         say format("%-9s round %d: %2d threads %8.1f requests/s  p99 %8.1f ms%s", mix, round + 1, threads, measured[:rps],
                    measured[:p99_ms], measured[:errors].positive? ? "  (#{measured[:errors]} errors)" : "")
       end
@@ -217,5 +221,6 @@ begin
 ensure
   stop_helper(delay_pid)
 end
-result(mixes: results, counts: counts, seconds: seconds, rounds: rounds, connections: CONNECTIONS,
+loads.compact!
+result(mixes: results, cores: Etc.nprocessors, load_average: loads.empty? ? nil : [loads.min, loads.sum / loads.size, loads.max].map { |l| l.round(1) }, counts: counts, seconds: seconds, rounds: rounds, connections: CONNECTIONS,
        default_threads: DEFAULT_THREADS, pinning: pinning, puma_cores: puma_cores)

@@ -274,7 +274,8 @@ module GVLScope
             },
             holds: ->(m) { sweep_judge.(m, mix).inside? },
             applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
-            differs_because: "noise on a shared machine (see the spread of the rounds), CPU contention measured as idle " \
+            differs_because: "noise on a shared machine (the load average and the spread of the rounds are below the " \
+                             "table), CPU contention measured as idle " \
                              "(a thread back from a syscall waits for a core: the advisor counts it as IO), and the " \
                              "model's exponential hold and idle times (these endpoints vary less)")
     end
@@ -284,6 +285,10 @@ module GVLScope
            source: "gvlscope's own (issue #20): does the advisor pick the thread count a load test would?",
            details: lambda { |m|
              lines = []
+             if (low, mean, high = m[:load_average])
+               lines << format("Load average while it ran (other work on the machine): %.1f to %.1f, mean %.1f, on %d cores.",
+                               low, high, mean, m.fetch(:cores, Etc.nprocessors))
+             end
              m.fetch(:mixes).each_key do |mix|
                judgement = sweep_judge.(m, mix)
                endpoints = sweep_mix.(m, mix).fetch(:endpoints).map { |e| format("%s %g ms Ruby + %g ms IO", e[:name], e[:cpu_ms], e[:io_ms]) }
