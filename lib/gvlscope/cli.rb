@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "optparse"
+require "etc"
 require_relative "version"
 require_relative "errors"
 require_relative "formats"
@@ -24,6 +25,8 @@ module GVLScope
         summary FILE          per-thread GVL times of a trace
         top PID | --url URL | -- COMMAND [ARGS...]
                               live view of a running process: GVL held %, waits, threads, findings
+        advise FILE | --snapshot FILE | --pid PID | --url URL [--cores N] [--processes N] [--json]
+                              how many threads (and processes) to run, with the reasoning
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 
       FILE is a gvlscope trace (.gvl) or a gvl-tracing JSON trace.
@@ -95,6 +98,7 @@ module GVLScope
       when "report" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) }
       when "export" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) }
       when "summary" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) }
+      when "advise" then advise(argv)
       else
         raise UsageError, "unknown command '#{command}'"
       end
@@ -411,5 +415,88 @@ module GVLScope
       Formats::SummaryText.new(timeline_of(path)).write(@out)
       0
     end
+  
+    ADVISE_BANNER = <<~TEXT
+      Usage: gvlscope advise FILE | --snapshot FILE | --pid PID | --url URL [options]
+
+      How many threads each process should run (and whether to run more processes instead), from
+      measured run / GVL wait / idle shares, with the reasoning and the model's numbers. Input, one of:
+        FILE             a trace (.gvl or gvl-tracing JSON) of the process under load
+        --snapshot FILE  a live snapshot file (JSON: one snapshot, or two to take the interval between)
+        --pid PID        a running process with its live socket open (GVLSCOPE_LIVE=1): read twice
+        --url URL        the Puma plugin's /metrics: read twice (needs --current-threads)
+      The model and the JSON schema: docs/advise.md.
+
+    TEXT
+
+    def advise(argv)
+      options = { interval: 5.0, max_threads: Analysis_MAX_THREADS }
+      parser = OptionParser.new do |opts|
+        opts.banner = ADVISE_BANNER
+        opts.on("--snapshot FILE", "read a live snapshot file") { |f| options[:snapshot] = f }
+        opts.on("--pid PID", Integer, "read the live socket of process PID") { |pid| options[:pid] = pid }
+        opts.on("--url URL", "read a /metrics URL (Prometheus text)") { |url| options[:url] = url }
+        opts.on("--interval SECONDS", Float, "time between the two live reads (default 5)") { |s| options[:interval] = s }
+        opts.on("--cores N", Integer, "CPU cores the processes share (default: this machine's, #{Etc.nprocessors})") { |n| options[:cores] = n }
+        opts.on("--processes N", Integer, "processes running this work now (default 1, or the workers a --url shows)") { |n| options[:processes] = n }
+        opts.on("--threads REGEX", "the worker threads (default: the same-named threads that held the GVL longest)") { |r| options[:threads] = r }
+        opts.on("--current-threads N", Integer, "threads per process now (for --url, which has no per-thread numbers)") { |n| options[:current_threads] = n }
+        opts.on("--max-wait-ms MS", Float, "the most GVL wait per request you accept (per-request numbers only)") { |ms| options[:max_wait_ms] = ms }
+        opts.on("--max-threads N", Integer, "the most threads considered (default #{Analysis_MAX_THREADS})") { |n| options[:max_threads] = n }
+        opts.on("--json", "print the advice as JSON (schema: docs/advise.md)") { options[:json] = true }
+        opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
+      end
+      paths = parser.parse(argv)
+      require_relative "analysis/advisor_inputs"
+      workload = advise_workload(paths, options)
+      advice = Analysis::Advisor.new(workload, cores: options[:cores], processes: options[:processes],
+                                               max_wait_ms: options[:max_wait_ms], max_threads: options[:max_threads]).advice
+      (options[:json] ? Formats::AdviceJSON : Formats::AdviceText).new(advice).write(@out)
+      0
+    end
+
+    Analysis_MAX_THREADS = 64 # Analysis::Advisor::MAX_THREADS, without loading the analysis for --help
+
+    def advise_workload(paths, options)
+      inputs = { "FILE" => paths.first, "--snapshot" => options[:snapshot], "--pid" => options[:pid], "--url" => options[:url] }.compact
+      raise Error, "advise needs one input: a trace FILE, --snapshot FILE, --pid PID or --url URL" if inputs.empty?
+      raise Error, "advise takes one input, got #{inputs.keys.join(' and ')}" if inputs.size > 1 || paths.size > 1
+      if options[:current_threads]&.< 1
+        raise Error, "--current-threads must be at least 1 (got #{options[:current_threads]})"
+      end
+
+      choose = { threads: options[:threads] }
+      if (path = paths.first)
+        with_gc_paused(File.file?(path) ? path : nil) { Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose) }
+      elsif (file = options[:snapshot])
+        later, earlier, breakdown = Analysis::AdvisorInputs.read_snapshot_file(file)
+        Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}", breakdown: breakdown,
+                                                           current_threads: options[:current_threads], **choose)
+      else
+        interval = options[:interval]
+        raise Error, "--interval must be more than 0 seconds (got #{interval})" unless interval.positive?
+
+        require_relative "live"
+        source = Live.source(pid: options[:pid], url: options[:url])
+        what = options[:pid] ? "pid #{options[:pid]}" : options[:url]
+        # Linux, a pid: the threads' run-queue wait at both reads (docs/advise.md, "A machine short of CPU").
+        queued = -> { options[:pid] && Analysis::AdvisorInputs.cpu_wait_by_name(options[:pid]) }
+        begin
+          earlier = source.snapshot
+          queued_before = queued.()
+          progress("reading #{what} for #{format('%g', interval)} s")
+          sleep interval
+          queued_after = queued.()
+          later = source.snapshot
+        ensure
+          source.close
+        end
+        workload = Analysis::AdvisorInputs.from_live(later, earlier, source: what,
+                                                                      current_threads: options[:current_threads], **choose)
+        workload.cpu_wait_ns = Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after, workload.pool_labels.to_a)
+        workload
+      end
+    end
   end
 end
+
