@@ -12,7 +12,10 @@
 # but a setup that adds 2 % of the instructions of a request adds about that much work.
 #
 #   bundle exec ruby -Ilib bench/web_instructions.rb        (REQUESTS=2000 ROUNDS=3; needs valgrind)
-#   SETUPS=plain,metrics,recorder,no_server_timing,static_header,hook,middleware_only
+#   SETUPS=plain,metrics,recorder,no_server_timing,static_header,hook,middleware_only,recorder_no_server_timing
+#   SETUPS=plain,header_10,header_70,header_280   the app adds a server-timing header of N characters
+#   APP=rails (SETUPS=plain,no_server_timing,metrics,all): the realistic request instead, a Rails
+#   action rendering a template from in-memory records (bench/rails_app/config.ru), GET /records
 require "net/http"
 require "rbconfig"
 require "tmpdir"
@@ -21,8 +24,15 @@ require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)
 REQUESTS = Integer(ENV.fetch("REQUESTS", 2000))
+WARMUP = Integer(ENV.fetch("WARMUP", 200)) # requests before each window
+# GC=off: no GC in the measured windows (a full GC before each): the counts then do not depend on
+# whether a window held a major GC, and the objects allocated per request tell the GC's share.
+GC_OFF = ENV["GC"] == "off"
 ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
-SETUPS = ENV.fetch("SETUPS", "plain,metrics,recorder,no_server_timing,static_header").split(",")
+RAILS = ENV["APP"] == "rails"
+SETUPS = ENV.fetch("SETUPS", RAILS ? "plain,no_server_timing,metrics,all" : "plain,metrics,recorder,no_server_timing,static_header").split(",")
+RACKUP = File.join(ROOT, RAILS ? "bench/rails_app/config.ru" : "test/fixtures/web/app.ru")
+REQUEST_PATH = RAILS ? "/records" : "/"
 
 abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
 
@@ -31,28 +41,33 @@ def totals(dump)
 end
 
 results = Hash.new { |h, k| h[k] = [] }
+allocations = Hash.new { |h, k| h[k] = [] }
 Dir.mktmpdir("gvlscope-web-instructions") do |dir|
-  config = write_puma_config(File.join(dir, "puma.rb"))
+  config = write_puma_config(File.join(dir, "puma.rb"), rackup: RACKUP)
   log = File.join(dir, "puma.log")
   env = { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_TOGGLE" => "1", "GVLSCOPE_FLIGHT_DIR" => File.join(dir, "dumps") }
   pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,
                       "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config, out: log, err: %i[child out])
   begin
-    Timeout.timeout(300) { sleep 0.5 until File.read(log).match?(/Listening on/) }
+    Timeout.timeout(RAILS ? 1200 : 300) { sleep 0.5 until File.read(log).match?(/Listening on/) }
     port = Integer(File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
     Net::HTTP.start("127.0.0.1", port, read_timeout: 120) do |http|
       (SETUPS * ROUNDS).each do |setup|
         http.get("/__gvlscope/#{setup}").is_a?(Net::HTTPOK) or abort "unknown setup #{setup}"
-        200.times { http.get("/") }
+        WARMUP.times { http.get(REQUEST_PATH) }
+        http.get("/__gvlscope/gc-off") if GC_OFF
+        allocated_before = Integer(http.get("/__gvlscope/allocated").body)
         system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
-        REQUESTS.times { http.get("/") }
+        REQUESTS.times { http.get(REQUEST_PATH) }
         before = Dir[File.join(dir, "callgrind.#{pid}.*")]
         system("callgrind_control", "--dump=#{setup}", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
         dump = nil
         Timeout.timeout(60) { sleep 0.2 until (dump = (Dir[File.join(dir, "callgrind.#{pid}.*")] - before).first) }
         sleep 0.5 # let the dump finish writing
         results[setup] << totals(dump).fdiv(REQUESTS)
-        warn format("%-17s %10.0f instructions per request", setup, results[setup].last)
+        allocations[setup] << (Integer(http.get("/__gvlscope/allocated").body) - allocated_before).fdiv(REQUESTS)
+        http.get("/__gvlscope/gc-on") if GC_OFF
+        warn format("%-17s %10.0f instructions, %6.1f objects per request", setup, results[setup].last, allocations[setup].last)
       end
     end
   ensure
@@ -63,13 +78,15 @@ end
 
 runs = results.transform_values(&:dup)
 results = results.transform_values(&:min)
+objects = allocations.transform_values(&:min)
 plain = results["plain"]
-puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{REQUESTS} keep-alive requests per setup " \
-     "under callgrind, minimum of #{ROUNDS} rounds"
-puts "| setup | instructions per request | added | plain / setup | rounds |"
-puts "|---|---:|---:|---:|---|"
+puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{RAILS ? 'Rails GET /records' : 'hello world'}, " \
+     "#{REQUESTS} keep-alive requests per setup under callgrind, #{GC_OFF ? 'GC off in the windows' : 'GC on'}, " \
+     "minimum of #{ROUNDS} rounds"
+puts "| setup | instructions per request | added | added / plain | objects per request | rounds |"
+puts "|---|---:|---:|---:|---:|---|"
 results.each do |setup, per_request|
-  added = plain ? per_request - plain : 0
-  puts format("| %s | %.0f | %s | %s | %s |", setup, per_request, setup == "plain" || !plain ? "-" : format("%+.0f", added),
-              plain ? format("%.1f%%", 100 * plain / per_request) : "-", runs[setup].map(&:round).join(", "))
+  added = plain && setup != "plain" ? per_request - plain : nil
+  puts format("| %s | %.0f | %s | %s | %.1f | %s |", setup, per_request, added ? format("%+.0f", added) : "-",
+              added ? format("%+.2f%%", 100 * added / plain) : "-", objects[setup], runs[setup].map(&:round).join(", "))
 end

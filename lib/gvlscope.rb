@@ -3,7 +3,7 @@
 # gvlscope's data path, one folder per stage (docs/architecture.md):
 #   the C hook (ext/gvlscope) -> the live API here (trace, metrics, flight recorder, measure)
 #   -> model/ (a trace becomes a Timeline) -> analysis/ (findings) -> formats/ (bytes)
-#   -> integrations/ (Rack, Puma, autorun), cli.rb, lab/.
+#   -> integrations/ (Rack, Puma, Sidekiq, autorun), cli.rb, lab/.
 # `require "gvlscope"` loads the live API; the other stages load when first used (autoload), so
 # `use GVLScope::Rack` in a config.ru needs nothing more than what Bundler.require does.
 require_relative "gvlscope/native"
@@ -16,8 +16,14 @@ require_relative "gvlscope/request_timing"
 
 module GVLScope
   autoload :Rack, File.expand_path("gvlscope/integrations/rack", __dir__)
+  autoload :Sidekiq, File.expand_path("gvlscope/integrations/sidekiq", __dir__)
   autoload :PumaPlugin, File.expand_path("gvlscope/integrations/puma_plugin", __dir__)
+  autoload :LiveServer, File.expand_path("gvlscope/integrations/live_server", __dir__)
+  autoload :Live, File.expand_path("gvlscope/live", __dir__)
+  autoload :Breakdown, File.expand_path("gvlscope/breakdown", __dir__)
   autoload :MetricsServer, File.expand_path("gvlscope/integrations/metrics_server", __dir__)
+  autoload :StatsD, File.expand_path("gvlscope/integrations/statsd", __dir__)
+  autoload :OpenTelemetry, File.expand_path("gvlscope/integrations/open_telemetry", __dir__)
   autoload :Model, File.expand_path("gvlscope/model", __dir__)
   autoload :Analysis, File.expand_path("gvlscope/analysis", __dir__)
   autoload :Formats, File.expand_path("gvlscope/formats", __dir__)

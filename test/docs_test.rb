@@ -11,13 +11,16 @@ require "tmpdir"
 #   gemfile              a Gemfile: evaluated by Bundler's DSL
 #   rails-application    lines of config/application.rb: evaluated in a Rails::Application subclass
 #   rails-initializer    an initializer: run in that app, which then serves a request through Rails
+#   sidekiq              a Sidekiq initializer: loaded by the real Sidekiq CLI (a child process, a
+#                        real redis-server on a free port), which then runs a job through
+#                        GVLScope::Sidekiq
 # Shell commands (`gvlscope SUB --option`, in code blocks and code spans): SUB exists and each
 # option appears in `gvlscope SUB --help`.
 class DocsTest < Minitest::Test
   include GVLScopeTestHelper
 
   DOCS = ["README.md", *Dir["docs/*.md"].sort].freeze
-  KINDS = [nil, "config.ru", "puma", "gemfile", "rails-application", "rails-initializer"].freeze
+  KINDS = [nil, "config.ru", "puma", "gemfile", "rails-application", "rails-initializer", "sidekiq"].freeze
   Snippet = Struct.new(:file, :line, :kind, :code) do
     def where = "#{file}:#{line}"
   end
@@ -140,6 +143,61 @@ class DocsTest < Minitest::Test
     assert_match(/gvl-wait;dur=/, lines[1])
     assert_match(/GVLScope::Rack/, lines[2], "the middleware comes first")
     assert(lines.any? { |line| line.match?(/\Agvl GET \/hello gvl_wait_ms=[\d.]+ /) }, out) unless initializers.empty?
+  end
+
+  # Each Sidekiq initializer as the Sidekiq CLI loads it (`sidekiq -r file`), against a real Redis:
+  # one job runs, a second one finds the first in GVLScope::Breakdown (so the middleware ran) and
+  # prints it in Sidekiq's log.
+  def test_sidekiq_initializers_run_a_job
+    require_relative "support/redis_server"
+    skip "redis-server is not installed (script/test installs it)" unless RedisServer.available?
+    snippets("sidekiq").each do |snippet|
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        File.write(File.join(dir, "initializer.rb"), snippet.code)
+        File.write(File.join(dir, "app.rb"), <<~RUBY)
+          require "sidekiq"
+          require_relative "initializer"
+          class DocsJob
+            include Sidekiq::Job
+            def perform = nil
+          end
+          class DocsCheckJob
+            include Sidekiq::Job
+            def perform
+              jobs = GVLScope::Breakdown.snapshot.select { |e| e.kind == :job }.map { |e| "\#{e.label}=\#{e.count}" }
+              Sidekiq.logger.info("docs-check: \#{jobs.join(' ')}")
+            end
+          end
+        RUBY
+        redis = RedisServer.new
+        log = File.join(dir, "sidekiq.log")
+        pid = Process.spawn({ "REDIS_URL" => redis.url }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
+                            'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", File.join(dir, "app.rb"), "-c", "1",
+                            chdir: dir, out: log, err: %i[child out], pgroup: true)
+        begin
+          redis.call("SADD", "queues", "default")
+          %w[DocsJob DocsCheckJob].each do |klass|
+            redis.call("LPUSH", "queue:default", %({"class":"#{klass}","args":[],"queue":"default","jid":"#{klass.downcase}","retry":false}))
+            sleep 0.3 # in order: the check runs after the job
+          end
+          deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 60
+          until File.read(log).include?("docs-check:") || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+            break if Process.waitpid(pid, Process::WNOHANG)
+
+            sleep 0.1
+          end
+          assert_match(/docs-check: .*DocsJob=1/, File.read(log), "#{snippet.where}:\n#{snippet.code}\n#{File.read(log)[0, 3000]}")
+        ensure
+          begin
+            Process.kill(:KILL, -pid)
+            Process.wait(pid)
+          rescue Errno::ESRCH, Errno::ECHILD
+            nil
+          end
+          redis.stop
+        end
+      end
+    end
   end
 
   # Files the docs point to exist (a moved file leaves no dangling path behind).

@@ -73,7 +73,16 @@ class LabTest < Minitest::Test
       assert_match(/\[holds\] With a Mutex the count is exact/, out)
       assert_match(/\[holds\] The token goes around every ring/, out)
       assert_match(/\[n\/a\] M:N threads/, out)
+      # The thread sweep: every mix swept and judged (the numbers and verdicts depend on the machine).
+      %w[cpu-heavy io-heavy mixed].each do |mix|
+        assert_match(/^  \[(holds|DIFFERS)\] #{mix}: the advisor's count is inside the measured knee$/, out)
+        assert_match(/^      measured:  advisor \d+ \(from 5 threads traced: .*read live from the same run: \d+, or (\d+|\?) without the \d+ % of the pool's time it waited for a CPU core\); knee (\d+|none); (inside|too few|too many|outside|no knee): /, out)
+        assert_match(/^  #{mix} \(.* per request; 1 round\(s\) of 1 s per count; .*\):$/, out)
+      end
+      assert_equal 3, out.scan(/^  \| threads \| requests\/s \(median; min-max\) \| p99 ms \(median; min-max\) \| meets both \| \|$/).size
+      assert_operator out.scan(/^  \| 16 \| \d+ \(\d+-\d+\) \| \d+ \(\d+-\d+\) \| (yes|no) \|/).size, :>=, 3
       markdown = File.read(File.join(dir, "lab.md"))
+      assert_match(/^## thread-sweep$/, markdown)
       assert_match(/^## convoy$/, markdown)
       assert_match(/^\| claim \| published \| measured \| tolerance \| verdict \|$/, markdown)
     end
@@ -151,5 +160,40 @@ class LabTest < Minitest::Test
     end
     assert_equal 1, err.string.lines.size, err.string
     assert_match(/gvlscope lab: warning: 100000 more threads .* vm\.max_map_count = 65530; raise it: sudo sysctl/, err.string)
+  end
+
+  # The knee and the verdicts of the thread sweep, on made-up numbers.
+  def test_the_sweep_knee_and_verdicts
+    require "gvlscope/lab/sweep"
+    sweep = GVLScope::Lab::Sweep
+    counts = [1, 2, 4, 8, 16]
+    runs = {
+      1 => { rps: [100, 110, 90], p99_ms: [300, 320, 310] },
+      2 => { rps: [190, 180, 200], p99_ms: [160, 170, 150] },
+      4 => { rps: [380, 390, 370], p99_ms: [85, 80, 90] },  # 380: 97 % of the best; p99 85 <= 1.1 x 80
+      8 => { rps: [400, 390, 395], p99_ms: [80, 82, 78] },  # the best throughput (395) and p99 (80)
+      16 => { rps: [395, 380, 390], p99_ms: [120, 140, 130] }, # p99 130 > 88
+    }
+    judged = sweep.judge(runs, counts: counts, recommended: 4)
+    assert_equal [395, 80], [judged.best_rps, judged.best_p99_ms]
+    assert_equal [4, 8], [judged.knee, judged.upper]
+    assert_equal [false, false, true, true, false], judged.points.map(&:qualifies)
+    assert_equal [370, 390], judged.point(4).rps_range
+    assert_equal :inside, judged.verdict
+    assert_equal :inside, sweep.judge(runs, counts: counts, recommended: 8).verdict, "one swept count above the knee"
+    assert_equal :too_few, sweep.judge(runs, counts: counts, recommended: 2).verdict
+    too_many = sweep.judge(runs, counts: counts, recommended: 16)
+    assert_equal :too_many, too_many.verdict
+    assert_match(/16 threads: 390 requests\/s \(99 % of the best\), p99 130 ms \(162 % of the best\): more threads than the knee's 4 \(or 8\) needs/, too_many.reason)
+    # A count between two swept ones (the advisor's own) that falls short.
+    with_six = runs.merge(6 => { rps: [300], p99_ms: [100] })
+    outside = sweep.judge(with_six, counts: counts, recommended: 6)
+    assert_equal :outside, outside.verdict
+    assert_equal :not_measured, sweep.judge(runs, counts: counts, recommended: 5).verdict
+    no_knee = sweep.judge({ 1 => { rps: [100], p99_ms: [50] }, 2 => { rps: [200], p99_ms: [90] } }, counts: [1, 2], recommended: 2)
+    assert_equal [nil, :no_knee], [no_knee.knee, no_knee.verdict]
+    table = sweep.table(judged)
+    assert_equal "| 4 | 380 (370-390) | 85 (80-90) | yes | knee, advisor |", table[4]
+    assert_equal 2 + runs.size, table.size
   end
 end

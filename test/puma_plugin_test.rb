@@ -75,6 +75,53 @@ class PumaPluginTest < Minitest::Test
     end
   end
 
+  Timing = Struct.new(:run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns)
+
+  # A worker's per-route entries: +count+ requests to +route+, each waiting +wait_ns+.
+  def route_entries(route, count, wait_ns)
+    GVLScope::Breakdown.reset!
+    count.times { GVLScope::Breakdown.record(:route, route, Timing.new(1_000, wait_ns, 0, 0, 1_000 + wait_ns)) }
+    GVLScope::Breakdown.snapshot
+  ensure
+    GVLScope::Breakdown.reset!
+  end
+
+  def report_breakdown(plugin, index, pid, entries)
+    message = Marshal.dump([:breakdown, index, pid, entries.map(&:pack)])
+    assert_operator message.bytesize, :<, 65_536
+    Process.stub(:clock_gettime, @now) { plugin.__send__(:receive, message) }
+  end
+
+  # Workers' per-route series reach the master in their own datagrams: one series per worker and
+  # route, or summed over workers with the counters of restarted workers kept.
+  def test_per_route_series_travel_from_the_workers
+    per_worker = plugin(per_worker: true)
+    summed = plugin(per_worker: false)
+    [per_worker, summed].each do |plugin|
+      report(plugin, 0, 100, totals(held: 1, wall: 10))
+      report(plugin, 1, 101, totals(held: 1, wall: 10))
+      report_breakdown(plugin, 0, 100, route_entries("UsersController#show", 3, 2_000_000))
+      report_breakdown(plugin, 1, 101, route_entries("UsersController#show", 2, 50_000))
+    end
+    counts = scrape(per_worker).fetch("gvlscope_route_requests_total")
+    assert_equal [[{ "worker" => "0", "pid" => "100", "route" => "UsersController#show" }, 3],
+                  [{ "worker" => "1", "pid" => "101", "route" => "UsersController#show" }, 2]], counts
+    samples = scrape(summed)
+    assert_equal [[{ "route" => "UsersController#show" }, 5]], samples.fetch("gvlscope_route_requests_total")
+    assert_in_delta 0.0061, value(samples, "gvlscope_route_gvl_wait_seconds_sum", { "route" => "UsersController#show" }), 1e-12
+    # 2 ms waits are in [2^20, 2^21) ns: counted from le = 2^21 ns on; 50 us ones from 2^16 ns.
+    le = ->(bucket) { { "route" => "UsersController#show", "le" => format("%.9g", 2**bucket * 1e-9) } }
+    assert_equal 2, value(samples, "gvlscope_route_gvl_wait_seconds_bucket", le.call(20))
+    assert_equal 5, value(samples, "gvlscope_route_gvl_wait_seconds_bucket", le.call(21))
+    assert_equal 0, value(samples, "gvlscope_route_gvl_wait_seconds_bucket", le.call(15))
+
+    # Worker 0 restarts: its new process starts from zero, the summed counter does not go down.
+    @now += 1
+    report(summed, 0, 200, totals(held: 0.1, wall: 1))
+    report_breakdown(summed, 0, 200, route_entries("UsersController#show", 1, 0))
+    assert_equal 6, value(scrape(summed), "gvlscope_route_requests_total", { "route" => "UsersController#show" })
+  end
+
   def test_per_worker_series_show_live_workers_only
     plugin = plugin(per_worker: true)
     report(plugin, 0, 100, totals(held: 2, wall: 10))

@@ -4,6 +4,7 @@ require "test_helper"
 require "net/http"
 require "tmpdir"
 require "timeout"
+require "gvlscope/live"
 require_relative "support/puma_process"
 
 # Real Puma processes on loopback ports, real HTTP: the middleware's Server-Timing under
@@ -15,6 +16,7 @@ class PumaTest < Minitest::Test
   BOOT_TIMEOUT = 60
 
   include PumaProcess
+  include GVLScopeTestHelper
 
   def setup
     @dir = Dir.mktmpdir("gvlscope-puma")
@@ -93,6 +95,7 @@ class PumaTest < Minitest::Test
     # Which worker answers is the kernel's choice: each /cpu response says who served it.
     cpu_requests = Hash.new(0)
     8.times { cpu_requests[Integer(get(server.port, "/cpu").body)] += 1 }
+    (1..5).each { |id| get(server.port, "/items/#{id}") } # the app has no router: the path template
     sleep 2.5 # every worker reported (once a second) after its last request
 
     metrics = PrometheusText.parse(get(server.metrics_port, "/metrics").body)
@@ -110,6 +113,12 @@ class PumaTest < Minitest::Test
       assert_operator seconds, :>=, 0.8 * expected, "worker #{pid}: #{cpu_requests.inspect}"
       assert_operator seconds, :<=, expected + 0.5, "worker #{pid}: #{cpu_requests.inspect}"
     end
+    # Per-route series from each worker, through the master: /cpu counted where it was served.
+    routes = metrics.values.select { |name, _, _| name == "gvlscope_route_requests_total" }
+    cpu_by_pid = routes.filter_map { |_, labels, count| [Integer(labels["pid"]), count] if labels["route"] == "GET /cpu" }.to_h
+    assert_equal cpu_requests.select { |_, count| count.positive? }, cpu_by_pid
+    assert_equal 5, routes.select { |_, labels, _| labels["route"] == "GET /items/:id" }.sum(&:last)
+    assert_equal ["GET /cpu", "GET /items/:id"], routes.map { |_, labels, _| labels["route"] }.uniq.sort
     assert_match(/gvlscope worker [01] \(pid \d+\): [\d.]+ s, GVL held [\d.]+%, waiting threads now \d+/, server.log)
     assert_equal "404", get(server.metrics_port, "/").code
   end
@@ -124,6 +133,40 @@ class PumaTest < Minitest::Test
     assert_empty wall.first[1]
     # Two workers' wall time: about twice the time since they booted.
     assert_operator wall.first[2], :>=, 2 * 1.5
+  end
+
+  # `gvlscope top` on both of the plugin's live sources: each worker's socket (live: true) and the
+  # master's /metrics (the scrape path), with real requests in between.
+  def test_top_reads_each_workers_live_socket_and_the_metrics_endpoint
+    server = start_puma("plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0, live: true", workers: 2)
+    workers = server.log.scan(/Worker \d+ \(PID: (\d+)\) booted/).flatten.map(&:to_i)
+    wait_for(server, BOOT_TIMEOUT) { |log| workers.all? { |pid| log.include?("gvlscope top #{pid}") } }
+    requests = Thread.new { 6.times { get(server.port, "/cpu") } }
+    out, err, status = gvlscope("top", "--once", "--interval", "1.5", workers.first.to_s)
+    requests.join
+    assert status.success?, err
+    assert_match(/^gvlscope top · pid #{workers.first} /, out)
+    assert_match(/^THREAD /, out)
+    assert_match(/^puma srv tp \d+/, out, "Puma's pool threads (named by Puma) are rows")
+
+    sleep 2.5 # each worker reported to the master (once a second)
+    url = "http://127.0.0.1:#{server.metrics_port}/metrics"
+    out, err, status = gvlscope("top", "--once", "--json", "--url", url)
+    assert status.success?, err
+    snapshot = GVLScope::Live::Snapshot.from_json(out)
+    assert_equal "prometheus", snapshot.source
+    assert_equal workers.sort, snapshot.workers.map(&:pid).sort
+    assert_equal [0, 1], snapshot.workers.map(&:worker).sort
+    assert_empty snapshot.threads
+    # Workers report once a second, so an interval's wall time is whole reports of 2 processes.
+    assert_equal 2, snapshot.processes
+    assert_operator snapshot.wall_ns, :>, 0
+    assert_operator snapshot.held_ratio, :<=, 1.0
+
+    out, err, status = gvlscope("top", "--once", "--url", url)
+    assert status.success?, err
+    assert_match(/^WORKER +PID +HELD%/, out)
+    workers.each { |pid| assert_match(/^[01] +#{pid} +\d+\.\d%/, out) }
   end
 
   def test_a_slow_request_triggers_exactly_one_flight_recorder_dump

@@ -40,7 +40,7 @@ class RailsTest < Minitest::Test
 
   # Starts Puma on the fixture app in a child Ruby (this checkout's lib, the bundle) and waits
   # until it listens.
-  def start_rails
+  def start_rails(config = "")
     config_path = File.join(@dir, "puma.rb")
     File.write(config_path, <<~RUBY)
       bind "tcp://127.0.0.1:0"
@@ -48,6 +48,7 @@ class RailsTest < Minitest::Test
       workers 0
       rackup #{APP.inspect}
       environment "production"
+      #{config}
     RUBY
     log_path = File.join(@dir, "puma.log")
     pid = Process.spawn({ "RAILS_ENV" => "production" }, RbConfig.ruby, "-I", File.join(GVLScopeTestHelper::ROOT, "lib"),
@@ -61,19 +62,21 @@ class RailsTest < Minitest::Test
       sleep 0.05
     end
     @server.port = Integer(port)
+    @server.metrics_port = @server.log[%r{GVL metrics on http://127\.0\.0\.1:(\d+)/metrics}, 1]&.to_i
     @server
   end
 
-  def get(path)
-    response = Net::HTTP.start("127.0.0.1", @server.port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }
+  def get(path, port: @server.port)
+    response = Net::HTTP.start("127.0.0.1", port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }
     assert_equal "200", response.code, "GET #{path}:\n#{@server.log}"
     response
   end
 
-  # gvlscope's entries of the Server-Timing header, in ms.
+  # gvlscope's entries of the Server-Timing header, in ms (idle and gc are left out when zero).
   def gvlscope_timing(response)
     entries = response["server-timing"].split(", ").to_h { |entry| entry.split(";dur=") }
-    entries.slice("gvl-wait", "gvl-run", "idle", "gc").transform_values { |ms| Float(ms) }
+    { "idle" => "0", "gc" => "0" }.merge(entries.slice("gvl-wait", "gvl-run", "idle", "gc"))
+                                  .slice("gvl-wait", "gvl-run", "idle", "gc").transform_values { |ms| Float(ms) }
   end
 
   def test_gvlscope_is_the_outermost_middleware
@@ -134,5 +137,40 @@ class RailsTest < Minitest::Test
     # Medians: one request of a few may land on a noisy moment of a shared 2-core machine.
     assert_operator alone.sort[2], :<, 20, "alone: #{alone.inspect}"
     assert_operator beside.sort[1], :>=, 30, "beside /cpu: #{beside.inspect}"
+  end
+
+  # The plugin's /metrics (single mode) has a series per Rails route, named controller#action:
+  # counts exactly the requests made, ids never in a label, a GVL wait histogram in which the
+  # request that waited behind /cpu is in a bucket >= 16 ms, and states that add up to the
+  # durations plus pickup waits.
+  def test_metrics_have_a_gvl_wait_histogram_per_rails_route
+    start_rails("plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0")
+    refute_nil @server.metrics_port, @server.log
+    10.times { get("/fast") }
+    (1..4).each { |id| get("/users/#{id}") }
+    cpu = Thread.new { get("/cpu?ms=600") }
+    sleep 0.05
+    beside = gvlscope_timing(get("/fast"))["gvl-wait"]
+    cpu.join(30)
+
+    metrics = PrometheusText.parse(get("/metrics", port: @server.metrics_port).body)
+    assert_equal "histogram", metrics.types["gvlscope_route_gvl_wait_seconds"]
+    rows = ->(name) { metrics.values.select { |n, _, _| n == name }.map { |_, labels, value| [labels, value] } }
+    counts = rows.call("gvlscope_route_requests_total").to_h { |labels, value| [labels["route"], value] }
+    assert_equal({ "DemoController#fast" => 11, "DemoController#user" => 4, "DemoController#cpu" => 1 }, counts)
+    assert(rows.call("gvlscope_route_requests_total").all? { |labels, _| labels["pid"] == @server.pid.to_s })
+
+    fast = ->(name, extra = {}) { rows.call(name).find { |labels, _| labels.except("pid").eql?({ "route" => "DemoController#fast", **extra }) }&.last }
+    assert_equal 11, fast.call("gvlscope_route_gvl_wait_seconds_count")
+    assert_equal 11, fast.call("gvlscope_route_gvl_wait_seconds_bucket", { "le" => "+Inf" })
+    # At most 10 of the 11 waited less than 16.8 ms: the one beside /cpu waited more, if it did.
+    below = fast.call("gvlscope_route_gvl_wait_seconds_bucket", { "le" => "0.016777216" })
+    assert_operator below, :<=, beside >= 16.8 ? 10 : 11, "beside /cpu: #{beside} ms"
+    assert_operator fast.call("gvlscope_route_gvl_wait_seconds_sum"), :>=, beside / 1000 - 1e-6
+
+    parts = %w[run wait idle gc].sum { |state| fast.call("gvlscope_route_seconds_total", { "state" => state }) }
+    whole = fast.call("gvlscope_route_duration_seconds_total") + fast.call("gvlscope_route_pickup_wait_seconds_total")
+    assert_in_delta whole, parts, 1e-6, "9 significant digits of each number"
+    assert_operator beside, :>=, 30, "the quick request waited behind /cpu (#{beside} ms)"
   end
 end

@@ -37,6 +37,11 @@ static VALUE debug_registry_size(VALUE self) {
     return SIZET2NUM(gvls_threads_count());
 }
 
+// Native.debug_registry_threads -> slots whose Thread object the registry still marks
+static VALUE debug_registry_threads(VALUE self) {
+    return SIZET2NUM(gvls_threads_marked_count());
+}
+
 // Native.debug_metrics_race(iterations) -> [reads, regressions]: a native thread plays a Ruby
 // thread's hook (RESUMED, SUSPENDED, READY in a loop, each state held 20-80 µs) on a private slot,
 // writing exactly as hook.c does, while this thread reads the slot's counters-so-far as a snapshot
@@ -102,5 +107,6 @@ void gvls_debug_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "debug_exited_delay_us=", debug_set_exited_delay, 1);
     rb_define_singleton_method(mNative, "debug_freed_slot_writes", debug_freed_slot_writes, 0);
     rb_define_singleton_method(mNative, "debug_registry_size", debug_registry_size, 0);
+    rb_define_singleton_method(mNative, "debug_registry_threads", debug_registry_threads, 0);
     rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 1);
 }

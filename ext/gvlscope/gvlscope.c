@@ -45,6 +45,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_sink_ring_init(mNative);
     gvls_metrics_init(mNative);
     gvls_request_timing_init(mGVLScope);
+    gvls_breakdown_init(mNative);
     gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     pthread_atfork(NULL, NULL, atfork_child);

@@ -11,6 +11,8 @@ void gvls_trace_session_init(VALUE mNative);
 void gvls_sink_file_init(VALUE mNative);
 void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
+void gvls_breakdown_init(VALUE mNative);
+int gvls_request_timing_values(VALUE obj, uint64_t out[6]);  // request_timing.c, for breakdown.c
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
 #endif

@@ -14,11 +14,12 @@ unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in te
 
 // EXITED, on the thread's own native thread: its lane's chunk goes back to the pool. And the last
 // the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
-// slot (thread_state.c, prune), so the flag is published after every write, with release order.
+// slot (thread_state.c, prune), so the flag is published after every write, with release order
+// (gvls_thread_exited, which also queues the slot for its Thread to be let go of).
 static __attribute__((noinline)) void gvls_hook_exited(gvls_thread *slot) {
     if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) gvls_trace_release_lane();
     if (__builtin_expect(gvls_debug_exited_delay_us != 0, 0)) gvls_debug_exited_delay(slot);
-    atomic_store_explicit(&slot->exited, 1, memory_order_release);
+    gvls_thread_exited(slot);
 }
 static VALUE gc_tracepoint = Qnil;
 
@@ -49,6 +50,7 @@ static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_even
 // GC runs with the GVL held, on the thread that triggered it.
 static void on_gc_event(VALUE tracepoint, void *unused) {
     rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
+    gvls_threads_release_poke();  // exited threads not yet released: released after this GC, collected by the next
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
     if (!slot) return;
     uint32_t seq = gvls_metrics_write_begin(slot);

@@ -211,7 +211,7 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     snapshot_fill *fill = arg;
     if (slot->retired || fill->len == fill->capacity) return;
     size_t i = fill->len++;
-    fill->threads[i] = slot->thread;
+    fill->threads[i] = slot->thread != Qfalse ? slot->thread : slot->name;  // released: its name, read at exit
     // Whether the thread has exited, read before its metrics: if so, they are final.
     int exited = atomic_load_explicit(&slot->exited, memory_order_acquire);
     gvls_thread_metrics *m = &fill->copy;
@@ -254,12 +254,14 @@ static int64_t waiting_threads_consistent(int r) {
 }
 
 // Native.metrics_snapshot -> [now_ns, epoch_ns, waiting_threads_by_ractor, threads, rows, histograms]
-//   threads: the Thread of each row (nil for the last row: threads that exited earlier, together)
+//   threads: the Thread of each row, or for a thread that exited its name as read then ("" if
+//     none); nil for the last row: threads that exited earlier, together
 //   rows: ROW_FIELDS little-endian uint64 per row
 //   histograms: hold, wait and waiters-at-acquire (3 x 64 uint64), summed over all threads
 // Packed straight from the registry, so a snapshot of many threads costs a few allocations;
 // Ruby unpacks what it reads.
 static VALUE metrics_snapshot(VALUE self) {
+    gvls_threads_release_exited();  // before the prune at the end, which leaves queued slots
     size_t count = 0;
     gvls_threads_each(count_slot, &count);
     snapshot_fill fill = { .capacity = count + 16 };  // room for threads born meanwhile

@@ -107,25 +107,41 @@ static VALUE timing_gc_ns(VALUE self) { return ULL2NUM(counter(self, GC)); }
 static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->pickup_wait_ns); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
+// For breakdown.c: a RequestTiming's run, wait, idle, gc, duration and pickup wait (the numbers so
+// far if it is not finished) into out; 0 if obj is not a RequestTiming.
+int gvls_request_timing_values(VALUE obj, uint64_t out[6]) {
+    if (!rb_typeddata_is_kind_of(obj, &timing_type)) return 0;
+    request_timing *timing = timing_of(obj);
+    uint64_t now_ns = timing->finished ? 0 : gvls_now_ns();
+    if (timing->finished) memcpy(out, timing->delta, sizeof(timing->delta));
+    else deltas_now(timing, now_ns, out);
+    out[4] = timing->finished ? timing->duration_ns : minus(now_ns, timing->started_ns);
+    out[5] = timing->pickup_wait_ns;
+    return 1;
+}
+
 static VALUE timing_duration_ns(VALUE self) {
     request_timing *timing = timing_of(self);
     return ULL2NUM(timing->finished ? timing->duration_ns : minus(gvls_now_ns(), timing->started_ns));
 }
 
-// Appends ns as milliseconds with three decimals ("12.345"), rounded to the microsecond. By hand:
-// snprintf's "%.3f" of four doubles was half of the middleware's cost per request.
-static char *put_ms(char *out, uint64_t ns) {
-    uint64_t us = (ns + 500) / 1000;
+// Appends ns as milliseconds rounded to the microsecond, without trailing zeros: "12.345", "0.09",
+// "72", "0". By hand: snprintf's "%.3f" of four doubles was half of the middleware's cost per request.
+static char *put_ms(char *out, uint64_t us) {
     char digits[24];
     int n = 0;
     uint64_t whole = us / 1000;
     do { digits[n++] = (char)('0' + whole % 10); whole /= 10; } while (whole);
     while (n) *out++ = digits[--n];
     unsigned fraction = (unsigned)(us % 1000);
-    *out++ = '.';
-    *out++ = (char)('0' + fraction / 100);
-    *out++ = (char)('0' + fraction / 10 % 10);
-    *out++ = (char)('0' + fraction % 10);
+    if (fraction) {
+        *out++ = '.';
+        *out++ = (char)('0' + fraction / 100);
+        if (fraction % 100) {
+            *out++ = (char)('0' + fraction / 10 % 10);
+            if (fraction % 10) *out++ = (char)('0' + fraction % 10);
+        }
+    }
     return out;
 }
 
@@ -134,7 +150,11 @@ static char *put_text(char *out, const char *text) {
     return out;
 }
 
-// The W3C Server-Timing value: "gvl-wait;dur=0.094, gvl-run;dur=0.009, idle;dur=0.000, gc;dur=0.000".
+static uint64_t rounded_us(uint64_t ns) { return (ns + 500) / 1000; }
+
+// The W3C Server-Timing value, as short as its content allows (Puma's work for the header grows
+// with its length: docs/performance.md): "gvl-wait;dur=0.094, gvl-run;dur=0.009", then
+// ", idle;dur=…" and ", gc;dur=…" only when they are not zero (to the microsecond). Durations in ms.
 static VALUE timing_server_timing(VALUE self) {
     request_timing *timing = timing_of(self);
     uint64_t values[COUNTERS];
@@ -142,10 +162,11 @@ static VALUE timing_server_timing(VALUE self) {
     else deltas_now(timing, gvls_now_ns(), values);
     char text[160];  // 4 names (34 chars) + 4 numbers of at most 21 + 4 chars
     char *end = text;
-    end = put_ms(put_text(end, "gvl-wait;dur="), values[WAIT]);
-    end = put_ms(put_text(end, ", gvl-run;dur="), values[RUN]);
-    end = put_ms(put_text(end, ", idle;dur="), values[IDLE]);
-    end = put_ms(put_text(end, ", gc;dur="), values[GC]);
+    end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
+    end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
+    uint64_t idle_us = rounded_us(values[IDLE]), gc_us = rounded_us(values[GC]);
+    if (idle_us) end = put_ms(put_text(end, ", idle;dur="), idle_us);
+    if (gc_us) end = put_ms(put_text(end, ", gc;dur="), gc_us);
     return rb_usascii_str_new(text, end - text);
 }
 

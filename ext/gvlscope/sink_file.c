@@ -110,7 +110,6 @@ static void remember_unnamed(gvls_thread *slot, uint64_t now_ns) {
 }
 
 static const gvls_sink file_sink;
-static VALUE main_ractor_main_thread;  // rb_thread_main() gives the main thread of the caller's Ractor
 
 // The postponed job (with the GVL; Ruby may be called): a THREADS chunk with the records of the
 // slots that appeared since its last run, and of those written without a name that have one now.
@@ -118,12 +117,11 @@ static VALUE main_ractor_main_thread;  // rb_thread_main() gives the main thread
 // the drain thread, blocked on a pipe that only a Ruby thread of this process empties.
 // Slots stay valid: nothing prunes the registry while a trace records.
 static void records_job(void *unused) {
-    if (!gvls_session_running(&file_sink) || rb_thread_main() != main_ractor_main_thread) return;
+    if (!gvls_session_running(&file_sink) || !gvls_on_main_ractor()) return;
     atomic_store(&F.wanted, 0);
     uint64_t epoch = F.epoch;
     slot_list list = { 0 };
     // Names awaited: only those given one since are written again.
-    ID id_name = rb_intern("name");
     uint64_t now_ns = gvls_now_ns();
     size_t from_unnamed;
     if (F.unnamed_len && now_ns - F.rechecked_ns >= RECHECK_EVERY_NS) {
@@ -131,9 +129,11 @@ static void records_job(void *unused) {
         size_t kept = 0;
         for (size_t i = 0; i < F.unnamed_len; i++) {
             unnamed_slot entry = F.unnamed[i];
-            VALUE name = rb_funcall(entry.slot->thread, id_name, 0);
+            gvls_thread_ref ref = gvls_thread_ref_of(entry.slot);
+            VALUE name, site;
+            gvls_thread_label(&ref, 0, &name, &site);
             if (F.epoch != epoch) { free(list.slot); return; }  // a Thread#name in Ruby let the trace stop
-            if (RB_TYPE_P(name, T_STRING) && RSTRING_LEN(name) > 0) push_slot(entry.slot, &list);
+            if (RSTRING_LEN(name) > 0) push_slot(entry.slot, &list);
             else if ((++entry.tries < NAME_RECHECKS || now_ns - entry.since_ns < RECHECK_FOR_NS) &&
                      !atomic_load(&entry.slot->exited)) F.unnamed[kept++] = entry;
         }
@@ -236,7 +236,6 @@ void gvls_sink_file_init(VALUE mNative) {
     // Preregistered once: triggering is then safe from the hook and the drain thread (3.3+).
     // Invalid (CRuby's job table full): thread records are then written at stop only.
     F.records_job = rb_postponed_job_preregister(0, records_job, NULL);
-    main_ractor_main_thread = rb_thread_main();
     rb_define_singleton_method(mNative, "trace_start", trace_start, 5);
     rb_define_singleton_method(mNative, "trace_stop", trace_stop, 0);
 }

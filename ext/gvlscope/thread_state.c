@@ -4,6 +4,7 @@
 #include "metrics.h"
 #include "trace.h"
 #include "trace_session.h"
+#include <ruby/debug.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,7 +15,14 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static gvls_thread **registry;
 static size_t registry_len, registry_capa;
 static uint32_t next_serial = 1;
-static VALUE registry_holder;       // marks registered threads: their names are read at stop
+static VALUE registry_holder;       // marks registered threads until released, and what was read of them
+static VALUE empty_string;          // a released thread's name or site when it had none
+// Exited threads whose Thread is still marked: pushed by EXITED hooks (any native thread, without
+// the GVL: a lock-free stack), taken whole by the release.
+static gvls_thread *_Atomic exited_list;
+static _Atomic int release_wanted;  // the exited list may hold slots: slow lookups ask for the job
+static rb_postponed_job_handle_t release_job = POSTPONED_JOB_HANDLE_INVALID;
+static int release_paused;          // with the GVL: Thread VALUEs copied out are in use
 
 // The Ractor of a thread, read from CRuby's rb_thread_t without calling Ruby (the hook may not).
 // Its first fields have been { list node (2 pointers), VALUE self, rb_ractor_t *ractor, ... } since
@@ -23,6 +31,7 @@ static VALUE registry_holder;       // marks registered threads: their names are
 struct cruby_thread_prefix { void *list_prev, *list_next; VALUE self; const void *ractor; };
 struct cruby_ractor_prefix { VALUE self; uint32_t id; };
 static int ractor_layout_ok;
+static VALUE main_ractor_main_thread;  // rb_thread_main() gives the main thread of the caller's Ractor
 
 static uint32_t ractor_id_of(VALUE thread) {
     if (!ractor_layout_ok) return 0;
@@ -31,9 +40,126 @@ static uint32_t ractor_id_of(VALUE thread) {
     return ((const struct cruby_ractor_prefix *)th->ractor)->id;
 }
 
+int gvls_on_main_ractor(void) {
+    if (ractor_layout_ok) return ractor_id_of(rb_thread_current()) == 1;
+    return rb_thread_main() == main_ractor_main_thread;
+}
+
+// Where the thread was created, as Thread#inspect shows it: "#<Thread:0x...[@name] app.rb:12 run>"
+// gives "app.rb:12"; nil for the main thread and threads not made from a block.
+static VALUE created_at(VALUE thread, VALUE name) {
+    VALUE inspect = rb_inspect(thread);
+    const char *p = RSTRING_PTR(inspect), *end = p + RSTRING_LEN(inspect);
+    static const char prefix[] = "#<Thread:";
+    if (RSTRING_LEN(inspect) < (long)sizeof(prefix) || memcmp(p, prefix, sizeof(prefix) - 1) != 0) return Qnil;
+    p += sizeof(prefix) - 1;
+    while (p < end && *p != ' ' && *p != '@') p++;   // the address
+    if (p < end && *p == '@') p += 1 + RSTRING_LEN(name);  // the name, which may hold spaces
+    if (p >= end || *p != ' ') return Qnil;
+    const char *start = p + 1, *last = end - 1;     // drop " status>"
+    while (last > start && *last != ' ') last--;
+    if (last <= start || memchr(start, ':', (size_t)(last - start)) == NULL) return Qnil;
+    return rb_str_new(start, last - start);
+}
+
+typedef struct { VALUE thread, name, site; int with_site; } label_read;
+
+static VALUE read_label(VALUE arg) {
+    label_read *read = (label_read *)arg;
+    VALUE name = rb_funcall(read->thread, rb_intern("name"), 0);
+    if (RB_TYPE_P(name, T_STRING)) read->name = name;
+    if (read->with_site) read->site = created_at(read->thread, read->name);
+    return Qnil;
+}
+
+void gvls_thread_label(const gvls_thread_ref *ref, int with_site, VALUE *name, VALUE *site) {
+    if (ref->thread == Qfalse) {  // released: what was read then
+        *name = ref->name;
+        *site = ref->created_at;
+        return;
+    }
+    label_read read = { ref->thread, empty_string, empty_string, with_site };
+    // Thread#name and #inspect are C methods that check no interrupts; only a redefinition in
+    // Ruby could raise, and a thread's record (or a postponed job) must not fail for it.
+    int state = 0;
+    rb_protect(read_label, (VALUE)&read, &state);
+    if (state) rb_set_errinfo(Qnil);
+    *name = read.name;
+    *site = NIL_P(read.site) ? empty_string : read.site;
+}
+
+gvls_thread_ref gvls_thread_ref_of(const gvls_thread *slot) {
+    return (gvls_thread_ref){ slot->thread, slot->name, slot->created_at, slot->serial, slot->ractor_id, atomic_load(&slot->exited) };
+}
+
+void gvls_thread_exited(gvls_thread *slot) {
+    // Queued before exited is published: a prune that sees exited leaves a queued slot alone, so
+    // the slot is still there when it is pushed below.
+    int queued_already = atomic_exchange_explicit(&slot->release_queued, 1, memory_order_relaxed);  // a second EXITED
+    atomic_store_explicit(&slot->exited, 1, memory_order_release);
+    if (queued_already) return;
+    gvls_thread *head = atomic_load_explicit(&exited_list, memory_order_relaxed);
+    do {
+        slot->next_exited = head;
+    } while (!atomic_compare_exchange_weak_explicit(&exited_list, &head, slot, memory_order_release, memory_order_relaxed));
+    atomic_store_explicit(&release_wanted, 1, memory_order_relaxed);
+    // Every native thread's next event looks its thread up the slow way, which triggers the job
+    // again: this trigger goes to the execution context of the thread running the hook, which
+    // may be the dying one.
+    atomic_fetch_add_explicit(&gvls_registry_generation, 1, memory_order_relaxed);
+    if (release_job != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(release_job);
+}
+
+void gvls_threads_release_pause(int paused) {
+    release_paused += paused ? 1 : -1;
+}
+
+void gvls_threads_release_exited(void) {
+    if (release_paused || !gvls_on_main_ractor()) return;  // the job runs again at the next slow lookup
+    atomic_store_explicit(&release_wanted, 0, memory_order_relaxed);
+    gvls_thread *list = atomic_exchange_explicit(&exited_list, NULL, memory_order_acquire);
+    // The site only while a trace will write its thread table (it may be stopping: a job can run
+    // in stop's wait for the drain thread): metrics show names only, and a trace started later
+    // has no event of a thread that exited before it.
+    int with_site = gvls_session_open();
+    for (gvls_thread *slot = list, *next; slot; slot = next) {
+        next = slot->next_exited;
+        // The slot stays in the registry (nothing frees a queued slot), so its Thread stays
+        // marked while Ruby runs here.
+        VALUE name = Qfalse, site = Qfalse;
+        gvls_thread_ref ref = gvls_thread_ref_of(slot);
+        if (ref.thread != Qfalse) gvls_thread_label(&ref, with_site, &name, &site);
+        pthread_mutex_lock(&registry_lock);
+        if (slot->thread != Qfalse) {
+            slot->name = name;
+            slot->created_at = site;
+            // A later lookup of this Thread (kept by a RequestTiming, say) finds nothing: the slot
+            // no longer knows whether the Thread is alive, so pruning could not clear it.
+            rb_internal_thread_specific_set(slot->thread, slot_key, NULL);
+            slot->thread = Qfalse;
+        }
+        atomic_store(&slot->release_queued, 0);
+        pthread_mutex_unlock(&registry_lock);
+        RB_GC_GUARD(name);
+        RB_GC_GUARD(site);
+    }
+    // No cache may map a Thread address to a released slot once that Thread can be collected
+    // and its address given to a new Thread (EXITED bumped it too; this costs nothing more).
+    if (list) atomic_fetch_add(&gvls_registry_generation, 1);
+}
+
+static void release_job_run(void *unused) {
+    gvls_threads_release_exited();
+}
+
 static void registry_mark(void *unused) {
     pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len; i++) rb_gc_mark(registry[i]->thread);
+    for (size_t i = 0; i < registry_len; i++) {
+        gvls_thread *slot = registry[i];
+        rb_gc_mark(slot->thread);  // Qfalse once released: nothing to mark
+        rb_gc_mark(slot->name);
+        rb_gc_mark(slot->created_at);
+    }
     pthread_mutex_unlock(&registry_lock);
 }
 
@@ -50,8 +176,13 @@ void gvls_thread_state_init(void) {
     // and then dead Thread objects in the registry would be collected under us.
     registry_holder = TypedData_Wrap_Struct(0, &registry_type, &registry);
     rb_gc_register_mark_object(registry_holder);
+    empty_string = rb_obj_freeze(rb_str_new(0, 0));
+    rb_gc_register_mark_object(empty_string);
+    // Preregistered once: triggering is then safe from the hook (3.3+). Invalid (CRuby's job table
+    // full): exited threads are released only when a snapshot, start or stop runs.
+    release_job = rb_postponed_job_preregister(0, release_job_run, NULL);
 
-    VALUE main_thread = rb_thread_main();
+    VALUE main_thread = main_ractor_main_thread = rb_thread_main();
     const struct cruby_thread_prefix *th = RTYPEDDATA_DATA(main_thread);
     ractor_layout_ok = th && th->self == main_thread && th->ractor &&
                        ((const struct cruby_ractor_prefix *)th->ractor)->id == 1;
@@ -89,7 +220,17 @@ gvls_thread *gvls_thread_find(VALUE thread) {
     return rb_internal_thread_specific_get(thread, slot_key);
 }
 
+void gvls_threads_release_poke(void) {
+    if (__builtin_expect(atomic_load_explicit(&release_wanted, memory_order_relaxed), 0) && release_job != POSTPONED_JOB_HANDLE_INVALID) {
+        rb_postponed_job_trigger(release_job);
+    }
+}
+
 gvls_thread *gvls_thread_lookup(VALUE thread) {
+    // The slow path, taken by every native thread after each EXITED (it bumps the generation):
+    // the job triggered at EXITED may have gone to the dying thread's execution context, where it
+    // waits for the next trigger; this one goes to a live thread's.
+    gvls_threads_release_poke();
     gvls_thread *slot = rb_internal_thread_specific_get(thread, slot_key);
     return slot ? slot : create_slot(thread);
 }
@@ -122,19 +263,31 @@ size_t gvls_threads_count(void) {
     return len;
 }
 
+size_t gvls_threads_marked_count(void) {
+    pthread_mutex_lock(&registry_lock);
+    size_t marked = 0;
+    for (size_t i = 0; i < registry_len; i++) marked += registry[i]->thread != Qfalse;
+    pthread_mutex_unlock(&registry_lock);
+    return marked;
+}
+
 void gvls_threads_prune_exited(void) {
     if (atomic_load(&gvls_current_trace.active)) return;  // the trace's thread table still needs them
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
         // An exited thread fires no more events; its metrics, if collected, were retired first.
-        if (atomic_load_explicit(&registry[i]->exited, memory_order_acquire) && (registry[i]->retired || !atomic_load(&gvls_metrics.enabled))) {
+        gvls_thread *slot = registry[i];
+        // Queued for release: the exited list still points to it.
+        if (atomic_load_explicit(&slot->exited, memory_order_acquire) && !atomic_load(&slot->release_queued) &&
+            (slot->retired || !atomic_load(&gvls_metrics.enabled))) {
             // The Thread object may outlive its slot (a RequestTiming, a caller of metrics_thread
-            // holds it): a later lookup must find nothing, not freed memory.
-            rb_internal_thread_specific_set(registry[i]->thread, slot_key, NULL);
-            gvls_slot_free(registry[i]);
+            // holds it): a later lookup must find nothing, not freed memory. A released slot's
+            // Thread had its storage cleared then, and may be gone by now.
+            if (slot->thread != Qfalse) rb_internal_thread_specific_set(slot->thread, slot_key, NULL);
+            gvls_slot_free(slot);
         } else {
-            registry[kept++] = registry[i];
+            registry[kept++] = slot;
         }
     }
     if (kept != registry_len) atomic_fetch_add(&gvls_registry_generation, 1);  // before any Thread can be reused
@@ -150,6 +303,7 @@ void gvls_threads_prune_exited(void) {
 // that neither allocates nor switches threads, and slots are freed only with the GVL of the main
 // Ractor, which the caller holds: the copied pointers stay valid.
 void gvls_threads_prune_dead(void) {
+    gvls_threads_release_exited();
     pthread_mutex_lock(&registry_lock);
     size_t len = registry_len;
     gvls_thread **slots = len ? malloc(len * sizeof(*slots)) : NULL;
@@ -175,11 +329,17 @@ uint32_t gvls_assign_native_serial(void) {
 }
 
 // In a forked child only the forking thread survives: a lock another thread held is held forever,
-// and a hook that was writing a slot's metrics never finishes (its sequence stays odd).
+// and a hook that was writing a slot's metrics never finishes (its sequence stays odd); nor one
+// that was queuing its slot on the exited list: the list is dropped, and its slots (Thread still
+// marked) are pruned as threads that died unseen are.
 void gvls_thread_state_after_fork(void) {
     pthread_mutex_init(&registry_lock, NULL);
+    atomic_store(&exited_list, NULL);
+    atomic_store(&release_wanted, 0);
+    release_paused = 0;
     for (size_t i = 0; i < registry_len; i++) {
         atomic_store(&registry[i]->metrics_seq, (atomic_load(&registry[i]->metrics_seq) + 1) & ~1u);
+        atomic_store(&registry[i]->release_queued, 0);
     }
     atomic_fetch_add(&gvls_registry_generation, 1);
 }

@@ -8,7 +8,10 @@
 // What gvlscope keeps for one Ruby thread. Found from the hook through the one thread-specific
 // storage key (a process has only 8 keys, shared by every gem). Created lazily on the first event
 // for a thread, whichever native thread reports it; kept in the registry until the thread has
-// exited and no trace needs it any more.
+// exited and no trace needs it any more. Its Thread object is kept (marked) only until shortly
+// after the thread exits: the release (gvls_threads_release_exited) then reads what a thread
+// record needs of it, its name and creation site, and lets it go, so a long trace does not keep
+// every exited thread's Thread (and on 3.4 its stack's mappings) alive.
 #define GVLS_HISTOGRAM_BUCKETS 64
 
 // Metrics of one thread. Written only by hook calls about this thread, which CRuby orders
@@ -35,8 +38,11 @@ typedef struct gvls_thread_metrics {
 typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
     uint32_t ractor_id;     // 1 = main Ractor; 0 = unknown
-    VALUE thread;           // the Thread, marked by the registry so its name can be read later
+    VALUE thread;           // the Thread, marked by the registry until released; then Qfalse
+    VALUE name, created_at; // once released: its name and creation site as read then ("" if none)
     _Atomic int exited;     // the EXITED hook has finished with this slot (release: see hook.c)
+    _Atomic int release_queued;          // set by the EXITED hook: not freed until released
+    struct gvls_thread *next_exited;     // the exited list (gvls_thread_exited)
     _Atomic uint32_t metrics_seq;   // odd while a hook writes metrics: snapshots retry (metrics_event.h)
     int retired;            // its metrics were folded into the retired totals
     int stacks_waiting;     // counted in gvls_stacks.waiting (stacks.h): READY seen, not yet RESUMED
@@ -45,6 +51,16 @@ typedef struct gvls_thread {
     gvls_thread_metrics metrics;
 } gvls_thread;
 
+// What a thread record needs of a slot, copied: calling Ruby may run GC, whose mark takes the
+// registry lock. thread (or, once released, name and created_at) stays marked while the slot is
+// in the registry and no release runs (gvls_threads_release_pause).
+typedef struct { VALUE thread, name, created_at; uint32_t serial, ractor_id; int exited; } gvls_thread_ref;
+gvls_thread_ref gvls_thread_ref_of(const gvls_thread *slot);
+// The thread's name ("" if none) and, if with_site, where it was created ("" if unknown): read
+// from its Thread now (Thread#name, Thread#inspect: with the GVL; never raises), or what the
+// release read if it was released.
+void gvls_thread_label(const gvls_thread_ref *ref, int with_site, VALUE *name, VALUE *site);
+
 void gvls_thread_state_init(void);
 gvls_thread *gvls_thread_lookup(VALUE thread);
 // The thread's slot if it has one; never creates one (for threads that may have exited).
@@ -52,9 +68,10 @@ gvls_thread *gvls_thread_find(VALUE thread);
 
 // The last thread this native thread reported, and its slot: without M:N threads nearly every
 // event is about the thread running the hook, so most lookups skip CRuby's thread-specific
-// storage call. Valid while registry_generation is unchanged: pruning (which frees slots) bumps
-// it, and a pruned thread's Thread object, marked by the registry until then, cannot have been
-// reused for another thread before that.
+// storage call. Valid while registry_generation is unchanged: pruning (which frees slots) and a
+// thread's EXITED bump it, and a Thread object is marked by the registry at least until its
+// EXITED (or its pruning), so it cannot have been reused for another thread before that; no event
+// is about a thread after its EXITED.
 typedef struct gvls_last_thread { VALUE thread; gvls_thread *slot; uint32_t generation; } gvls_last_thread;
 extern __thread __attribute__((tls_model("initial-exec"))) gvls_last_thread gvls_last;
 extern _Atomic uint32_t gvls_registry_generation;
@@ -76,12 +93,32 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 size_t gvls_threads_each_from(size_t from, void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
+// The EXITED hook's last touch of a slot: marks it exited (release order: a snapshot may read
+// and retire it from then on) and queues it for release, then asks for the release job. No
+// locks, no allocation.
+void gvls_thread_exited(gvls_thread *slot);
+// With the GVL, on the main Ractor (elsewhere it does nothing): for each thread queued by its
+// EXITED, reads its name (and, while a trace records, its creation site) into the slot, clears
+// its thread-specific storage and stops marking its Thread. Calls Ruby; never raises. The
+// postponed job runs it soon after EXITED; snapshots, start and stop run it before they prune.
+void gvls_threads_release_exited(void);
+// Triggers the release job again if exited threads wait for it (from the hook: no locks, no Ruby).
+// The trigger at EXITED goes to the dying thread's execution context, where it may wait for the
+// next trigger: lookups on the slow path (every native thread's first after an EXITED) and GC
+// events call this, from a live thread.
+void gvls_threads_release_poke(void);
+// While a caller holds Thread VALUEs copied out of the registry across Ruby calls (thread
+// records): releases wait (depth counted; with the GVL).
+void gvls_threads_release_pause(int paused);
+// Whether the caller runs on the main Ractor (where Thread objects of every Ractor are read).
+int gvls_on_main_ractor(void);
 void gvls_thread_state_after_fork(void);
 // Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL, while
 // no hook can run: call gvls_session_prune_dead_threads, which checks.
 void gvls_threads_prune_dead(void);
-// Slots in the registry (tests bound it).
+// Slots in the registry, and those of them that still mark their Thread (tests bound them).
 size_t gvls_threads_count(void);
+size_t gvls_threads_marked_count(void);
 // free(3), or with debug.c's quarantine on, poison (serial 0) and keep.
 void gvls_slot_free(gvls_thread *slot);
 extern int gvls_debug_quarantine;

@@ -75,23 +75,6 @@ int gvls_write_events_since(int fd, const gvls_events_header *header, const uint
     return gvls_write_events(fd, &rebased, scratch);
 }
 
-// Where the thread was created, as Thread#inspect shows it: "#<Thread:0x...[@name] app.rb:12 run>"
-// gives "app.rb:12"; nil for the main thread and threads not made from a block.
-static VALUE created_at(VALUE thread, VALUE name) {
-    VALUE inspect = rb_inspect(thread);
-    const char *p = RSTRING_PTR(inspect), *end = p + RSTRING_LEN(inspect);
-    static const char prefix[] = "#<Thread:";
-    if (RSTRING_LEN(inspect) < (long)sizeof(prefix) || memcmp(p, prefix, sizeof(prefix) - 1) != 0) return Qnil;
-    p += sizeof(prefix) - 1;
-    while (p < end && *p != ' ' && *p != '@') p++;   // the address
-    if (p < end && *p == '@') p += 1 + RSTRING_LEN(name);  // the name, which may hold spaces
-    if (p >= end || *p != ' ') return Qnil;
-    const char *start = p + 1, *last = end - 1;     // drop " status>"
-    while (last > start && *last != ' ') last--;
-    if (last <= start || memchr(start, ':', (size_t)(last - start)) == NULL) return Qnil;
-    return rb_str_new(start, last - start);
-}
-
 typedef struct { gvls_thread_ref *ref; size_t len, capa; } thread_refs;
 
 static void ref_thread(gvls_thread *slot, void *arg) {
@@ -106,22 +89,18 @@ static void ref_thread(gvls_thread *slot, void *arg) {
     refs->ref[refs->len++] = gvls_thread_ref_of(slot);
 }
 
-gvls_thread_ref gvls_thread_ref_of(const gvls_thread *slot) {
-    return (gvls_thread_ref){ slot->thread, slot->serial, slot->ractor_id, atomic_load(&slot->exited) };
-}
+typedef struct { const gvls_thread_ref *refs; size_t len; uint8_t *named; } records_args;
 
-VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t *named) {
-    VALUE buffer = rb_str_buf_new(sizeof(gvls_chunk_header) + 64 * (long)len);
+static VALUE build_records(VALUE arg) {
+    const records_args *args = (const records_args *)arg;
+    VALUE buffer = rb_str_buf_new(sizeof(gvls_chunk_header) + 64 * (long)args->len);
     rb_str_buf_cat(buffer, (const char *)&(gvls_chunk_header){ GVLS_CHUNK_THREADS, 0 }, sizeof(gvls_chunk_header));
     VALUE main_thread = rb_thread_main();
-    ID id_name = rb_intern("name");
-    for (size_t i = 0; i < len; i++) {
-        const gvls_thread_ref *ref = &refs[i];
-        VALUE name = rb_funcall(ref->thread, id_name, 0);
-        if (named) named[i] = RB_TYPE_P(name, T_STRING) && RSTRING_LEN(name) > 0;
-        if (!RB_TYPE_P(name, T_STRING)) name = rb_str_new(0, 0);
-        VALUE site = created_at(ref->thread, name);
-        if (NIL_P(site)) site = rb_str_new(0, 0);
+    for (size_t i = 0; i < args->len; i++) {
+        const gvls_thread_ref *ref = &args->refs[i];
+        VALUE name, site;
+        gvls_thread_label(ref, 1, &name, &site);
+        if (args->named) args->named[i] = RSTRING_LEN(name) > 0;
         gvls_thread_record record = {
             .serial = ref->serial,
             .ractor_id = ref->ractor_id,
@@ -136,6 +115,17 @@ VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t
     gvls_chunk_header header = { GVLS_CHUNK_THREADS, (uint32_t)(RSTRING_LEN(buffer) - sizeof(header)) };
     memcpy(RSTRING_PTR(buffer), &header, sizeof(header));
     return buffer;
+}
+
+static VALUE resume_releases(VALUE unused) {
+    gvls_threads_release_pause(0);
+    return Qnil;
+}
+
+VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t *named) {
+    records_args args = { refs, len, named };
+    gvls_threads_release_pause(1);  // refs' Threads stay marked while their names are read
+    return rb_ensure(build_records, (VALUE)&args, resume_releases, Qnil);  // a failed allocation raises
 }
 
 // The thread table. Names are read now, at the end, so names given after a thread started are

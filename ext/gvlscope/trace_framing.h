@@ -7,6 +7,7 @@
 
 #include "gvlscope.h"
 #include "format.h"
+#include "thread_state.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,13 +26,9 @@ int gvls_write_events(int fd, const gvls_events_header *header, const uint64_t *
 // header->count records. *kept: records written (0: nothing was, not even the drops before).
 int gvls_write_events_since(int fd, const gvls_events_header *header, const uint64_t *records, uint64_t base_abs_ns,
                             uint64_t cutoff_ns, uint64_t *scratch, uint32_t *kept);
-// What a thread record needs of a slot (thread_state.h), copied: calling Ruby may run GC, whose
-// mark takes the registry lock. thread stays marked by the registry while its slot is there.
-struct gvls_thread;
-typedef struct { VALUE thread; uint32_t serial, ractor_id; int exited; } gvls_thread_ref;
-gvls_thread_ref gvls_thread_ref_of(const struct gvls_thread *slot);
 // A whole THREADS chunk (its chunk header and one record per ref) as a Ruby String; names are
-// read now. named, if not NULL, gets 1 per ref whose thread has a non-empty name. With the GVL.
+// read now (gvls_thread_label). named, if not NULL, gets 1 per ref whose thread has a non-empty
+// name. With the GVL.
 VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t *named);
 // Ends a file: unless err already, the thread table, the stacks chunk (a trace with stacks) and
 // the end record; then closes fd.

@@ -91,6 +91,10 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     return 0;
 }
 
+int gvls_session_open(void) {
+    return S.sink != NULL;
+}
+
 int gvls_session_running(const gvls_sink *sink) {
     return S.sink == sink && atomic_load(&T.active);
 }
@@ -132,6 +136,7 @@ VALUE gvls_session_stop(void) {
     gvls_trace_buffers_free();
     gvls_stacks_free();
     S.sink = NULL;
+    gvls_threads_release_exited();  // the prune leaves slots still queued for release
     gvls_threads_prune_exited();
     gvls_session_prune_dead_threads();
     if (state) {

@@ -34,6 +34,9 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks);
 // True while a trace into sink records.
 int gvls_session_running(const gvls_sink *sink);
+// True from a trace's start (any sink) to the end of its stop: its thread table is still to be
+// written. With the GVL.
+int gvls_session_open(void);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
 // Forgets threads that died while the hook was off (thread_state.h), unless a hook may be

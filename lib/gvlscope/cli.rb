@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "optparse"
+require "etc"
 require_relative "version"
 require_relative "errors"
 require_relative "formats"
@@ -23,6 +24,10 @@ module GVLScope
         export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
                               convert a trace for Perfetto UI / chrome://tracing / speedscope
         summary FILE          per-thread GVL times of a trace
+        top PID | --url URL | -- COMMAND [ARGS...]
+                              live view of a running process: GVL held %, waits, threads, findings
+        advise FILE | --snapshot FILE | --pid PID | --url URL [--cores N] [--processes N] [--json]
+                              how many threads (and processes) to run, with the reasoning
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 
       FILE is a gvlscope trace (.gvl) or a gvl-tracing JSON trace.
@@ -34,7 +39,7 @@ module GVLScope
         --partial             read a truncated trace (a killed process's) up to its last whole chunk
 
       Exit status: 0 success, 1 error (unreadable trace, failed write...), 2 bad usage;
-      `run` exits with the program's own status.
+      `run` and `top -- COMMAND` exit with the program's own status.
     TEXT
 
     class UsageError < StandardError; end
@@ -85,12 +90,16 @@ module GVLScope
         @out.puts "gvlscope #{VERSION}"
         0
       when "run" then run_command(argv)
+      when "top"
+        require_relative "top/cli"
+        Top::CLI.new(out: @out, err: @err).run(argv)
       when "lab"
         require_relative "lab/cli"
         Lab::CLI.new(out: @out, err: @err).run(argv)
       when "report" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) } }
       when "export" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) } }
       when "summary" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) } }
+      when "advise" then with_progress { advise(argv) }
       else
         raise UsageError, "unknown command '#{command}'"
       end
@@ -221,6 +230,7 @@ module GVLScope
       metrics_only = false
       buffer_mb = nil
       stacks = true
+      live = false
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
@@ -232,6 +242,9 @@ module GVLScope
         opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("--no-stacks", "do not record code locations (release sites, holder stacks while threads wait)") { stacks = false }
+        opts.on("--live", "each process also opens its live socket for `gvlscope top PID` (pids printed as they start)") do
+          live = true
+        end
         opts.on("--buffer MB", Integer, "recorder memory per process (default 64; each native thread holds 64 KiB)") do |mb|
           raise UsageError, "--buffer must be at least 1 (MB)" unless mb.positive?
 
@@ -258,8 +271,10 @@ module GVLScope
       require "tmpdir"
       # A private directory for what the traced processes tell us: their traces and messages.
       Dir.mktmpdir("gvlscope-run") do |run_dir|
+        announcer = announce_live(run_dir) if live
         status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb,
-                                                   stacks: stacks)
+                                                   stacks: stacks, live: live)
+        announcer&.call
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
@@ -269,7 +284,7 @@ module GVLScope
       end
     end
 
-    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:)
+    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:, live: false)
       lib = File.expand_path("..", __dir__)
       env = {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
@@ -278,6 +293,7 @@ module GVLScope
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
         "GVLSCOPE_STACKS" => stacks ? nil : "0",
+        "GVLSCOPE_LIVE" => live ? "1" : nil,
       }
       forwarding = forward_signals
       pid = begin
@@ -290,6 +306,25 @@ module GVLScope
       status
     ensure
       forwarding&.call(nil)
+    end
+
+    # `gvlscope run --live`: tells, as each traced process opens its live socket, the command that
+    # reads it (once per pid: a process that execs itself opens it again). Returns a lambda that
+    # stops watching.
+    def announce_live(run_dir)
+      path = File.join(run_dir, "live")
+      told = {}
+      watcher = Thread.new do
+        loop do
+          lines = File.exist?(path) ? File.readlines(path, chomp: true) : []
+          lines.map { |line| line.split.first }.uniq.each do |pid|
+            @err.puts "gvlscope: pid #{pid} is live: gvlscope top #{pid}" unless told[pid]
+            told[pid] = true
+          end
+          sleep 0.2
+        end
+      end
+      -> { watcher.kill.join }
     end
 
     # What a supervisor (docker, systemd, foreman, a CI runner) sends to the process it started
@@ -410,5 +445,88 @@ module GVLScope
       print_out { Formats::SummaryText.new(timeline).write(@out) }
       0
     end
+  
+    ADVISE_BANNER = <<~TEXT
+      Usage: gvlscope advise FILE | --snapshot FILE | --pid PID | --url URL [options]
+
+      How many threads each process should run (and whether to run more processes instead), from
+      measured run / GVL wait / idle shares, with the reasoning and the model's numbers. Input, one of:
+        FILE             a trace (.gvl or gvl-tracing JSON) of the process under load
+        --snapshot FILE  a live snapshot file (JSON: one snapshot, or two to take the interval between)
+        --pid PID        a running process with its live socket open (GVLSCOPE_LIVE=1): read twice
+        --url URL        the Puma plugin's /metrics: read twice (needs --current-threads)
+      The model and the JSON schema: docs/advise.md.
+
+    TEXT
+
+    def advise(argv)
+      options = { interval: 5.0, max_threads: Analysis_MAX_THREADS }
+      parser = OptionParser.new do |opts|
+        opts.banner = ADVISE_BANNER
+        opts.on("--snapshot FILE", "read a live snapshot file") { |f| options[:snapshot] = f }
+        opts.on("--pid PID", Integer, "read the live socket of process PID") { |pid| options[:pid] = pid }
+        opts.on("--url URL", "read a /metrics URL (Prometheus text)") { |url| options[:url] = url }
+        opts.on("--interval SECONDS", Float, "time between the two live reads (default 5)") { |s| options[:interval] = s }
+        opts.on("--cores N", Integer, "CPU cores the processes share (default: this machine's, #{Etc.nprocessors})") { |n| options[:cores] = n }
+        opts.on("--processes N", Integer, "processes running this work now (default 1, or the workers a --url shows)") { |n| options[:processes] = n }
+        opts.on("--threads REGEX", "the worker threads (default: the same-named threads that held the GVL longest)") { |r| options[:threads] = r }
+        opts.on("--current-threads N", Integer, "threads per process now (for --url, which has no per-thread numbers)") { |n| options[:current_threads] = n }
+        opts.on("--max-wait-ms MS", Float, "the most GVL wait per request you accept (per-request numbers only)") { |ms| options[:max_wait_ms] = ms }
+        opts.on("--max-threads N", Integer, "the most threads considered (default #{Analysis_MAX_THREADS})") { |n| options[:max_threads] = n }
+        opts.on("--json", "print the advice as JSON (schema: docs/advise.md)") { options[:json] = true }
+        opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
+      end
+      paths = parser.parse(argv)
+      require_relative "analysis/advisor_inputs"
+      workload = advise_workload(paths, options)
+      advice = Analysis::Advisor.new(workload, cores: options[:cores], processes: options[:processes],
+                                               max_wait_ms: options[:max_wait_ms], max_threads: options[:max_threads]).advice
+      print_out { (options[:json] ? Formats::AdviceJSON : Formats::AdviceText).new(advice).write(@out) }
+      0
+    end
+
+    Analysis_MAX_THREADS = 64 # Analysis::Advisor::MAX_THREADS, without loading the analysis for --help
+
+    def advise_workload(paths, options)
+      inputs = { "FILE" => paths.first, "--snapshot" => options[:snapshot], "--pid" => options[:pid], "--url" => options[:url] }.compact
+      raise Error, "advise needs one input: a trace FILE, --snapshot FILE, --pid PID or --url URL" if inputs.empty?
+      raise Error, "advise takes one input, got #{inputs.keys.join(' and ')}" if inputs.size > 1 || paths.size > 1
+      if options[:current_threads]&.< 1
+        raise Error, "--current-threads must be at least 1 (got #{options[:current_threads]})"
+      end
+
+      choose = { threads: options[:threads] }
+      if (path = paths.first)
+        with_gc_paused(File.file?(path) ? path : nil) { Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose) }
+      elsif (file = options[:snapshot])
+        later, earlier, breakdown = Analysis::AdvisorInputs.read_snapshot_file(file)
+        Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}", breakdown: breakdown,
+                                                           current_threads: options[:current_threads], **choose)
+      else
+        interval = options[:interval]
+        raise Error, "--interval must be more than 0 seconds (got #{interval})" unless interval.positive?
+
+        require_relative "live"
+        source = Live.source(pid: options[:pid], url: options[:url])
+        what = options[:pid] ? "pid #{options[:pid]}" : options[:url]
+        # Linux, a pid: the threads' run-queue wait at both reads (docs/advise.md, "A machine short of CPU").
+        queued = -> { options[:pid] && Analysis::AdvisorInputs.cpu_wait_by_name(options[:pid]) }
+        begin
+          earlier = source.snapshot
+          queued_before = queued.()
+          progress("reading #{what} for #{format('%g', interval)} s")
+          sleep interval
+          queued_after = queued.()
+          later = source.snapshot
+        ensure
+          source.close
+        end
+        workload = Analysis::AdvisorInputs.from_live(later, earlier, source: what,
+                                                                      current_threads: options[:current_threads], **choose)
+        workload.cpu_wait_ns = Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after, workload.pool_labels.to_a)
+        workload
+      end
+    end
   end
 end
+

@@ -10,7 +10,8 @@ module GVLScope
     # name:      what the user types (`--format NAME`)
     # file:      formats/<file>.rb, loaded when the format is used
     # subject:   what it is built from: :timeline (Model::Timeline), :report (Analysis::Report),
-    #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results)
+    #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results),
+    #            :advice (Analysis::Advisor::Advice)
     # command:   the CLI command that offers it (nil: used through the Ruby API only)
     # extension: the output file's default extension
     # stacks:    true when it shows only code locations (a trace without stacks is an error)
@@ -44,6 +45,12 @@ module GVLScope
                 extension: ".txt", description: "a metrics snapshot as a table and histograms"),
       Entry.new(name: "prometheus", class_name: :Prometheus, file: "prometheus", subject: :snapshot, command: nil,
                 extension: ".prom", description: "Prometheus text exposition of metrics snapshots"),
+      Entry.new(name: "top-text", class_name: :TopText, file: "top_text", subject: :live, command: nil,
+                extension: ".txt", description: "one frame of gvlscope top: an interval of a live source"),
+      Entry.new(name: "advice-text", class_name: :AdviceText, file: "advice_text", subject: :advice, command: "advise",
+                extension: ".txt", description: "the thread-count advice with its reasoning (the default)"),
+      Entry.new(name: "advice-json", class_name: :AdviceJSON, file: "advice_json", subject: :advice, command: "advise",
+                extension: ".json", description: "the advice as JSON (schema: docs/advise.md)"),
       Entry.new(name: "lab-text", class_name: :LabText, file: "lab_text", subject: :lab, command: "lab",
                 extension: ".txt", description: "a lab result, as `gvlscope lab run` prints it"),
       Entry.new(name: "lab-markdown", class_name: :LabMarkdown, file: "lab_markdown", subject: :lab, command: "lab",

@@ -46,7 +46,9 @@ module GVLScope
     # +from_trace+ (optional) adds numbers read from the scenario's own trace and report.
     # +threads+ (optional): the most threads it creates at each size, checked against
     # vm.max_map_count before it runs (lab/map_limit.rb).
-    Scenario = Struct.new(:name, :file, :summary, :source, :claims, :from_trace, :seconds, :threads, keyword_init: true) do
+    # +details+ (optional): the measured Hash -> Markdown lines shown after the claims (a table).
+    Scenario = Struct.new(:name, :file, :summary, :source, :claims, :from_trace, :seconds, :threads, :details,
+                          keyword_init: true) do
       def path = File.absolute_path?(file) ? file : File.join(ROOT, "lab", file)
     end
 
@@ -65,9 +67,19 @@ module GVLScope
         list.join(", ")
       end
 
-      def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [], threads: nil)
+      # A result's details (Scenario#details: Markdown lines, a table of what it measured), or nil.
+      def details(result)
+        details = result.scenario.details or return nil
+        return nil if result.measured[:skipped]
+
+        details.call(result.measured)
+      rescue KeyError, NoMethodError, TypeError, ArgumentError => e
+        ["(details not shown: #{e.class}: #{e.message})"]
+      end
+
+      def define(name, file:, summary:, source:, seconds:, from_trace: nil, claims: [], threads: nil, details: nil)
         @scenarios[name] = Scenario.new(name: name, file: file, summary: summary, source: source, claims: claims,
-                                        from_trace: from_trace, seconds: seconds, threads: threads)
+                                        from_trace: from_trace, seconds: seconds, threads: threads, details: details)
       end
 
       def scenarios

@@ -26,7 +26,9 @@ module GVLScope
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
     # gc_ns: holding the GVL in GC.
-    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, keyword_init: true) do
+    # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
+    # arguments cost 5 us a row.)
+    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS) do
       def held_ns = run_ns + gc_ns
       def releases = released_blocking + released_preempted + released_exit
     end
@@ -92,7 +94,10 @@ module GVLScope
         ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
       end
 
+      # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go)
       def self.thread_label(thread, serial)
+        return Vocabulary.thread_label(thread, serial) if thread.is_a?(String)
+
         Vocabulary.thread_label(thread.name, serial, main: thread == Thread.main)
       rescue StandardError
         Vocabulary.thread_label(nil, serial)
@@ -115,6 +120,10 @@ module GVLScope
 
       # Threads that exited before the previous snapshot, added together.
       def exited = rows.last
+
+      # The Thread objects of #threads, in the same order (nil for one gone meanwhile); empty for
+      # a difference of snapshots.
+      def ruby_threads = @packed ? @packed[0].first(threads.size) : []
 
       def all_rows = rows
 
@@ -199,8 +208,7 @@ module GVLScope
         threads.each_with_index.map do |thread, i|
           serial, ractor_id, state, exited, *counters = numbers[i * ROW_FIELDS, ROW_FIELDS]
           name = thread ? self.class.thread_label(thread, serial) : "(exited threads)"
-          ThreadRow.new(name: name, serial: serial, ractor_id: ractor_id, state: STATES[state], exited: exited == 1,
-                        **COUNTERS.zip(counters).to_h).freeze
+          ThreadRow.new(name, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
         end.freeze
       end
 

@@ -56,6 +56,9 @@ module GVLScope
       Native.trace_active? && !Native.flight_active?
     end
 
+    # The file the running trace writes to (nil when none runs).
+    def trace_path = tracing? ? @trace_path : nil
+
     # Traces the block; returns the TraceSummary (the block's value is not kept: use start/stop
     # when you need it).
     def trace(path, **options)

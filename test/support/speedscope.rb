@@ -5,14 +5,14 @@ require "fileutils"
 require "json"
 require "tmpdir"
 require_relative "headless_chromium"
+require_relative "npm_package"
 
 # speedscope, the real viewer of .speedscope.json files: its npm package (the built app in
 # dist/release/) opened in headless Chromium, given a file the way its own CLI does
 # (#localProfilePath= a script calling speedscope.loadFileFromBase64). test/support/speedscope_probe.js
 # then reads what the app shows for each profile; #open_in_speedscope returns it.
 #
-# The package is installed once, by npm, into the user's cache (outside the repository, shared by
-# every checkout); script/test installs npm.
+# The package is installed once, by npm, into the user's cache (test/support/npm_package.rb).
 module SpeedscopeViewer
   include HeadlessChromium
 
@@ -29,30 +29,9 @@ module SpeedscopeViewer
   # (errors: console.error, uncaught exceptions, alerts, "Failed to load format"; warnings: console.warn).
   Shown = Struct.new(:title, :profiles, :errors, :warnings, :log)
 
-  def self.cache_dir
-    File.join(ENV.fetch("XDG_CACHE_HOME", File.join(Dir.home, ".cache")), "gvlscope", "npm", "speedscope-#{VERSION}")
-  end
-
   # dist/release/index.html of the pinned package, installed on first use.
   def speedscope_app
-    dir = SpeedscopeViewer.cache_dir
-    index = File.join(dir, "node_modules", "speedscope", "dist", "release", "index.html")
-    return index if File.exist?(index)
-
-    npm = ENV.fetch("PATH", "").split(File::PATH_SEPARATOR).map { |d| File.join(d, "npm") }.find { |p| File.executable?(p) }
-    skip "npm is not installed, so speedscope cannot be: apt-get install npm (script/test installs it)" unless npm
-    # Installed beside the final directory, then renamed: a checkout running the tests at the same
-    # time never sees half a package.
-    staging = "#{dir}.#{Process.pid}"
-    out, status = Open3.capture2e(npm, "install", "--prefix", staging, "--no-audit", "--no-fund", "--ignore-scripts",
-                                  "speedscope@#{VERSION}")
-    assert status.success?, "npm install speedscope@#{VERSION} failed:\n#{out}"
-    begin
-      File.rename(staging, dir)
-    rescue Errno::EEXIST, Errno::ENOTEMPTY
-      FileUtils.rm_rf(staging) # another run installed it first
-    end
-    index
+    File.join(NpmPackage.ensure_installed(self, "speedscope", VERSION), "dist", "release", "index.html")
   end
 
   # Opens +path+ in speedscope as +name+ (speedscope picks the importer by the name's ending, as

@@ -36,6 +36,10 @@ module GVLScope
             lines << "| #{cells.map { |cell| cell.to_s.gsub('|', '\\|') }.join(' | ')} |"
           end
           lines << ""
+          if (details = Lab.details(result))
+            lines.concat(details)
+            lines << ""
+          end
           unless result.findings.empty?
             lines << "gvlscope report's findings:"
             result.findings.each { |finding| lines << "- #{finding.title}" }

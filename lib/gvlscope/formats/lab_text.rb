@@ -20,6 +20,7 @@ module GVLScope
             lines << "      likely why: #{verdict.claim.differs_because}"
           end
         end
+        Lab.details(result)&.each { |line| lines << "  #{line}" }
         lines << "  findings: #{result.findings.empty? ? 'none' : ''}"
         result.findings.each { |finding| lines << "    - #{finding.title}" }
         lines << (result.trace ? "  trace: #{result.trace} (gvlscope report #{result.trace})" :

@@ -13,12 +13,42 @@ module GVLScope
     # per family), e.g. one per Puma worker, told apart by their labels. Each snapshot needs what
     # Metrics::Snapshot answers: wall_ns, held_ns, wait_ns, held_ratio, waiting_threads,
     # acquisitions, released_*, and the three histograms.
+    #
+    # breakdown: per-route and per-job series (GVLScope::Breakdown), a list of [entries, labels]
+    # (one per process, labels as the snapshots'): for each route / job class and queue, a
+    # request / job counter, the seconds of each state (run, wait, idle, gc: they add up to
+    # duration + pickup wait), the duration and pickup wait, and a histogram of GVL waits.
     class Prometheus < Format
+      # Breakdown histograms share fixed buckets, so that series add up (sum by (le)): 2^b ns for
+      # b in 14..33, 16 us to 8.6 s; shorter waits count in the first, longer in +Inf only.
+      BREAKDOWN_BUCKETS = (14..33)
+      BREAKDOWN_KINDS = {
+        route: { prefix: "gvlscope_route", label: :route, counter: "requests", what: "Requests", one: "request" },
+        job: { prefix: "gvlscope_job", label: :job, counter: "executions", what: "Job runs", one: "job run" },
+      }.freeze
+
       def self.exposition(snapshot, **labels) = exposition_of([[snapshot, labels]])
-      def self.exposition_of(series) = new(series).to_s
+      def self.exposition_of(series, breakdown: []) = new(series, breakdown: breakdown).to_s
+
+      def initialize(subject, breakdown: [])
+        super(subject)
+        @breakdown = breakdown
+      end
 
       def write(out)
-        series = @subject
+        write_process(out, @subject)
+        BREAKDOWN_KINDS.each do |kind, names|
+          series = @breakdown.flat_map do |entries, labels|
+            entries.select { |e| e.kind == kind }.map { |e| [e, labels.merge(names[:label] => e.label, **tag_labels(e.tags))] }
+          end
+          write_breakdown(out, names, series) unless series.empty?
+        end
+        out
+      end
+
+      private
+
+      def write_process(out, series)
         family(out, "gvlscope_wall_seconds_total", "counter", "Wall time covered by these metrics", series) { |s| s.wall_ns / 1e9 }
         family(out, "gvlscope_gvl_held_seconds_total", "counter", "Time some thread held the GVL", series) { |s| s.held_ns / 1e9 }
         family(out, "gvlscope_gvl_wait_seconds_total", "counter", "Time threads spent waiting for the GVL", series) { |s| s.wait_ns / 1e9 }
@@ -40,7 +70,40 @@ module GVLScope
         out
       end
 
-      private
+      def write_breakdown(out, names, series)
+        prefix = names[:prefix]
+        family(out, "#{prefix}_#{names[:counter]}_total", "counter", "#{names[:what]} measured (sampled ones if sample < 1)",
+               series, &:count)
+        out << "# HELP #{prefix}_seconds_total Time of the threads that ran them by state " \
+               "(run, wait for the GVL, idle, gc): duration + pickup wait\n# TYPE #{prefix}_seconds_total counter\n"
+        series.each do |entry, labels|
+          { run: entry.run_ns, wait: entry.wait_ns, idle: entry.idle_ns, gc: entry.gc_ns }.each do |state, ns|
+            out << "#{prefix}_seconds_total#{label_text(labels.merge(state: state))} #{number(ns / 1e9)}\n"
+          end
+        end
+        family(out, "#{prefix}_duration_seconds_total", "counter", "Duration of the #{names[:counter]}", series) { |e| e.duration_ns / 1e9 }
+        family(out, "#{prefix}_pickup_wait_seconds_total", "counter",
+               "GVL wait of their threads before they started (part of state wait)", series) { |e| e.pickup_wait_ns / 1e9 }
+        out << "# HELP #{prefix}_gvl_wait_seconds GVL wait per #{names[:one]}\n# TYPE #{prefix}_gvl_wait_seconds histogram\n"
+        series.each { |entry, labels| fixed_histogram(out, "#{prefix}_gvl_wait_seconds", labels, entry) }
+      end
+
+      def fixed_histogram(out, name, labels, entry)
+        counts = entry.wait_buckets
+        cumulative = counts[0...BREAKDOWN_BUCKETS.first].sum
+        BREAKDOWN_BUCKETS.each do |bucket|
+          cumulative += counts[bucket]
+          out << "#{name}_bucket#{label_text(labels.merge(le: number((2**bucket) * 1e-9)))} #{cumulative}\n"
+        end
+        out << "#{name}_bucket#{label_text(labels.merge(le: '+Inf'))} #{entry.count}\n"
+        out << "#{name}_sum#{label_text(labels)} #{number(entry.wait_ns / 1e9)}\n"
+        out << "#{name}_count#{label_text(labels)} #{entry.count}\n"
+      end
+
+      # Tags as label names Prometheus accepts.
+      def tag_labels(tags)
+        tags.to_h { |key, value| [key.to_s.gsub(/[^a-zA-Z0-9_]/, "_").to_sym, value] }
+      end
 
       def family(out, name, type, help, series)
         out << "# HELP #{name} #{help}\n# TYPE #{name} #{type}\n"

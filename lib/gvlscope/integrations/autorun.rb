@@ -77,8 +77,17 @@ module GVLScope
     # GVLSCOPE_STACKS=0 (`gvlscope run --no-stacks`): no code locations in the trace.
     def stacks? = ENV["GVLSCOPE_STACKS"] != "0"
 
+    # GVLSCOPE_LIVE=1 (`gvlscope run --live`, `gvlscope top -- COMMAND`): each process also opens
+    # its live socket (integrations/live_server.rb) for `gvlscope top PID`.
+    def live? = ENV["GVLSCOPE_LIVE"] == "1"
+
+    # GVLSCOPE_TRACE=0 (`gvlscope top -- COMMAND` without --trace): no trace file.
+    def trace? = ENV["GVLSCOPE_TRACE"] != "0"
+
     def start
+      start_live if live?
       return start_metrics if metrics_only?
+      return unless trace?
 
       path = claim(output_paths)
       # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
@@ -86,6 +95,16 @@ module GVLScope
       at_exit { stop }
     rescue SystemCallError, GVLScope::Error => e
       tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
+    end
+
+    # Opens the live socket; under `gvlscope run`/`top` its pid and path go to RUN_DIR/live, where
+    # they learn which process to read.
+    def start_live
+      require_relative "live_server"
+      server = GVLScope::LiveServer.start
+      append(File.join(run_dir, "live"), "#{Process.pid} #{server.path}") if run_dir
+    rescue SystemCallError, GVLScope::Error => e
+      tell("gvlscope: no live socket for pid #{Process.pid}: #{e.message}")
     end
 
     # `gvlscope run --metrics-only`: no trace, the metrics of the whole process at its exit.

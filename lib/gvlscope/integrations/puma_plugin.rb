@@ -4,8 +4,10 @@ require "socket"
 require_relative "../metrics"
 require_relative "../flight_recorder"
 require_relative "../units"
+require_relative "../breakdown"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
+require_relative "stats_line"
 
 module GVLScope
   # What `plugin :gvlscope` does in Puma (lib/puma/plugin/gvlscope.rb is the thin Puma side).
@@ -19,7 +21,9 @@ module GVLScope
   # totals to the master once a second over a Unix datagram socket made before the workers fork;
   # the master answers scrapes from the latest totals, one series per worker (labels worker and
   # pid) or summed over workers. Why the master: one port for the whole server, and it survives
-  # worker restarts. In single mode the server process serves its own numbers.
+  # worker restarts. In single mode the server process serves its own numbers. The per-route
+  # (and per-job, Sidekiq embedded in Puma) numbers of GVLScope::Breakdown travel the same way,
+  # BREAKDOWN_PER_MESSAGE series a datagram.
   class PumaPlugin
     OPTIONS = {
       log_interval: 60,             # seconds between log lines per worker; nil or 0: no lines
@@ -27,11 +31,13 @@ module GVLScope
       prometheus_host: "127.0.0.1", # must be a loopback address
       prometheus_per_worker: true,  # false: sum the workers into one series
       flight_recorder: nil,         # true or FlightRecorder.start options: one recorder per worker
+      live: false,                  # true: each worker opens its live socket, for `gvlscope top PID`
     }.freeze
     # Puma itself traps USR2 (restart) and USR1 (phased restart) in every process; WINCH is free.
     FLIGHT_RECORDER_DEFAULTS = { signal: "WINCH" }.freeze
     REPORT_EVERY = 1.0 # seconds between a worker's reports to the master
     STALE_AFTER = 5.0  # a worker that has not reported for this long is gone
+    BREAKDOWN_PER_MESSAGE = 40 # series per datagram: well under the 64 KiB the master reads
 
     # The per-worker numbers that travel to the master and into the exposition.
     Totals = Struct.new(:wall_ns, :run_ns, :gc_ns, :wait_ns, :waiting_threads, :waits, :released_blocking,
@@ -75,6 +81,9 @@ module GVLScope
       unless recorder.nil? || recorder == false || recorder == true || recorder.is_a?(Hash)
         raise Error, "gvlscope (puma plugin): flight_recorder must be true or a Hash, got #{recorder.inspect}"
       end
+      unless [true, false].include?(options[:live])
+        raise Error, "gvlscope (puma plugin): live must be true or false, got #{options[:live].inspect}"
+      end
       options
     end
 
@@ -84,8 +93,9 @@ module GVLScope
       @options = self.class.validate(options)
       @log = log
       @clustered = clustered
-      @workers = {} # index => [pid, Totals, reported_at]: the last report at each worker index
+      @workers = {} # index => [pid, Totals, reported_at, {key => Breakdown::Entry}]: the last report at each index
       @departed = nil # the final Totals of workers replaced at their index (restarts), summed
+      @departed_breakdown = [] # and their Breakdown entries, added up
       @workers_lock = Mutex.new
       recorder = @options[:flight_recorder]
       @recorder_options = recorder && FLIGHT_RECORDER_DEFAULTS.merge(recorder == true ? {} : recorder)
@@ -113,6 +123,7 @@ module GVLScope
       end
       Metrics.enable
       start_flight_recorder
+      start_live_server if @options[:live]
       @index = index
       Thread.new do
         Thread.current.name = "gvlscope reporter"
@@ -121,29 +132,18 @@ module GVLScope
     end
 
     def exposition
-      series = if @clustered
-                 worker_series
-               else
-                 [[Totals.of(Metrics.snapshot), { pid: Process.pid }]]
-               end
-      Formats::Prometheus.exposition_of(series)
+      if @clustered
+        series, breakdown = worker_series
+      else
+        series = [[Totals.of(Metrics.snapshot), { pid: Process.pid }]]
+        breakdown = [[Breakdown.snapshot, { pid: Process.pid }]]
+      end
+      Formats::Prometheus.exposition_of(series, breakdown: breakdown)
     end
 
     # One log line for an interval (a Snapshot difference).
     def self.log_line(interval, index:)
-      waits = interval.wait_histogram
-      who = index ? "worker #{index} (pid #{Process.pid})" : "pid #{Process.pid}"
-      format("gvlscope %s: %.1f s, GVL held %.1f%%, waiting threads now %d (avg %.2f), %d waits, " \
-             "wait p50 <= %s, p99 <= %s, longest so far %s",
-             who, interval.wall_ns / 1e9, 100 * interval.held_ratio, interval.waiting_threads,
-             interval.wall_ns.positive? ? interval.wait_ns.fdiv(interval.wall_ns) : 0.0, waits.sum,
-             quantile_text(waits, 0.5), quantile_text(waits, 0.99), Units.ms_or_us(interval.longest_wait_ns))
-    end
-
-    # The upper bound of the log2 bucket holding the q-quantile.
-    def self.quantile_text(counts, q)
-      bucket = Log2.quantile_bucket(counts, q)
-      bucket ? Units.ms_or_us(2**bucket) : "-"
+      StatsLine.for(interval, index ? "worker #{index} (pid #{Process.pid})" : "pid #{Process.pid}")
     end
 
     private
@@ -155,6 +155,14 @@ module GVLScope
       FlightRecorder.start(**@recorder_options)
     rescue Error => e
       @log.call("gvlscope: flight recorder not started: #{e.message}")
+    end
+
+    def start_live_server
+      require_relative "live_server"
+      server = LiveServer.start
+      @log.call("gvlscope: live GVL numbers of pid #{Process.pid}: gvlscope top #{Process.pid} (#{server.path})")
+    rescue Error => e
+      @log.call("gvlscope: live socket not opened: #{e.message}")
     end
 
     def start_metrics_server
@@ -183,38 +191,67 @@ module GVLScope
       @log.call("gvlscope: reporter stopped: #{e.class}: #{e.message}")
     end
 
+    # Totals are totals, not increments: a lost datagram only leaves the master a second behind.
     def send_totals(snapshot)
       @outbox.send(Marshal.dump([@index, Process.pid, Totals.of(snapshot).to_a]), 0)
+      Breakdown.snapshot.each_slice(BREAKDOWN_PER_MESSAGE) do |entries|
+        @outbox.send(Marshal.dump([:breakdown, @index, Process.pid, entries.map(&:pack)]), 0)
+      end
     rescue IOError, SystemCallError
       nil # the master is gone or busy; the next report will do
     end
 
     def receive(message)
-      index, pid, numbers = Marshal.load(message) # rubocop:disable Security/MarshalLoad -- from our own workers
+      report = Marshal.load(message) # rubocop:disable Security/MarshalLoad -- from our own workers
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @workers_lock.synchronize do
-        previous_pid, previous = @workers[index]
-        # A new pid at an index: the worker there restarted, and its last totals are final.
-        @departed = @departed ? @departed + previous : previous if previous && previous_pid != pid
-        @workers[index] = [pid, Totals.new(*numbers), now]
+        if report.first == :breakdown
+          _, index, pid, packed = report
+          worker = worker_at(index, pid, now)
+          packed.each do |fields|
+            entry = Breakdown::Entry.unpack(fields)
+            worker[3][entry.key] = entry
+          end
+        else
+          index, pid, numbers = report
+          worker_at(index, pid, now)[1] = Totals.new(*numbers)
+        end
       end
     rescue StandardError
       nil
     end
 
+    # The worker at +index+ (under @workers_lock), reporting now. A new pid at an index: the worker
+    # there restarted, and its last totals are final.
+    def worker_at(index, pid, now)
+      previous_pid, previous, _, previous_breakdown = @workers[index]
+      if previous_pid != pid
+        @departed = @departed ? @departed + previous : previous if previous
+        @departed_breakdown = Breakdown::Entry.add_up(@departed_breakdown + previous_breakdown.values) if previous_breakdown
+        @workers[index] = [pid, Totals.zero, now, {}]
+      end
+      @workers[index].tap { |worker| worker[2] = now }
+    end
+
     # A worker silent for STALE_AFTER seconds is not shown (nor in the gauges), but its totals stay
     # in the summed counters: it may be gone for good, or only slow, and will report again.
+    # Returns [process series, breakdown series] for the exposition.
     def worker_series
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      workers, departed = @workers_lock.synchronize { [@workers.sort, @departed] }
-      live = workers.filter_map { |index, (pid, totals, at)| [index, pid, totals] if now - at <= STALE_AFTER }
+      workers, departed, departed_breakdown = @workers_lock.synchronize do
+        [@workers.sort.map { |index, (pid, totals, at, breakdown)| [index, [pid, totals, at, breakdown.values]] }, @departed,
+         @departed_breakdown]
+      end
+      live = workers.filter_map { |index, (pid, totals, at, breakdown)| [index, pid, totals, breakdown] if now - at <= STALE_AFTER }
       if @options[:prometheus_per_worker]
-        live.map { |index, pid, totals| [totals, { worker: index, pid: pid }] }
+        [live.map { |index, pid, totals, _| [totals, { worker: index, pid: pid }] },
+         live.map { |index, pid, _, breakdown| [breakdown, { worker: index, pid: pid }] }]
       elsif workers.empty?
-        []
+        [[], []]
       else
-        ever = workers.map { |_, (_, totals, _)| totals }.push(departed).compact.reduce(:+)
-        [[Summed.new(ever, live.map(&:last).reduce(Totals.zero, :+)), {}]]
+        ever = workers.map { |_, (_, totals, _, _)| totals }.push(departed).compact.reduce(:+)
+        entries = Breakdown::Entry.add_up(workers.flat_map { |_, (_, _, _, breakdown)| breakdown } + departed_breakdown)
+        [[[Summed.new(ever, live.map { |_, _, totals, _| totals }.reduce(Totals.zero, :+)), {}]], [[entries, {}]]]
       end
     end
   end

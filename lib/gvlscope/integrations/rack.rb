@@ -3,61 +3,79 @@
 require_relative "../metrics"
 require_relative "../request_timing"
 require_relative "../flight_recorder"
+require_relative "../breakdown"
 require_relative "../units"
+require_relative "request_hooks"
+require_relative "route_label"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
   # (holding the GVL), waiting for the GVL while another thread held it, idle (IO, sleep, locks)
-  # and in GC.
+  # and in GC — per request and added up per route (GVLScope::Breakdown, which /metrics shows).
   #
   #   use GVLScope::Rack                                  # config.ru
   #   config.middleware.insert_before 0, GVLScope::Rack   # Rails: outermost, to see the whole request
   #
   # Options (anything else is a GVLScope::Error when the app is built, never at request time):
-  #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…, idle;dur=…, gc;dur=…`
+  #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…` (ms; then idle and gc when not zero)
   #   log_wait_over_ms:  nil    logs one line for each request that waited at least this long for the GVL
   #   logger:            nil    #warn receives that line; default env["rack.logger"], else $stderr
   #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
   #                             when a request waited or lasted too long (see FlightRecorder)
   #       wait_over_ms: 100, duration_over_ms: nil, and FlightRecorder.start's options
+  #   route:             nil    ->(env) { "label" }: a request's route (after the app ran; nil: the
+  #                             built-in one, see RouteLabel); false: no per-route numbers
+  #   max_routes:        nil    routes kept apart (Breakdown's cap, default 100); the rest are "other"
+  #   sample:            1.0    share of requests measured (0.0..1.0); the others pass straight
+  #                             through: no header, no env["gvlscope"], no per-route numbers
   #
   # env["gvlscope"] is a RequestTiming: read inside the app it gives the numbers so far, after the
   # app returned the numbers of the whole call.
   class Rack
     ENV_KEY = "gvlscope"
-    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder].freeze
-    RECORDER_TRIGGERS = { wait_over_ms: 100, duration_over_ms: nil }.freeze
+    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder route max_routes sample].freeze
+    OWNER = "GVLScope::Rack"
 
     # env["gvlscope"]: see GVLScope::RequestTiming.
     RequestTiming = GVLScope::RequestTiming
 
     def initialize(app, **options)
       @app = app
-      Options.reject_unknown!(options, OPTIONS, "GVLScope::Rack")
+      Options.reject_unknown!(options, OPTIONS, OWNER)
 
       @server_timing = options.fetch(:server_timing, true)
-      @log_wait_over_ns = threshold_ns(options[:log_wait_over_ms], "log_wait_over_ms")
+      @log_wait_over_ns = Units.ms_option_to_ns(options[:log_wait_over_ms], "log_wait_over_ms", OWNER)
       @logger = options[:logger]
-      @recorder_triggers = start_flight_recorder(options[:flight_recorder])
-      @recorder_wait_over_ns, @recorder_duration_over_ns = @recorder_triggers&.values_at(:wait_over_ns, :duration_over_ns)
+      @sample = RequestHooks.sample_rate(options[:sample], OWNER)
+      @sampling = @sample < 1.0
+      @route = route_option(options[:route])
+      Breakdown.configure(max_routes: options[:max_routes]) if options.key?(:max_routes)
+      @routes = RouteLabel.new unless options[:route] == false
+      @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
       # is shared with everything else gvlscope does.
       Metrics.enable
-      @warned = false
+      @warning = RequestHooks::Warning.new { |line| @logger ? @logger.warn(line) : warn(line) }
     end
 
     def call(env)
+      return @app.call(env) if @sampling && rand >= @sample # Kernel#rand: reseeded in each forked child
+
       timing = env[ENV_KEY] = RequestTiming.start
       response = @app.call(env)
       # Finishes the timing and, in the common case, adds the header in C; nil when it is not the
       # common case (a frozen response or headers, an Array value already there).
       done = timing.finish_response(response, @server_timing)
+      record_route(env, response, timing) if @routes
       return done if done && !@after_response
 
       report(env, timing, done || response, done.nil?)
     rescue Exception # rubocop:disable Lint/RescueException -- re-raised; unlike ensure, free when nothing is raised
-      timing&.finish! # the app raised: env["gvlscope"] still ends up finished
+      if timing && !timing.finished? # the app raised: env["gvlscope"] still ends up finished and counted
+        timing.finish!
+        record_route(env, nil, timing) if @routes
+      end
       raise
     end
 
@@ -72,11 +90,33 @@ module GVLScope
       trigger_flight_recorder(env, timing) if @recorder_triggers
       response
     rescue StandardError => e
-      unless @warned
-        @warned = true
-        warn "gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}"
-      end
+      @warning.warn("gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}")
       response
+    end
+
+    # The request's numbers into its route's series. Never raises: a route function that fails
+    # is warned about (at most once a minute) and the built-in label is used.
+    def record_route(env, response, timing)
+      status = response ? response[0] : 500
+      label = (route_from_option(env) if @route) || @routes.call(env, status)
+      Breakdown.record(:route, label, timing, Breakdown::NO_TAGS, @sample)
+    rescue StandardError => e
+      @warning.warn("gvlscope: GVLScope::Rack could not count a request by route: #{e.class}: #{e.message}")
+    end
+
+    def route_from_option(env)
+      label = @route.call(env)
+      label&.to_s
+    rescue StandardError => e
+      @warning.warn("gvlscope: GVLScope::Rack's route function raised #{e.class}: #{e.message}; the built-in route is used")
+      nil
+    end
+
+    def route_option(option)
+      return nil if option.nil? || option == false
+      return option if option.respond_to?(:call)
+
+      raise Error, "#{OWNER}: route must respond to call(env) (a Proc) or be false, got #{option.inspect}"
     end
 
     def with_server_timing(response, value)
@@ -101,33 +141,8 @@ module GVLScope
     end
 
     def trigger_flight_recorder(env, timing)
-      why = if @recorder_wait_over_ns && timing.wait_ns >= @recorder_wait_over_ns
-              format("gvl wait %.0f ms", timing.wait_ms)
-            elsif @recorder_duration_over_ns && timing.duration_ns >= @recorder_duration_over_ns
-              format("duration %.0f ms", timing.duration_ms)
-            end
+      why = RequestHooks.recorder_trigger(@recorder_triggers, timing)
       FlightRecorder.dump_later("#{env['REQUEST_METHOD']} #{env['PATH_INFO']} #{why}") if why
     end
-
-    def start_flight_recorder(option)
-      return nil if option.nil? || option == false
-
-      settings = option == true ? {} : option
-      raise Error, "GVLScope::Rack: flight_recorder must be true or a Hash, got #{option.inspect}" unless settings.is_a?(Hash)
-
-      triggers = RECORDER_TRIGGERS.merge(settings.slice(*RECORDER_TRIGGERS.keys))
-      recorder_options = settings.except(*RECORDER_TRIGGERS.keys)
-      Options.reject_unknown!(settings, RECORDER_TRIGGERS.keys + FlightRecorder::DEFAULTS.keys, "GVLScope::Rack",
-                              what: "flight_recorder option")
-
-      thresholds = { wait_over_ns: threshold_ns(triggers[:wait_over_ms], "flight_recorder wait_over_ms"),
-                     duration_over_ns: threshold_ns(triggers[:duration_over_ms], "flight_recorder duration_over_ms") }
-      # Already running (started by the Puma plugin, or by a preloaded master and restarted in
-      # this worker after fork): share it.
-      FlightRecorder.start(**recorder_options) unless FlightRecorder.running?
-      thresholds
-    end
-
-    def threshold_ns(ms, name) = Units.ms_option_to_ns(ms, name, "GVLScope::Rack")
   end
 end

@@ -245,5 +245,65 @@ module GVLScope
                    holds: ->(m) { (8..15).cover?(m[:median_waiters]) },
                    applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] }),
            ]
+
+    # The thread sweep: `gvlscope advise` against a load test (lab/thread_sweep.rb; the knee and
+    # the verdicts: lib/gvlscope/lab/sweep.rb).
+    require_relative "sweep"
+    sweep_mix = ->(m, mix) { m.fetch(:mixes).fetch(mix.to_sym) }
+    sweep_judge = lambda do |m, mix|
+      numbers = sweep_mix.(m, mix)
+      Sweep.judge(numbers.fetch(:points), counts: m.fetch(:counts), recommended: numbers.fetch(:advisor).fetch(:threads))
+    end
+    sweep_claim = lambda do |mix, what|
+      claim("#{mix}: the advisor's count is inside the measured knee",
+            published: "(issue #20's target) #{what}",
+            tolerance: "knee: the fewest threads with requests/s >= #{Sweep.percent(Sweep::THROUGHPUT)} of the best and p99 <= " \
+                       "#{Sweep.percent(Sweep::LATENCY)} of the best (medians of the rounds); inside: the advisor's count meets both " \
+                       "and is at most the next swept count above the knee",
+            measured: lambda { |m|
+              advisor = sweep_mix.(m, mix).fetch(:advisor)
+              shares = advisor.fetch(:shares)
+              judgement = sweep_judge.(m, mix)
+              format("advisor %d (from %d threads traced: run %.0f %%, GVL wait %.0f %%, idle %.0f %%; 1 / run share %.1f; " \
+                     "read live from the same run: %s, or %s without the %.0f %% of the pool's time it waited for a CPU core); " \
+                     "knee %s; %s: %s", advisor[:threads], advisor[:from_threads],
+                     100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle], advisor[:no_collision_threads],
+                     advisor[:live_threads], advisor[:live_threads_without_runqueue] || "?", 100 * advisor[:runqueue_share],
+                     judgement.knee || "none",
+                     judgement.verdict.to_s.tr("_", " "), judgement.reason)
+            },
+            holds: ->(m) { sweep_judge.(m, mix).inside? },
+            applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
+            differs_because: "noise on a shared machine (the load average and the spread of the rounds are below the " \
+                             "table), CPU contention measured as idle " \
+                             "(a thread back from a syscall waits for a core: the advisor counts it as IO), and the " \
+                             "model's exponential hold and idle times (these endpoints vary less)")
+    end
+    define "thread-sweep", file: "thread_sweep.rb", seconds: 150,
+           summary: "Puma under wrk -c 32: CPU-heavy, IO-heavy and mixed endpoints swept over 1-16 threads, beside " \
+                    "`gvlscope advise` on a trace at Puma's default 5 threads",
+           source: "gvlscope's own (issue #20): does the advisor pick the thread count a load test would?",
+           details: lambda { |m|
+             lines = []
+             if (low, mean, high = m[:load_average])
+               lines << format("Load average while it ran (other work on the machine): %.1f to %.1f, mean %.1f, on %d cores.",
+                               low, high, mean, m.fetch(:cores, Etc.nprocessors))
+             end
+             m.fetch(:mixes).each_key do |mix|
+               judgement = sweep_judge.(m, mix)
+               endpoints = sweep_mix.(m, mix).fetch(:endpoints).map { |e| format("%s %g ms Ruby + %g ms IO", e[:name], e[:cpu_ms], e[:io_ms]) }
+               lines << "" unless lines.empty?
+               lines << "#{mix} (#{endpoints.join(', ')} per request; #{m[:rounds]} round(s) of #{m[:seconds]} s per count; " \
+                        "#{m[:pinning]}):"
+               lines << ""
+               lines.concat(Sweep.table(judgement))
+             end
+             lines
+           },
+           claims: [
+             sweep_claim.("cpu-heavy", "CPU-bound: 1-2 threads"),
+             sweep_claim.("io-heavy", "90 % IO: many threads"),
+             sweep_claim.("mixed", "in between"),
+           ]
   end
 end

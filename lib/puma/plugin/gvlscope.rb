@@ -4,7 +4,7 @@
 #
 #   plugin :gvlscope
 #   gvlscope log_interval: 60, prometheus_port: 9394, prometheus_per_worker: true,
-#            flight_recorder: { seconds: 10, dir: "tmp/gvlscope" }
+#            flight_recorder: { seconds: 10, dir: "tmp/gvlscope" }, live: true
 #
 # What it does is in GVLScope::PumaPlugin (lib/gvlscope/integrations/puma_plugin.rb); this file only wires it
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).

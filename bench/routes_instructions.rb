@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+# What GVLScope::Rack's per-route numbers add to a request, in-process, counted by valgrind
+# (callgrind): for each setup, a Ruby runs CALLS calls of a hello-world app through it and another
+# runs none; the difference over CALLS is the instructions per call (start-up, loading and warm-up
+# cancel out). Setups: the bare app; the middleware without per-route numbers (route: false); with
+# them on a plain Rack path ("/"), a path with an id ("/users/42", the template is built each time)
+# and a Rails request (the router's env keys and a controller set by the app). server_timing: false
+# in all, to leave the header's cost out (bench/web_instructions.rb has it).
+#
+#   bundle exec ruby -Ilib bench/routes_instructions.rb        (CALLS=20000; needs valgrind)
+#   SETUPS=bare,no_routes,recorder,header,everything   the rest of the middleware's work (docs/performance.md,
+#   "The web cost, settled"): the flight recorder's per-request checks (its ring running, thresholds never
+#   reached), the Server-Timing value formatted and added, and everything on (routes, header, recorder)
+require "rbconfig"
+
+ROOT = File.expand_path("..", __dir__)
+CALLS = Integer(ENV.fetch("CALLS", 20_000))
+
+abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+
+PROGRAM = <<~'RUBY'
+  require "gvlscope/rack"
+  require "tmpdir"
+  setup, calls = ARGV[0], Integer(ARGV[1])
+  hello = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
+  RECORDER = { dir: Dir.tmpdir, signal: nil, wait_over_ms: 100_000, duration_over_ms: 100_000 }.freeze
+  controller = Class.new { def self.name = "UsersController"; def action_name = "show" }.new
+  rails = lambda do |env|
+    env["action_dispatch.request.path_parameters"] = { controller: "users", action: "show", id: "42" }
+    env["action_controller.instance"] = controller
+    hello.call(env)
+  end
+  app, path = { "bare" => [hello, "/"], "no_routes" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
+                "route" => [GVLScope::Rack.new(hello, server_timing: false), "/"],
+                "route_with_id" => [GVLScope::Rack.new(hello, server_timing: false), "/users/42"],
+                "rails_bare" => [rails, "/users/42"],
+                "rails_route" => [GVLScope::Rack.new(rails, server_timing: false), "/users/42"],
+                "recorder" => [GVLScope::Rack.new(hello, server_timing: false, route: false, flight_recorder: RECORDER), "/"],
+                "header" => [GVLScope::Rack.new(hello, route: false), "/"],
+                "everything" => [GVLScope::Rack.new(hello, flight_recorder: RECORDER), "/"] }.fetch(setup)
+  env = { "REQUEST_METHOD" => "GET", "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => "",
+          "SERVER_NAME" => "localhost", "SERVER_PORT" => "9292", "rack.url_scheme" => "http" }
+  1000.times { app.call(env.dup) }
+  GC.start
+  calls.times { app.call(env.dup) }
+RUBY
+
+def instructions(setup, calls)
+  out = IO.popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", RbConfig.ruby, "-I", File.join(ROOT, "lib"),
+                  "-e", PROGRAM, setup, calls.to_s], err: %i[child out], &:read)
+  Integer(out[/refs:\s+([\d,]+)/, 1].delete(","))
+end
+
+SETUPS = ENV.fetch("SETUPS", "bare,no_routes,route,route_with_id,rails_bare,rails_route").split(",")
+per_call = SETUPS.to_h do |setup|
+  [setup, (instructions(setup, CALLS) - instructions(setup, 0)).fdiv(CALLS)]
+end
+puts "ruby #{RUBY_VERSION}, #{CALLS} calls in-process under callgrind (env.dup per call, as a server's new env)"
+puts "| setup | instructions per call | over bare | over no_routes |"
+puts "|---|---:|---:|---:|"
+per_call.each do |setup, count|
+  bare = setup.start_with?("rails") ? per_call["rails_bare"] : per_call["bare"]
+  puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") ? "-" : format("%+.0f", count - bare),
+              per_call["no_routes"] && %w[route route_with_id recorder header everything].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
+end

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+# Instructions per Sidekiq job, counted by valgrind (callgrind): what GVLScope::Sidekiq adds to a
+# no-op job and to a realistic one (bench/sidekiq_app.rb), in numbers no neighbour on the machine
+# can move. One real Sidekiq (the CLI, concurrency 1) runs under callgrind against a real Redis
+# (redis-server on a free loopback port); for each setup and job: switch the middleware in or out
+# (SetupJob), warm up, zero the counters, JOBS jobs, dump the counters once a MarkJob after them
+# has run. ROUNDS rounds, the minimum per setup and job. The count covers all of Sidekiq's work for
+# the jobs: fetching from Redis, parsing, logging, the middleware chain, the job, acknowledging.
+#
+#   bundle exec ruby -Ilib bench/sidekiq_instructions.rb     (JOBS=1000 ROUNDS=3; needs valgrind, redis-server)
+require "json"
+require "rbconfig"
+require "securerandom"
+require "tmpdir"
+require "timeout"
+require_relative "../test/support/redis_server"
+
+ROOT = File.expand_path("..", __dir__)
+JOBS = Integer(ENV.fetch("JOBS", 1000))
+ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
+SETUPS = %w[plain middleware].freeze
+KINDS = { "NoopJob" => [], "ReportJob" => [42] }.freeze
+
+abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+abort "redis-server not found (apt-get install redis-server)" unless RedisServer.available?
+
+def push(redis, klass, *args)
+  now_ms = (Time.now.to_f * 1000).to_i
+  JSON.generate("class" => klass, "args" => args, "queue" => "default", "jid" => SecureRandom.hex(12), "retry" => false,
+                "created_at" => now_ms, "enqueued_at" => now_ms).then { |job| redis.call("LPUSH", "queue:default", job) }
+end
+
+# Runs +jobs+ then a MarkJob; returns when the mark is back.
+def run_jobs(redis, klass, args, count)
+  token = SecureRandom.hex(4)
+  count.times { push(redis, klass, *args) }
+  push(redis, "MarkJob", token)
+  Timeout.timeout(600) { sleep 0.2 until redis.call("LRANGE", "bench:marks", "0", "-1").include?(token) }
+end
+
+def totals(dump) = Integer(File.read(dump)[/^(?:summary|totals): (\d+)/, 1])
+
+redis = RedisServer.new
+results = Hash.new { |h, k| h[k] = [] }
+Dir.mktmpdir("gvlscope-sidekiq-instructions") do |dir|
+  log = File.join(dir, "sidekiq.log")
+  env = { "REDIS_URL" => redis.url }
+  pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,
+                      "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e", 'load Gem.bin_path("sidekiq", "sidekiq")', "--",
+                      "-r", File.join(ROOT, "bench/sidekiq_app.rb"), "-c", "1", "-q", "default",
+                      out: log, err: %i[child out])
+  begin
+    redis.call("SADD", "queues", "default")
+    run_jobs(redis, "NoopJob", [], 1) # booted and fetching
+    (SETUPS.product(KINDS.keys) * ROUNDS).each do |setup, klass|
+      run_jobs(redis, "SetupJob", [setup], 0)
+      run_jobs(redis, klass, KINDS[klass], 200) # warm up
+      system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
+      run_jobs(redis, klass, KINDS[klass], JOBS)
+      before = Dir[File.join(dir, "callgrind.#{pid}.*")]
+      system("callgrind_control", "--dump=#{setup}-#{klass}", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
+      dump = nil
+      Timeout.timeout(60) { sleep 0.2 until (dump = (Dir[File.join(dir, "callgrind.#{pid}.*")] - before).first) }
+      sleep 0.5 # let the dump finish writing
+      # The MarkJob and its round trip are in the window too: counted, and small beside JOBS jobs.
+      results[[setup, klass]] << totals(dump).fdiv(JOBS)
+      warn format("%-10s %-9s %10.0f instructions per job", setup, klass, results[[setup, klass]].last)
+    end
+  ensure
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+    redis.stop
+  end
+end
+
+puts "ruby #{RUBY_VERSION}, sidekiq #{Gem.loaded_specs['sidekiq']&.version}, #{JOBS} jobs per window under callgrind " \
+     "(concurrency 1), minimum of #{ROUNDS} rounds"
+puts "| job | plain | with GVLScope::Sidekiq | added | share | rounds (plain; middleware) |"
+puts "|---|---:|---:|---:|---:|---|"
+KINDS.each_key do |klass|
+  plain, measured = SETUPS.map { |setup| results[[setup, klass]].min }
+  puts format("| %s | %.0f | %.0f | %+.0f | %.1f%% | %s; %s |", klass, plain, measured, measured - plain,
+              100 * (measured - plain) / plain, results[["plain", klass]].map(&:round).join(", "),
+              results[["middleware", klass]].map(&:round).join(", "))
+end

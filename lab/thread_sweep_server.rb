@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+# The Puma server of the thread-sweep scenario (lab/thread_sweep.rb), one process per measured
+# thread count: `ruby lab/thread_sweep_server.rb THREADS MIX ITERATIONS_PER_MS DELAY_PORT`.
+# Prints "port N" once it listens, serves until TERM. Each request does the work of its mix
+# (THREAD_SWEEP_MIXES): CPU work holding the GVL (a countdown loop sized to the machine) and IO
+# (a read from the delay server, which answers after the asked milliseconds: a database or
+# HTTP call's round trip without its CPU).
+require "socket"
+require "puma"
+require "puma/configuration"
+require "puma/launcher"
+require_relative "thread_sweep_mixes"
+
+threads = Integer(ARGV.fetch(0))
+mix = ThreadSweepMixes::MIXES.fetch(ARGV.fetch(1))
+iterations_per_ms = Integer(ARGV.fetch(2))
+delay_port = Integer(ARGV.fetch(3))
+$stdout.sync = true
+
+countdown = lambda do |count|
+  count -= 1 while count.positive?
+end
+
+# One connection to the delay server per Puma thread, kept open: the request's IO is the wait
+# for the answer, not a connect.
+delay = lambda do |ms|
+  socket = (Thread.current[:thread_sweep_delay] ||= TCPSocket.new("127.0.0.1", delay_port))
+  socket.write("#{ms}\n")
+  socket.gets or raise "the delay server closed the connection"
+end
+
+random = Random.new(42)
+app = lambda do |_env|
+  # Endpoints in the mix's proportions (a shared Random is fine: its state changes under the GVL).
+  endpoint = mix.size == 1 ? mix.first : mix[random.rand(mix.size)]
+  countdown.call((endpoint[:cpu_ms] * iterations_per_ms).round) if endpoint[:cpu_ms].positive?
+  delay.call(endpoint[:io_ms]) if endpoint[:io_ms].positive?
+  [200, { "content-type" => "text/plain" }, [endpoint[:name]]]
+end
+
+port = TCPServer.open("127.0.0.1", 0) { |probe| probe.addr[1] }
+config = Puma::Configuration.new do |c|
+  c.bind "tcp://127.0.0.1:#{port}"
+  c.threads threads, threads
+  c.workers 0
+  c.app app
+  c.log_requests false
+  c.quiet
+end
+launcher = Puma::Launcher.new(config, log_writer: Puma::LogWriter.null)
+server = Thread.new { launcher.run }
+deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+begin
+  TCPSocket.new("127.0.0.1", port).close
+rescue Errno::ECONNREFUSED
+  raise "puma did not start" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+  sleep 0.02
+  retry
+end
+puts "port #{port}"
+stop = Queue.new
+trap(:TERM) { stop << true }
+stop.pop
+launcher.stop
+server.join(10)

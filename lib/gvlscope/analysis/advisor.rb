@@ -1,0 +1,247 @@
+# frozen_string_literal: true
+
+require "etc"
+require_relative "../errors"
+require_relative "../units"
+
+module GVLScope
+  module Analysis
+    # How many threads a process should run, from measured run / GVL wait / idle shares
+    # (`gvlscope advise`; docs/advise.md). The model, stated in every answer:
+    #
+    #   The GVL is one server. Each request (or job) holds it for D (run + GC, with the holds of
+    #   other threads, a Puma reactor's, charged to the requests) and is off it for Z (idle: IO,
+    #   sleep, C calls without the GVL). T threads go round: off the GVL for Z, then in line for it
+    #   (GVL wait), then D holding it. This is a closed queueing network (the "machine repairman"),
+    #   solved exactly by mean value analysis (Reiser & Lavenberg, 1980) with exponential hold and
+    #   idle times: the GVL's busy share U(T) (throughput as a share of the most one GVL allows,
+    #   1 / D) and the GVL wait per request W(T) for every T.
+    #
+    #   With no collisions (D and Z never vary), 1 / run share = (D + Z) / D threads keep the GVL
+    #   busy. Real holds collide: the advice is the fewest threads whose U(T) reaches TARGET of
+    #   the GVL's limit; past it each thread adds about D of GVL wait to every request and almost
+    #   no throughput. --max-wait-ms lowers it to the most threads whose W(T) stays under a budget.
+    #
+    # A busy GVL runs Ruby on one core at a time: where cores are free (cores > processes), more
+    # processes (one GVL each) add throughput that more threads cannot; the advice is one per core.
+    class Advisor
+      TARGET = 0.95 # the lab's knee uses the same 95 % of the best throughput (docs/lab.md)
+      MAX_THREADS = 64
+      # Idle reasons (Vocabulary::IDLE_REASONS) that are a request's own IO: a thread blocked on a
+      # lock, a queue or a join is waiting for work or for another thread, and more threads do not
+      # shorten that (a thread pool's idle workers wait on a ConditionVariable).
+      WORK_IDLE_REASONS = %i[io sleep io_sleep blocking].freeze
+
+      # What the advice is computed from: the shares of one unit of work. +unit+: :request or :job
+      # when a snapshot had per-request/per-job numbers (Breakdown entries; +count+ of them), else
+      # :thread (the worker threads' time added together). Times in ns, summed over the unit.
+      #   run_ns, gc_ns, wait_ns, idle_ns: as everywhere (Vocabulary::STATES)
+      #   excluded_idle_ns: idle on a lock / queue / join (per thread, from a trace): not counted
+      #   other_held_ns:   GVL held by threads outside the pool in the same window
+      #   threads:         the pool's size now (T0); pool: its name ("puma srv tp", 5 threads)
+      #   held_ratio:      share of the window the GVL was held (all threads)
+      #   processes:       how many processes the numbers are of, when the source says (a scrape's workers)
+      #   pool_labels:     the pool's thread labels
+      #   cpu_wait_ns:     the pool's time runnable but waiting for a CPU core (Linux, a live pid), or nil
+      Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
+                            :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
+                            :processes, :pool_labels, :cpu_wait_ns, keyword_init: true) do
+        def held_ns = run_ns + gc_ns
+        def total_ns = run_ns + gc_ns + wait_ns + idle_ns
+
+        # Share of the unit's time in each state (wait included), as shown.
+        def shares
+          total = total_ns.to_f
+          return { run: 0.0, wait: 0.0, idle: 0.0, gc: 0.0 } unless total.positive?
+
+          { run: run_ns / total, wait: wait_ns / total, idle: idle_ns / total, gc: gc_ns / total }
+        end
+
+        # Other threads' GVL holds charged to the pool's work: total held / the pool's held.
+        def charge
+          pool = (pool_held_ns || held_ns).to_f
+          pool.positive? ? (pool + other_held_ns.to_i) / pool : 1.0
+        end
+      end
+
+      # One row of the model's curve.
+      Point = Struct.new(:threads, :busy, :wait_per_demand, keyword_init: true)
+
+      Advice = Struct.new(:workload, :threads, :processes, :cores, :current_processes, :no_collision_threads,
+                          :demand_ns, :idle_per_request_ns, :run_share, :curve, :target, :max_wait_ns,
+                          :limited_by, :sensitivity, keyword_init: true) do
+        def point(threads) = curve[threads - 1]
+        def per_request? = workload.count.to_i.positive?
+        def unit_name = per_request? ? workload.unit.to_s : "thread"
+        def current_threads = workload.threads
+
+        # The model's point at the current thread count, when the curve reaches it.
+        def current_point = current_threads.between?(1, curve.size) ? point(current_threads) : nil
+
+        # The GVL wait per unit the model predicts at +threads+, in ns (per request) or nil.
+        def wait_ns_at(threads) = per_request? ? point(threads).wait_per_demand * demand_ns : nil
+
+        # Why this many threads, in sentences (text and JSON show the same).
+        def reasoning
+          pct = ->(share) { format("%.0f %%", 100 * share) }
+          chosen = point(threads)
+          lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
+                   "what threads add). With no collisions, (D + Z) / D = 1 / run share = #{format('%.1f', no_collision_threads)}: " \
+                   "that many threads keep the GVL busy, each idle while the others hold it."]
+          lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
+                   "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
+                   "the fewest to reach #{pct.(target)} of what one GVL allows."
+          if limited_by == :wait
+            lines << "Lowered to #{threads} by --max-wait-ms #{format('%g', max_wait_ns / 1e6)}: one more thread would " \
+                     "raise the GVL wait per #{unit_name} to #{Units.ms(wait_ns_at(threads + 1))}."
+          elsif threads < curve.size
+            extra = point(threads + 1)
+            wait_added = (extra.wait_per_demand - chosen.wait_per_demand)
+            wait_text = per_request? ? Units.ms(wait_added * demand_ns) : "#{format('%.1f', wait_added)} x the run time"
+            lines << "Going to #{threads + 1} threads would add #{format('%.1f', 100 * (extra.busy - chosen.busy))} points of " \
+                     "GVL busy time (throughput) and #{wait_text} of GVL wait per #{unit_name}."
+          end
+          if (now = current_point)
+            check = "At the current #{current_threads} thread#{'s' unless current_threads == 1} the model predicts the GVL " \
+                    "busy #{pct.(now.busy)}"
+            check += "; measured #{pct.(workload.held_ratio)} (all threads)" if workload.held_ratio
+            lines << "#{check}."
+          end
+          lines
+        end
+
+        def processes_reasoning
+          if cores > current_processes
+            "#{cores} cores, #{current_processes} process#{'es' unless current_processes == 1}: one process's GVL runs " \
+              "Ruby on one core at a time (busy #{format('%.0f %%', 100 * point(threads).busy)} at #{Advisor.count(threads, 'thread')}); " \
+              "#{processes} processes (one GVL each) use the free cores, which more threads in one process cannot."
+          else
+            "#{cores} core#{'s' unless cores == 1}, #{current_processes} process#{'es' unless current_processes == 1}: " \
+              "no core is free for another process; keep #{current_processes}, each with #{Advisor.count(threads, 'thread')}."
+          end
+        end
+
+        # What would change the answer, in sentences.
+        def what_would_change
+          lines = ["Slower IO: with twice the idle time per #{unit_name} the answer is " \
+                   "#{Advisor.count(sensitivity[:idle_doubled], 'thread')}; with half, #{sensitivity[:idle_halved]}. Faster Ruby (less run time) moves it like more idle."]
+          lines << "Steadier requests: the model takes hold and idle times as varied as exponential times; " \
+                   "with no variation at all, #{Advisor.count(no_collision_threads.ceil, 'thread')} would do."
+          if workload.unit == :thread
+            lines << "Idle time between requests: these are per-thread numbers, so a thread that waited for work " \
+                     "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
+                     "or give per-request numbers (a snapshot with Breakdown entries)."
+          end
+          lines << if sensitivity[:without_cpu_wait]
+                     "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
+                       "of its time (Linux's run-queue wait), most of it counted as idle here; with that wait out of the idle " \
+                       "time, #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                   else
+                     "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
+                       "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
+                   end
+          if workload.held_ratio && workload.held_ratio < 0.5
+            lines << "Load: the GVL was busy only #{format('%.0f %%', 100 * workload.held_ratio)} of the time measured: " \
+                     "the counts are what the process needs when busy, not at this load."
+          end
+          lines << "A latency budget: --max-wait-ms caps the GVL wait per request and with it the threads." if per_request? && !max_wait_ns
+          lines << "Memory: if it limits the processes, more threads per process still add throughput up to " \
+                   "#{Advisor.count(curve.index { |p| p.busy >= 0.99 }&.+(1) || curve.size, 'thread')} (99 % of one GVL), " \
+                   "at the cost of GVL wait." if processes > current_processes
+          lines
+        end
+      end
+
+      # "1 thread", "3 threads"; "1 process", "2 processes".
+      def self.count(number, word) = "#{number} #{word}#{number == 1 ? '' : (word.end_with?('s') ? 'es' : 's')}"
+
+      # Mean value analysis of the closed network: one queue (the GVL, demand +d+ per request) and
+      # one delay (idle, +z+ per request) with +max+ threads. Returns Points for 1..max: busy = U(T)
+      # (= throughput x d), wait_per_demand = W(T) / d.
+      def self.curve(d, z, max = MAX_THREADS)
+        raise ArgumentError, "GVL demand must be positive" unless d.positive?
+
+        queue = 0.0
+        (1..max).map do |threads|
+          response = d * (1 + queue) # an arriving request finds, on average, the queue of T-1 threads
+          throughput = threads / (response + z)
+          queue = throughput * response
+          Point.new(threads: threads, busy: throughput * d, wait_per_demand: (response - d) / d)
+        end
+      end
+
+      attr_reader :workload
+
+      # +cores+: CPU cores the processes share (default: this machine's); +processes+: how many
+      # run this workload now; +max_wait_ms+: the GVL wait per request you accept (needs
+      # per-request numbers); +max_threads+: the most threads considered.
+      def initialize(workload, cores: nil, processes: nil, max_wait_ms: nil, max_threads: MAX_THREADS, target: TARGET)
+        @workload = workload
+        @cores = cores || Etc.nprocessors
+        @processes = processes || workload.processes || 1
+        @max_wait_ms = max_wait_ms
+        @max_threads = max_threads
+        @target = target
+        validate!
+      end
+
+      def advice
+        @advice ||= build
+      end
+
+      private
+
+      def validate!
+        raise Error, "--cores must be at least 1 (got #{@cores})" unless @cores.is_a?(Integer) && @cores >= 1
+        raise Error, "--processes must be at least 1 (got #{@processes})" unless @processes.is_a?(Integer) && @processes >= 1
+        unless @max_threads.is_a?(Integer) && @max_threads.between?(1, 1024)
+          raise Error, "--max-threads must be 1..1024 (got #{@max_threads})"
+        end
+        raise Error, "--max-wait-ms must be a number > 0 (got #{@max_wait_ms})" if @max_wait_ms && !@max_wait_ms.positive?
+        if @max_wait_ms && !@workload.count.to_i.positive?
+          raise Error, "--max-wait-ms needs per-request numbers (a snapshot with Breakdown entries); " \
+                       "#{@workload.source} has per-thread numbers only"
+        end
+        return if @workload.held_ns.positive?
+
+        raise Error, "#{@workload.source}: the worker threads (#{@workload.pool}) never held the GVL: nothing to advise from " \
+                     "(measure under load, or choose the threads with --threads)"
+      end
+
+      def build
+        w = @workload
+        per = w.count.to_i.positive? ? w.count.to_f : 1.0
+        demand = w.held_ns * w.charge / per
+        idle = w.idle_ns / per
+        curve = Advisor.curve(demand, idle, @max_threads)
+        best = curve.map(&:busy).max
+        threads = curve.find { |p| p.busy >= @target * best }.threads
+        limited_by = :throughput
+        max_wait_ns = @max_wait_ms && @max_wait_ms * 1e6
+        if max_wait_ns
+          within = curve.select { |p| p.wait_per_demand * demand <= max_wait_ns }.map(&:threads).max || 1
+          if within < threads
+            threads = within
+            limited_by = :wait
+          end
+        end
+        Advice.new(workload: w, threads: threads, processes: processes_for, cores: @cores,
+                   current_processes: @processes, no_collision_threads: (demand + idle) / demand, demand_ns: demand,
+                   idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
+                   max_wait_ns: max_wait_ns, limited_by: limited_by,
+                   sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
+                                  without_cpu_wait: w.cpu_wait_ns && threads_for(demand, [idle - w.cpu_wait_ns / per, 0.0].max) })
+      end
+
+      # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
+      def processes_for = [@cores, @processes].max
+
+      # The recommendation for other idle times per request: how much the answer hangs on the IO.
+      def threads_for(demand, idle)
+        curve = Advisor.curve(demand, idle, @max_threads)
+        best = curve.map(&:busy).max
+        curve.find { |p| p.busy >= @target * best }.threads
+      end
+    end
+  end
+end

@@ -1,0 +1,220 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "../errors"
+require_relative "../live/snapshot"
+require_relative "advisor"
+
+module GVLScope
+  module Analysis
+    # The advisor's three inputs made into one Advisor::Workload: a trace (through its
+    # Analysis::Report), a metrics snapshot file, a live process (two Live snapshots an interval
+    # apart). The same numbers give the same Workload whichever way they came.
+    module AdvisorInputs
+      # A thread's numbers, whichever input they came from.
+      Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, keyword_init: true) do
+        def held_ns = run_ns + gc_ns
+      end
+
+      module_function
+
+      # The pool a thread belongs to: its label without numbers or creation site, so "puma srv tp
+      # 001" .. "puma srv tp 005" (or "worker 1", "worker 2") are one pool.
+      def pool_key(label) = label.to_s.sub(/\s*\(.*\)\z/, "").gsub(/\d+/, "#")
+
+      # [the pool's rows, its name, the other rows]. +pattern+ (a regexp source, --threads)
+      # chooses the pool; by default it is the group of same-named threads that held the GVL longest.
+      def pick_pool(rows, pattern, source)
+        raise Error, "#{source}: no threads in it" if rows.empty?
+
+        if pattern
+          regexp = begin
+            Regexp.new(pattern)
+          rescue RegexpError => e
+            raise Error, "--threads #{pattern.inspect}: not a regular expression (#{e.message})"
+          end
+          pool = rows.select { |row| regexp.match?(row.label) }
+          if pool.empty?
+            raise Error, "--threads #{pattern.inspect}: no thread of #{source} matches " \
+                         "(threads: #{rows.map(&:label).uniq.first(12).join(', ')})"
+          end
+          return [pool, "/#{pattern}/", rows - pool]
+        end
+
+        name, pool = rows.group_by { |row| pool_key(row.label) }.max_by { |_name, group| group.sum(&:held_ns) }
+        [pool, name, rows - pool]
+      end
+
+      # The worker threads' numbers, added together; per request/job when +breakdown+ (entries
+      # with count, run_ns, wait_ns, idle_ns, gc_ns) has any.
+      def workload(rows, source:, pattern:, held_ratio:, window_ns:, breakdown: nil, notes: [])
+        pool, name, others = pick_pool(rows, pattern, source)
+        other_held = others.sum(&:held_ns)
+        pool_held = pool.sum(&:held_ns)
+        entries = Array(breakdown).select { |entry| entry[:count].to_i.positive? }
+        sum = ->(key) { entries.sum { |entry| entry[key].to_i } }
+        if entries.empty?
+          Advisor::Workload.new(source: source, unit: :thread, count: nil, run_ns: pool.sum(&:run_ns),
+                                gc_ns: pool.sum(&:gc_ns), wait_ns: pool.sum(&:wait_ns), idle_ns: pool.sum(&:idle_ns),
+                                excluded_idle_ns: pool.sum { |row| row.excluded_idle_ns.to_i }, other_held_ns: other_held,
+                                pool_held_ns: pool_held, threads: pool.size, pool: name, held_ratio: held_ratio,
+                                window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq)
+        else
+          kinds = entries.map { |entry| entry[:kind].to_s }.uniq
+          Advisor::Workload.new(source: source, unit: kinds == ["job"] ? :job : :request, count: sum.(:count),
+                                run_ns: sum.(:run_ns), gc_ns: sum.(:gc_ns), wait_ns: sum.(:wait_ns), idle_ns: sum.(:idle_ns),
+                                excluded_idle_ns: 0, other_held_ns: other_held, pool_held_ns: pool_held,
+                                threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes,
+                                pool_labels: pool.map(&:label).uniq)
+        end
+      end
+
+      # From a trace: the Report's per-thread rows, idle split by reason (a trace knows why a thread
+      # was idle; lock/queue/join idle is waiting for work, not the work's IO).
+      def from_report(report, threads: nil)
+        reasons = report.timeline.threads.transform_values do |thread|
+          thread.intervals.each_with_object(Hash.new(0)) do |interval, sums|
+            sums[interval.reason] += interval.duration_ns if interval.state == :idle
+          end
+        end
+        rows = report.all_rows.map do |row|
+          idle_by = reasons.fetch(row.serial, {})
+          excluded = idle_by.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
+          Row.new(label: row.label, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns,
+                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded)
+        end
+        duration = report.duration_ns
+        held = rows.sum(&:held_ns)
+        workload(rows, source: "trace #{File.basename(report.file.path.to_s)}", pattern: threads,
+                       held_ratio: duration.positive? ? held.fdiv(duration) : 0.0, window_ns: duration)
+      end
+
+      # From live snapshots (Live::Snapshot: a snapshot file, Live.fetch): +later+ alone (counts
+      # since metrics started in the target) or the interval from +earlier+ to +later+.
+      # +breakdown+: per-request/per-job entries (Hashes) for the same span, when the target had them.
+      # A Prometheus scrape has no per-thread rows: +current_threads+ (the threads each process
+      # runs now) then turns its GVL held and wait into per-thread shares.
+      def from_live(later, earlier = nil, source:, threads: nil, current_threads: nil, breakdown: nil)
+        snapshot = earlier ? later - earlier : later
+        window = snapshot.interval_ns
+        if snapshot.threads.empty?
+          return from_process_totals(snapshot, source: source, current_threads: current_threads, window_ns: window)
+        end
+
+        rows = snapshot.threads.map do |row|
+          Row.new(label: row.label.to_s, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns, idle_ns: row.idle_ns,
+                  excluded_idle_ns: 0)
+        end
+        workload(rows, source: source, pattern: threads, held_ratio: snapshot.held_ratio, window_ns: window,
+                       breakdown: breakdown)
+      end
+
+      # Linux: how long the threads of process +pid+ spent runnable but waiting for a CPU core (the
+      # run-queue wait in /proc/PID/task/TID/schedstat), summed by thread name (comm: Linux cuts a
+      # thread's name to 15 bytes); nil where there is no such file. Read at both ends of a live
+      # interval, the difference is time the GVL's events counted as idle (a thread back from a
+      # syscall that finds every core busy) or as run (a holder the kernel set aside).
+      COMM_BYTES = 15
+
+      def cpu_wait_by_name(pid, proc_root: "/proc")
+        tasks = Dir.glob(File.join(proc_root, pid.to_s, "task", "*"))
+        return nil if tasks.empty?
+
+        tasks.each_with_object(Hash.new(0)) do |task, sums|
+          sums[File.read(File.join(task, "comm")).chomp.b] += Integer(File.read(File.join(task, "schedstat")).split[1])
+        rescue SystemCallError, ArgumentError, TypeError
+          nil # a thread that exited between the listing and the read
+        end
+      end
+
+      # The pool's run-queue wait between two cpu_wait_by_name readings; nil without them or when no
+      # thread carries a pool thread's name (names set from Ruby reach Linux; unnamed threads do not).
+      def pool_cpu_wait_ns(before, after, labels)
+        return nil unless before && after
+
+        names = labels.map { |label| label.b.byteslice(0, COMM_BYTES) }.uniq.select { |name| after.key?(name) }
+        return nil if names.empty?
+
+        names.sum { |name| [after[name] - before.fetch(name, 0), 0].max }
+      end
+
+      # A scrape's process totals as a pool of +current_threads+ alike threads: together they held
+      # the GVL held_ns and waited wait_ns; the rest of their time (threads x wall) was idle.
+      def from_process_totals(snapshot, source:, current_threads:, window_ns:)
+        unless current_threads
+          raise Error, "#{source} has no per-thread numbers (a Prometheus scrape): give --current-threads N, " \
+                       "the threads each process runs now"
+        end
+
+        # wall_ns adds up the workers' wall times: threads x wall_ns is every worker's pool.
+        capacity = current_threads * snapshot.wall_ns
+        idle = capacity - snapshot.held_ns - snapshot.wait_ns
+        if idle.negative?
+          raise Error, "--current-threads #{current_threads}: fewer than the threads #{source} shows holding or waiting " \
+                       "for the GVL (#{format('%.1f', (snapshot.held_ns + snapshot.wait_ns).fdiv(snapshot.wall_ns))} on average)"
+        end
+        raise Error, "#{source}: the GVL was never held: nothing to advise from" unless snapshot.held_ns.positive?
+
+        Advisor::Workload.new(source: source, unit: :thread, count: nil, run_ns: snapshot.held_ns, gc_ns: 0,
+                              wait_ns: snapshot.wait_ns, idle_ns: idle, excluded_idle_ns: 0, other_held_ns: 0,
+                              pool_held_ns: snapshot.held_ns, threads: current_threads,
+                              pool: "#{current_threads} threads per process (--current-threads)",
+                              held_ratio: snapshot.held_ratio, window_ns: window_ns, processes: snapshot.processes,
+                              notes: ["a scrape gives process totals: run includes GC, and every GVL hold is " \
+                                      "counted as the workers' own"])
+      end
+
+      # The snapshots of a snapshot file: one JSON object, a JSON array, or one object per line
+      # (what `gvlscope top --once --json` prints, run twice). Returns [later, earlier or nil,
+      # breakdown entries for that span or nil].
+      def read_snapshot_file(path)
+        raise Error, "#{path}: no such file" unless File.exist?(path)
+        raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
+
+        text = File.read(path)
+        hashes = begin
+          parsed = JSON.parse(text)
+          parsed.is_a?(Array) ? parsed : [parsed]
+        rescue JSON::ParserError
+          begin
+            text.each_line.reject { |line| line.strip.empty? }.map { |line| JSON.parse(line) }
+          rescue JSON::ParserError => e
+            raise Error, "#{path}: not JSON (#{e.message.lines.first.strip})"
+          end
+        end
+        raise Error, "#{path}: holds no snapshot" if hashes.empty?
+
+        snapshots = hashes.map do |hash|
+          Live::Snapshot.from_h(hash)
+        rescue Error => e
+          raise Error, "#{path}: #{e.message}"
+        end
+        earlier = snapshots.size > 1 ? snapshots.first : nil
+        entries = ->(hash) { hash["breakdown"].is_a?(Array) ? hash["breakdown"].map { |entry| symbolize(entry) } : nil }
+        breakdown = earlier ? subtract_breakdown(entries.(hashes.last), entries.(hashes.first)) : entries.(hashes.last)
+        [snapshots.last, earlier, breakdown]
+      end
+
+      def symbolize(value)
+        case value
+        when Hash then value.to_h { |key, inner| [key.to_sym, symbolize(inner)] }
+        when Array then value.map { |inner| symbolize(inner) }
+        else value
+        end
+      end
+
+      NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns].freeze
+
+      # Breakdown entries are cumulative: the span's are later minus earlier, by kind, label, tags.
+      def subtract_breakdown(now, before)
+        return nil unless now
+
+        earlier = Array(before).to_h { |entry| [[entry[:kind], entry[:label], entry[:tags]], entry] }
+        now.map do |entry|
+          previous = earlier[[entry[:kind], entry[:label], entry[:tags]]]
+          previous ? entry.merge(NUMBERS.to_h { |key| [key, entry[key].to_i - previous[key].to_i] }) : entry
+        end
+      end
+    end
+  end
+end

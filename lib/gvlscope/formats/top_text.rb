@@ -1,0 +1,141 @@
+# frozen_string_literal: true
+
+require_relative "format"
+require_relative "../units"
+require_relative "../live/rules"
+
+module GVLScope
+  module Formats
+    # One frame of `gvlscope top`: the GVL of the last interval (a Live::Snapshot difference) as
+    # lines of text. The interactive view draws these lines with curses; a pipe or --once gets
+    # them as they are (no escape codes either way).
+    class TopText < Format
+      # snapshot: the interval (Live::Snapshot); target: what is watched ("pid 42 (ruby app.rb)");
+      # sort: one of SORTS; paused; findings: [[seen_at "HH:MM:SS", finding Hash]] so far, oldest
+      # first; keys: true to end with the keys line; note: a line about code locations, or nil.
+      Frame = Struct.new(:snapshot, :target, :sort, :paused, :findings, :keys, :note, :clock, keyword_init: true)
+
+      SORTS = %w[wait run idle name].freeze
+      BAR = 20          # characters of the held and waiting gauges
+      LABEL = 22        # characters of the thread column
+      TOP = 3           # threads named in the top holders and top waiters lines
+      FINDINGS = 6      # findings shown, newest last
+
+      def write(out)
+        frame = @subject
+        @snapshot = frame.snapshot
+        lines = header(frame) + [""] + (@snapshot.threads.empty? && !@snapshot.workers.empty? ? workers : threads(frame))
+        lines += ["", *findings(frame)]
+        lines += ["", "keys: q quit · s sort (#{SORTS.join(' → ')}) · p pause"] if frame.keys
+        out << lines.join("\n") << "\n"
+      end
+
+      # The thread rows in the order +sort+ asks for (gvlscope's own threads last).
+      def self.sorted(rows, sort)
+        key = case sort
+              when "run" then ->(row) { -row.held_ns }
+              when "idle" then ->(row) { -row.idle_ns }
+              when "name" then ->(row) { row.label.to_s }
+              else ->(row) { -row.wait_ns }
+              end
+        rows.sort_by { |row| [own?(row) ? 1 : 0, key.call(row), row.serial.to_i] }
+      end
+
+      def self.own?(row) = Live::Rules.own?(row)
+
+      private
+
+      def header(frame)
+        s = @snapshot
+        waiting_avg = s.wall_ns.positive? ? s.wait_ns.fdiv(s.wall_ns) : 0.0
+        title = ["gvlscope top", frame.target, frame.clock, format("interval %.2f s", s.interval_ns / 1e9),
+                 "sort: #{frame.sort}", (frame.paused ? "PAUSED" : nil)].compact.join(" · ")
+        gauge_max = [s.threads.size - 1, s.waiting_threads, waiting_avg.ceil, 1].max
+        [
+          title,
+          format("GVL held %5.1f%% %s   wait %s/s   waiting threads now %d, avg %.2f %s",
+                 100 * s.held_ratio, bar(s.held_ratio), seconds(s.wait_ns_per_s), s.waiting_threads, waiting_avg,
+                 bar(waiting_avg / gauge_max)),
+          format("acquisitions %d · releases: %d blocking, %d preempted, %d exit%s", s.acquisitions,
+                 s.releases[:blocking], s.releases[:preempted], s.releases[:exit],
+                 s.processes > 1 ? " · #{s.processes} processes (held and wait per process)" : ""),
+        ]
+      end
+
+      def threads(frame)
+        rows = self.class.sorted(@snapshot.threads, frame.sort)
+        table = [format("%-#{LABEL}s %-5s %6s %6s %6s %5s %9s %9s %9s  %s", "THREAD", "STATE", "RUN%", "WAIT%", "IDLE%",
+                        "GC%", "RUN", "WAIT", "IDLE", "CODE")]
+        rows.each do |row|
+          table << format("%-#{LABEL}s %-5s %6s %6s %6s %5s %9s %9s %9s  %s", row.label.to_s[0, LABEL], row.state,
+                          share(row.run_ns), share(row.wait_ns), share(row.idle_ns), share(row.gc_ns),
+                          Units.ms(row.run_ns), Units.ms(row.wait_ns), Units.ms(row.idle_ns), where(row)).rstrip
+        end
+        table << "(no threads seen yet)" if rows.empty?
+        table + ["", holders, waiters, *frame.note]
+      end
+
+      def workers
+        table = [format("%-8s %-8s %6s %10s %8s", "WORKER", "PID", "HELD%", "WAIT/S", "WAITING")]
+        @snapshot.workers.each do |row|
+          wait_per_s = row.wall_ns.positive? ? row.wait_ns * 1e9 / row.wall_ns : 0.0
+          table << format("%-8s %-8s %5.1f%% %10s %8d", row.worker || "-", row.pid || "-", 100 * row.held_ratio,
+                          seconds(wait_per_s), row.waiting_threads)
+        end
+        table + ["", "threads: a /metrics scrape has none; the live socket has them (gvlscope top PID)"]
+      end
+
+      def holders
+        rows = app_threads.select { |row| row.held_ns.positive? }.max_by(TOP, &:held_ns)
+        text = rows.map do |row|
+          code = row.code && (row.code["holding"] || row.code["at"])
+          "'#{row.label}' #{share(row.held_ns).strip}#{code ? " in #{code}" : ''}"
+        end
+        "top holders: #{text.empty? ? 'none' : text.join('; ')}"
+      end
+
+      def waiters
+        rows = app_threads.select { |row| row.wait_ns.positive? }.max_by(TOP, &:wait_ns)
+        text = rows.map do |row|
+          site = row.code && row.code["released_at"]
+          at = row.code && row.code["at"]
+          place = site ? " after #{site}" : (at ? " at #{at}" : "")
+          "'#{row.label}' #{Units.ms_rounded(row.wait_ns)} in #{row.waits} wait#{'s' unless row.waits == 1}#{place}"
+        end
+        "top waiters: #{text.empty? ? 'none' : text.join('; ')}"
+      end
+
+      # The program's threads: gvlscope's own (named "gvlscope ...") are in the table, not in the tops.
+      def app_threads = @snapshot.threads.reject { |row| self.class.own?(row) }
+
+      def findings(frame)
+        lines = ["findings (live rules hog, convoy, contention on each interval; newest last):"]
+        shown = frame.findings.last(FINDINGS)
+        lines << "  none so far" if shown.empty?
+        shown.each { |seen_at, finding| lines << "  #{seen_at}  #{finding['title']}" }
+        lines
+      end
+
+      def share(ns)
+        interval = @snapshot.interval_ns
+        interval.positive? ? format("%.0f%%", 100.0 * ns / interval) : "-"
+      end
+
+      # From a trace, a thread that mostly waited: the call it released the GVL at; one that mostly
+      # held it: its code. Otherwise where it was at the last refreshes (sampled).
+      def where(row)
+        return "" unless row.code
+
+        first, second = row.wait_ns > row.held_ns ? %w[released_at holding] : %w[holding released_at]
+        row.code[first] || row.code[second] || row.code["at"] || ""
+      end
+
+      def bar(ratio)
+        filled = (ratio.clamp(0.0, 1.0) * BAR).round
+        "[#{'#' * filled}#{'.' * (BAR - filled)}]"
+      end
+
+      def seconds(ns) = ns >= 1e9 ? format("%.2f s", ns / 1e9) : format("%.0f ms", ns / 1e6)
+    end
+  end
+end

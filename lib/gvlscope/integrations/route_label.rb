@@ -1,0 +1,90 @@
+# frozen_string_literal: true
+
+module GVLScope
+  # The route of a Rack request, for GVLScope::Rack's per-route numbers, read after the app ran:
+  #   Rails      "UsersController#show" (the controller that handled it, or the router's
+  #              path parameters; env["action_dispatch.request.path_parameters"] says it is Rails)
+  #   Sinatra    env["sinatra.route"]: "GET /users/:id"
+  #   otherwise  the method and the path with its ids replaced: "GET /users/:id/posts". Ids are
+  #              segments that are numbers ("42", "42-my-title", "42.json" -> ":id.json"), UUIDs,
+  #              hex ids of 8+ characters with a digit, with a run of 3+ digits ("INV-2024-001"), or
+  #              tokens of 16+ letters, digits, _ and - with both letters and digits. A 404 there
+  #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
+  # Labels repeat, so they are kept: the common case allocates nothing.
+  class RouteLabel
+    ID_SEGMENT = /\A(?:\d+(?:-.*)?|\h{8}-\h{4}-\h{4}-\h{4}-\h{12}|(?=\h*\d)\h{8,}|.*\d{3,}.*|(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{16,})\z/i
+    MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
+    NOT_FOUND = " (not found)"
+
+    def initialize
+      @rails = {}  # controller class => action name => label
+      @params = {} # "admin/users" => action => label
+      @paths = {}  # method => path without digits => label
+      @cached_paths = 0
+    end
+
+    # For a plain Rack app this costs two missed env lookups before the template: Rails' and
+    # Sinatra's keys are looked up only as long as needed (each lookup hashes its key).
+    def call(env, status)
+      if (params = env["action_dispatch.request.path_parameters"])
+        rails(env, params) || template(env, status)
+      elsif (route = env["sinatra.route"])
+        route
+      else
+        template(env, status)
+      end
+    end
+
+    private
+
+    # The controller that handled the request names its class (as Rails' log does); without one
+    # (a redirect route, a mounted app) the router's controller parameter does, if any.
+    def rails(env, params)
+      if (controller = env["action_controller.instance"])
+        by_action = @rails[controller.class] ||= {}
+        action = controller.action_name.to_s
+        by_action[action] || (by_action[-action] = -"#{controller.class.name}##{action}")
+      elsif (name = params[:controller])
+        by_action = @params[name] ||= {}
+        by_action[params[:action].to_s] ||= -"#{camelize(name)}Controller##{params[:action]}"
+      end
+    end
+
+    def template(env, status)
+      method = env["REQUEST_METHOD"]
+      return -"#{method}#{NOT_FOUND}" if status.to_i == 404
+
+      script_name = env["SCRIPT_NAME"]
+      path = script_name.nil? || script_name.empty? ? env["PATH_INFO"].to_s : "#{script_name}#{env['PATH_INFO']}"
+      path = "/" if path.empty?
+      by_path = @paths[method] ||= {}
+      by_path[path] || label_of_path(by_path, method, path)
+    end
+
+    # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS.
+    def label_of_path(by_path, method, path)
+      return -"#{method} #{template_path(path)}" if path.match?(/\d/)
+
+      label = -"#{method} #{path}"
+      return label if @cached_paths >= MAX_CACHED_PATHS
+
+      @cached_paths += 1
+      by_path[path.frozen? ? path : -path] = label
+    end
+
+    def template_path(path)
+      path.split("/", -1).map! do |segment|
+        stem, dot, extension = segment.partition(".")
+        stem = segment if stem.empty? # ".well-known"
+        if ID_SEGMENT.match?(stem) then stem.equal?(segment) ? ":id" : ":id#{dot}#{extension}"
+        else segment
+        end
+      end.join("/")
+    end
+
+    # "admin/user_profiles" => "Admin::UserProfiles", as Rails names the controller class.
+    def camelize(path)
+      path.split("/").map { |part| part.split("_").map(&:capitalize).join }.join("::")
+    end
+  end
+end

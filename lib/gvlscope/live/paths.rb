@@ -1,0 +1,87 @@
+# frozen_string_literal: true
+
+require "etc"
+require_relative "../errors"
+
+module GVLScope
+  module Live
+    # Where a process's live socket lives: <runtime dir>/gvlscope/<pid>.sock, the runtime dir being
+    # $XDG_RUNTIME_DIR (per user, 0700, made by the login manager) or, without one, a private
+    # /tmp/gvlscope-<uid>. Both directories are 0700 and owned by the user, so only that user (and
+    # root) can reach the socket; the server also checks each peer's uid.
+    module Paths
+      SOCKET_SUFFIX = ".sock"
+      # /tmp whatever TMPDIR says: a client and its target must agree on the fallback directory.
+      FALLBACK_ROOT = "/tmp"
+
+      module_function
+
+      # The directory this process's socket goes in, created 0700 when missing. Raises
+      # GVLScope::Error when it exists but is not ours or not private (someone else's /tmp entry).
+      def own_dir(env: ENV)
+        parent = runtime_dir(env)
+        dir = parent ? File.join(parent, "gvlscope") : File.join(FALLBACK_ROOT, "gvlscope-#{Process.euid}")
+        begin
+          Dir.mkdir(dir, 0o700)
+        rescue Errno::EEXIST
+          nil
+        end
+        check_private!(dir)
+        dir
+      rescue SystemCallError => e
+        raise Error, "gvlscope live: cannot make the socket directory #{dir}: #{e.message}"
+      end
+
+      def socket_path(dir, pid) = File.join(dir, "#{pid}#{SOCKET_SUFFIX}")
+
+      # $XDG_RUNTIME_DIR when it is a directory of ours, else nil.
+      def runtime_dir(env)
+        dir = env["XDG_RUNTIME_DIR"]
+        return nil if dir.nil? || dir.empty?
+
+        stat = File.lstat(dir)
+        stat.directory? && stat.uid == Process.euid ? dir : nil
+      rescue SystemCallError
+        nil
+      end
+
+      # A directory the socket may live in: a real directory (not a link), ours, mode 0700.
+      def check_private!(dir)
+        stat = File.lstat(dir)
+        raise Error, "gvlscope live: #{dir} is not a directory" unless stat.directory?
+        raise Error, "gvlscope live: #{dir} belongs to uid #{stat.uid}, not to us (uid #{Process.euid})" unless stat.uid == Process.euid
+
+        File.chmod(0o700, dir) unless (stat.mode & 0o777) == 0o700
+      end
+
+      # Where a client looks for +pid+'s socket, most likely first: under the runtime dir the
+      # target itself saw (/proc/PID/environ, readable by its own user), ours, then the /tmp
+      # fallback of the target's uid.
+      def candidates(pid, uid:)
+        dirs = [target_runtime_dir(pid), ENV["XDG_RUNTIME_DIR"]].compact.reject(&:empty?).map { |d| File.join(d, "gvlscope") }
+        dirs << File.join(FALLBACK_ROOT, "gvlscope-#{uid}")
+        dirs.uniq.map { |dir| socket_path(dir, pid) }
+      end
+
+      def target_runtime_dir(pid)
+        environ = File.binread("/proc/#{pid}/environ")
+        environ.split("\0").find { |entry| entry.start_with?("XDG_RUNTIME_DIR=") }&.split("=", 2)&.last
+      rescue SystemCallError
+        nil
+      end
+
+      # The owner (uid) of a running process, or nil if it cannot be told (no /proc).
+      def process_uid(pid)
+        File.stat("/proc/#{pid}").uid
+      rescue SystemCallError
+        nil
+      end
+
+      def user_name(uid)
+        Etc.getpwuid(uid)&.name || uid.to_s
+      rescue ArgumentError
+        uid.to_s
+      end
+    end
+  end
+end

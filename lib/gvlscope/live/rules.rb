@@ -1,0 +1,101 @@
+# frozen_string_literal: true
+
+require_relative "../units"
+
+module GVLScope
+  module Live
+    # The findings `gvlscope top` shows as they appear: the live subset of analysis/rules/ that an
+    # interval's counters can tell without a timeline (a trace's intervals and blame):
+    #
+    # - hog:        a thread gave the GVL up mostly at the end of its timeslice (preempted) while
+    #               other threads waited at least a timeslice in all (Rules::Hog, without blame:
+    #               "others" are all the threads that waited in the interval);
+    # - convoy:     a thread that releases the GVL for blocking calls waited on average a quarter
+    #               timeslice per acquisition (Rules::Convoy, from the per-thread mean rather than
+    #               each wait after a blocking call), next to the thread that held it most;
+    # - contention: at a quarter of the acquisitions 4+ other threads were still waiting, and
+    #               threads waited at least a quarter of the wall time (Rules::Contention, same
+    #               thresholds, from the interval's histogram).
+    #
+    # Each finding is a Hash: kind, thread, threads, title, fix (the report's words, shorter).
+    module Rules
+      MIN_PREEMPTIONS = 2
+      PREEMPTED_SHARE = 0.5
+      MIN_WAITS = 3
+      MIN_ACQUISITIONS = 20
+      CROWDED_SHARE = 0.25
+      WAIT_SHARE = 0.25
+
+      module_function
+
+      def findings(snapshot)
+        rows = snapshot.threads.reject { |row| own?(row) }
+        [*rows.filter_map { |row| hog(snapshot, row) }, *rows.filter_map { |row| convoy(snapshot, row) },
+         contention(snapshot)].compact
+      end
+
+      def hog(snapshot, row)
+        preempted = row.released_preempted
+        releases = row.released_blocking + preempted
+        return if preempted < MIN_PREEMPTIONS || preempted < PREEMPTED_SHARE * releases
+
+        victims = snapshot.threads.reject { |other| other.serial == row.serial || other.wait_ns.zero? }
+        waited = victims.sum(&:wait_ns)
+        return if waited < snapshot.timeslice_ns
+
+        finding(:hog, [row, *victims.sort_by { |v| -v.wait_ns }],
+                format("Hog: '%s' gave up the GVL at the end of its timeslice %d of %d times (held it %s, %d%%) " \
+                       "while other threads waited %s for it", row.label, preempted, releases, ms(row.held_ns),
+                       percent(row.held_ns, snapshot), ms(waited)),
+                "it runs Ruby without blocking, so each other thread waits a timeslice per turn: bound its work " \
+                "(SizedQueue), lower its Thread#priority, or move it to a Ractor or another process")
+      end
+
+      def convoy(snapshot, row)
+        return if row.waits < MIN_WAITS || row.released_blocking < MIN_WAITS
+        return if row.wait_ns < row.waits * snapshot.timeslice_ns / 4
+
+        holder = snapshot.threads.reject { |other| other.serial == row.serial }.max_by(&:held_ns)
+        return unless holder&.held_ns&.positive?
+
+        finding(:convoy, [row, holder],
+                format("Convoy: '%s' waited for the GVL %s per acquisition on average (%d waits, %s in all, " \
+                       "timeslice %s) after its blocking calls; '%s' held the GVL %d%% of the interval",
+                       row.label, ms(row.wait_ns / row.waits), row.waits, ms(row.wait_ns), ms(snapshot.timeslice_ns),
+                       holder.label, percent(holder.held_ns, snapshot)),
+                "each blocking call gives the GVL away and getting it back costs up to a timeslice while " \
+                "'#{holder.label}' runs Ruby: move that CPU work to another process or a Ractor, or shorten " \
+                "the timeslice (RUBY_THREAD_TIMESLICE, Ruby 3.4+)")
+      end
+
+      def contention(snapshot)
+        counts = snapshot.waiters_at_acquire_histogram
+        acquisitions = counts.sum
+        return if acquisitions < MIN_ACQUISITIONS
+
+        crowded = counts.drop(3).sum # buckets 3+ hold 4 or more threads still waiting
+        return if crowded < CROWDED_SHARE * acquisitions
+        return if snapshot.wait_ns < WAIT_SHARE * snapshot.wall_ns
+
+        waiting = snapshot.threads.select { |row| row.wait_ns.positive? }.sort_by { |row| -row.wait_ns }
+        finding(:contention, waiting,
+                format("Contention: at %d%% of %d GVL acquisitions 4 or more other threads were still waiting; " \
+                       "%d threads waited %s in all", 100 * crowded / acquisitions, acquisitions, waiting.size,
+                       ms(snapshot.wait_ns)),
+                "more threads want to run Ruby than one GVL can serve: fewer threads per process and more " \
+                "processes, or Ractors for the CPU-bound part")
+      end
+
+      # gvlscope's own threads (the live server, the Puma plugin's reporter) are no finding's subject.
+      def own?(row) = row.label.to_s.start_with?("gvlscope ")
+
+      def finding(kind, rows, title, fix)
+        labels = rows.map(&:label)
+        { "kind" => kind.to_s, "thread" => labels.first, "threads" => labels, "title" => title, "fix" => fix }
+      end
+
+      def ms(ns) = Units.ms_rounded(ns)
+      def percent(ns, snapshot) = snapshot.wall_ns.positive? ? (100.0 * ns / snapshot.wall_ns).round : 0
+    end
+  end
+end

@@ -1,0 +1,272 @@
+# frozen_string_literal: true
+
+require "json"
+require_relative "../errors"
+require_relative "../units"
+require_relative "rules"
+
+module GVLScope
+  module Live
+    # What a live source says about a running process at one moment, as plain data that
+    # round-trips through JSON (to_h / Snapshot.from_h / to_json): the GVL counters since metrics
+    # were enabled there, per-thread rows, and the gauge of threads waiting now. Two snapshots of
+    # the same source subtract (later - earlier) into an interval whose counters cover only the
+    # time between them; `gvlscope top` shows intervals, `gvlscope advise` reads them.
+    #
+    # Times are in ns. Counters are cumulative in a snapshot and per interval in a difference;
+    # interval_ns says which span they cover. A Prometheus scrape has no per-thread rows (threads
+    # is empty, workers has a row per Puma worker) and no run/gc/idle split (those are nil).
+    class Snapshot
+      VERSION = 1
+      SOURCES = %w[socket prometheus].freeze
+      RELEASE_CAUSES = %i[blocking preempted exit].freeze
+      HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
+      DEFAULT_TIMESLICE_NS = 100_000_000 # CRuby's; a scrape does not say the target's
+
+      # One thread's counters (run_ns, wait_ns, idle_ns, gc_ns: docs/metrics.md), its state at the
+      # moment of the snapshot (vocabulary.rb's words), and where its code was (+code+: nil, or a
+      # Hash: "at" => "Class#method (file:line)" where it was at the snapshot, when asked for with
+      # stacks; `gvlscope top` adds "holding" and "released_at" from a trace with stacks).
+      THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
+                         longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code].freeze
+      # Built and written by position: a snapshot of hundreds of threads is answered in ms.
+      ThreadRow = Struct.new(*THREAD_FIELDS) do
+        def held_ns = run_ns + gc_ns
+        def total_ns = run_ns + wait_ns + idle_ns + gc_ns
+        def releases = released_blocking + released_preempted + released_exit
+
+        def to_h
+          { "serial" => serial, "label" => label, "ractor_id" => ractor_id, "state" => state&.to_s, "exited" => exited,
+            "run_ns" => run_ns, "wait_ns" => wait_ns, "idle_ns" => idle_ns, "gc_ns" => gc_ns, "holds" => holds,
+            "waits" => waits, "longest_hold_ns" => longest_hold_ns, "longest_wait_ns" => longest_wait_ns,
+            "released_blocking" => released_blocking, "released_preempted" => released_preempted,
+            "released_exit" => released_exit, "code" => code }
+        end
+
+        def self.from_h(hash)
+          values = THREAD_FIELDS.to_h { |field| [field, hash[field.to_s]] }
+          values[:state] = values[:state]&.to_sym
+          values[:exited] = values[:exited] ? true : false
+          THREAD_FIELDS.each { |field| values[field] ||= 0 if field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_") }
+          new(**values).freeze
+        end
+      end
+
+      # One Puma worker's numbers from a scrape (labels worker and pid; nil when absent).
+      WORKER_FIELDS = %i[worker pid wall_ns held_ns wait_ns waiting_threads].freeze
+      WorkerRow = Struct.new(*WORKER_FIELDS, keyword_init: true) do
+        def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+        def to_h = super.transform_keys(&:to_s)
+        def self.from_h(hash) = new(**WORKER_FIELDS.to_h { |field| [field, hash[field.to_s]] }).freeze
+      end
+
+      COUNTERS = %i[wall_ns held_ns run_ns gc_ns wait_ns idle_ns acquisitions].freeze
+      FIELDS = %i[source pid time_ns interval_ns processes waiting_threads releases threads exited_threads workers
+                  findings trace_path timeslice_ns].freeze
+
+      attr_reader(*COUNTERS, *HISTOGRAMS, *FIELDS)
+
+      # Keyword arguments are the fields of to_h (symbols). Only wall_ns, held_ns and wait_ns are
+      # required; what a source cannot know stays nil (or empty).
+      def initialize(source:, time_ns:, wall_ns:, held_ns:, wait_ns:, pid: nil, interval_ns: nil, processes: 1,
+                     run_ns: nil, gc_ns: nil, idle_ns: nil, acquisitions: 0, waiting_threads: 0, releases: {},
+                     hold_histogram: [], wait_histogram: [], waiters_at_acquire_histogram: [], threads: [],
+                     exited_threads: nil, workers: [], findings: [], trace_path: nil,
+                     timeslice_ns: DEFAULT_TIMESLICE_NS)
+        @source = source.to_s
+        @pid = pid
+        @time_ns = time_ns
+        @wall_ns = wall_ns
+        @processes = processes
+        # A snapshot covers the time since metrics were enabled (per process); a difference, the
+        # time between its two snapshots.
+        @interval_ns = interval_ns || (processes.positive? ? wall_ns / processes : wall_ns)
+        @held_ns = held_ns
+        @run_ns = run_ns
+        @gc_ns = gc_ns
+        @wait_ns = wait_ns
+        @idle_ns = idle_ns
+        @acquisitions = acquisitions
+        @waiting_threads = waiting_threads
+        @releases = RELEASE_CAUSES.to_h { |cause| [cause, (releases[cause] || releases[cause.to_s]).to_i] }.freeze
+        @hold_histogram = padded(hold_histogram)
+        @wait_histogram = padded(wait_histogram)
+        @waiters_at_acquire_histogram = padded(waiters_at_acquire_histogram)
+        @threads = threads.freeze
+        @exited_threads = exited_threads
+        @workers = workers.freeze
+        @findings = findings.freeze
+        @trace_path = trace_path
+        @timeslice_ns = timeslice_ns || DEFAULT_TIMESLICE_NS
+        freeze
+      end
+
+      # Share of the covered wall time some thread held the GVL (running Ruby or in GC), all
+      # Ractors of a process together (it can exceed 1 with several Ractors: held_ratio_by_ractor);
+      # for several Puma workers, their mean.
+      def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+
+      # { ractor_id => held share } from the thread rows (empty for a scrape).
+      def held_ratio_by_ractor
+        threads.group_by(&:ractor_id).transform_values do |rows|
+          wall_ns.positive? ? rows.sum(&:held_ns).fdiv(wall_ns) : 0.0
+        end
+      end
+
+      # Nanoseconds threads spent waiting for the GVL per second of wall time (per process): 1e9
+      # means that on average one thread was always waiting.
+      def wait_ns_per_s = wall_ns.positive? ? wait_ns * 1e9 / wall_ns : 0.0
+
+      # The interval from +earlier+ to this snapshot (same source and process): counters subtract,
+      # gauges (state, waiting_threads, longest_*) keep this snapshot's values. Threads that exited
+      # in between move from their rows into exited_threads, as Metrics::Snapshot#- does.
+      def -(earlier)
+        unless earlier.source == source && earlier.pid == pid
+          raise Error, "cannot subtract a snapshot of #{earlier.source} pid #{earlier.pid} from one of #{source} pid #{pid}"
+        end
+
+        before = earlier.threads.to_h { |row| [row.serial, row] }
+        rows = threads.map { |row| (old = before.delete(row.serial)) ? subtract_row(row, old) : row }
+        exited = exited_threads && earlier.exited_threads && subtract_row(exited_threads, earlier.exited_threads)
+        exited = before.values.reduce(exited) { |row, gone| subtract_row(row, gone) } if exited
+        earlier_workers = earlier.workers.to_h { |row| [[row.worker, row.pid], row] }
+        workers = self.workers.map { |row| (old = earlier_workers[[row.worker, row.pid]]) ? subtract_worker(row, old) : row }
+        counters = COUNTERS.to_h do |counter|
+          [counter, public_send(counter) && earlier.public_send(counter) && public_send(counter) - earlier.public_send(counter)]
+        end
+        # A restarted Puma worker's counters start again from zero: the sum of the workers' own
+        # intervals (a new worker counts whole) never goes down.
+        %i[wall_ns held_ns wait_ns].each { |counter| counters[counter] = workers.sum(&counter) } unless workers.empty?
+        histograms = HISTOGRAMS.to_h do |name|
+          [name, public_send(name).zip(earlier.public_send(name)).map { |now, was| [now - was, 0].max }]
+        end
+        interval = self.class.new(
+          source: source, pid: pid, time_ns: time_ns, interval_ns: time_ns - earlier.time_ns, processes: processes,
+          waiting_threads: waiting_threads, releases: releases.to_h { |cause, count| [cause, count - earlier.releases[cause]] },
+          threads: rows, exited_threads: exited, workers: workers, trace_path: trace_path, timeslice_ns: timeslice_ns,
+          **counters, **histograms
+        )
+        interval.with(findings: Rules.findings(interval))
+      end
+
+      # A copy with some fields replaced (findings, code locations in threads).
+      def with(**changes) = self.class.new(**to_fields, **changes)
+
+      def to_h
+        {
+          "version" => VERSION, "source" => source, "pid" => pid, "time_ns" => time_ns, "interval_ns" => interval_ns,
+          "processes" => processes, "wall_ns" => wall_ns, "held_ns" => held_ns, "run_ns" => run_ns, "gc_ns" => gc_ns,
+          "wait_ns" => wait_ns, "idle_ns" => idle_ns, "held_ratio" => held_ratio,
+          "held_ratio_by_ractor" => held_ratio_by_ractor.transform_keys(&:to_s), "wait_ns_per_s" => wait_ns_per_s,
+          "waiting_threads" => waiting_threads, "acquisitions" => acquisitions,
+          "releases" => releases.transform_keys(&:to_s),
+          **HISTOGRAMS.to_h { |name| [name.to_s, trimmed(public_send(name))] },
+          "threads" => threads.map(&:to_h), "exited_threads" => exited_threads&.to_h,
+          "workers" => workers.map(&:to_h), "findings" => findings, "trace_path" => trace_path, "timeslice_ns" => timeslice_ns
+        }
+      end
+
+      def to_json(*args) = to_h.to_json(*args)
+
+      # The inverse of to_h (derived keys such as held_ratio are recomputed, not read).
+      def self.from_h(hash)
+        unless hash.is_a?(Hash) && hash["version"] == VERSION && SOURCES.include?(hash["source"])
+          raise Error, "not a gvlscope live snapshot (version #{VERSION}): #{hash.inspect[0, 80]}"
+        end
+
+        new(
+          source: hash["source"], pid: hash["pid"], time_ns: hash["time_ns"], interval_ns: hash["interval_ns"],
+          processes: hash.fetch("processes", 1), **COUNTERS.to_h { |counter| [counter, hash[counter.to_s]] },
+          waiting_threads: hash["waiting_threads"].to_i, releases: hash["releases"] || {},
+          **HISTOGRAMS.to_h { |name| [name, hash[name.to_s] || []] },
+          threads: (hash["threads"] || []).map { |row| ThreadRow.from_h(row) },
+          exited_threads: hash["exited_threads"] && ThreadRow.from_h(hash["exited_threads"]),
+          workers: (hash["workers"] || []).map { |row| WorkerRow.from_h(row) },
+          findings: hash["findings"] || [], trace_path: hash["trace_path"], timeslice_ns: hash["timeslice_ns"]
+        )
+      rescue ArgumentError, TypeError, NoMethodError => e
+        raise Error, "not a gvlscope live snapshot: #{e.message}"
+      end
+
+      def self.from_json(text)
+        from_h(JSON.parse(text))
+      rescue JSON::ParserError => e
+        raise Error, "not a gvlscope live snapshot: #{e.message.lines.first.strip}"
+      end
+
+      # A snapshot of this process from a Metrics::Snapshot (what the live socket answers).
+      # With +stacks+, each thread's row says where its code is now ("at"): the snapshot is taken
+      # holding the GVL, so every other thread is stopped where it runs or waits.
+      def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false)
+        threads = stacks ? metrics.ruby_threads : []
+        cwd = "#{Dir.pwd}/"
+        rows = metrics.threads.each_with_index.map do |row, index|
+          at = threads[index] && code_location(threads[index], cwd)
+          thread_row(row, at ? { "at" => at } : nil)
+        end
+        new(
+          source: "socket", pid: pid, time_ns: metrics.taken_ns, wall_ns: metrics.wall_ns, held_ns: metrics.held_ns,
+          run_ns: metrics.run_ns, gc_ns: metrics.gc_ns, wait_ns: metrics.wait_ns, idle_ns: metrics.idle_ns,
+          acquisitions: metrics.acquisitions, waiting_threads: metrics.waiting_threads,
+          releases: { blocking: metrics.released_blocking, preempted: metrics.released_preempted, exit: metrics.released_exit },
+          **HISTOGRAMS.to_h { |name| [name, metrics.public_send(name)] },
+          threads: rows, exited_threads: thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns
+        )
+      end
+
+      FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
+
+      # "Object#spin (app.rb:4)": the innermost frame in a source file, relative to the working
+      # directory when under it; nil for a thread without Ruby frames (or the caller itself).
+      def self.code_location(thread, cwd = "#{Dir.pwd}/")
+        return nil if thread == Thread.current
+
+        frames = thread.backtrace_locations(0, FRAMES_LOOKED_AT) or return nil
+        frame = frames.find { |f| f.path && !f.path.start_with?("<internal:") } || frames.first or return nil
+        "#{frame.label} (#{frame.path.to_s.delete_prefix(cwd)}:#{frame.lineno})"
+      rescue StandardError
+        nil
+      end
+
+      def self.thread_row(row, code = nil)
+        ThreadRow.new(row.serial, row.name, row.ractor_id, row.state, row.exited, row.run_ns, row.wait_ns, row.idle_ns,
+                      row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns, row.released_blocking,
+                      row.released_preempted, row.released_exit, code).freeze
+      end
+
+      private
+
+      def to_fields
+        {
+          source: source, pid: pid, time_ns: time_ns, interval_ns: interval_ns, processes: processes,
+          waiting_threads: waiting_threads, releases: releases, threads: threads, exited_threads: exited_threads,
+          workers: workers, findings: findings, trace_path: trace_path, timeslice_ns: timeslice_ns,
+          **COUNTERS.to_h { |counter| [counter, public_send(counter)] },
+          **HISTOGRAMS.to_h { |name| [name, public_send(name)] }
+        }
+      end
+
+      def padded(counts) = Array.new(Log2::BUCKETS) { |i| counts.fetch(i, 0).to_i }.freeze
+
+      def trimmed(counts) = counts.first((counts.rindex(&:positive?) || -1) + 1)
+
+      def subtract_row(row, before)
+        values = row.to_h.transform_keys(&:to_sym)
+        values[:state] = row.state
+        THREAD_FIELDS.each do |field|
+          next unless field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
+          next if field.start_with?("longest_") # maxima keep the later value
+
+          values[field] -= before.public_send(field)
+        end
+        ThreadRow.new(**values).freeze
+      end
+
+      def subtract_worker(row, before)
+        WorkerRow.new(worker: row.worker, pid: row.pid, wall_ns: row.wall_ns - before.wall_ns,
+                      held_ns: row.held_ns - before.held_ns, wait_ns: row.wait_ns - before.wait_ns,
+                      waiting_threads: row.waiting_threads).freeze
+      end
+    end
+  end
+end

@@ -1,0 +1,504 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "tmpdir"
+require "socket"
+require "fileutils"
+require "gvlscope/analysis/advisor_inputs"
+require "gvlscope/live"
+
+# `gvlscope advise`: the model on synthetic numbers, its three inputs (trace, snapshot file,
+# live process) giving the same advice for the same numbers, and its errors.
+class AdviseTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  Advisor = GVLScope::Analysis::Advisor
+  Inputs = GVLScope::Analysis::AdvisorInputs
+  Snapshot = GVLScope::Live::Snapshot
+  MS = 1_000_000
+
+  # A live snapshot whose threads have these cumulative numbers (ns): rows of
+  # [label, run, wait, idle, gc]; serials follow the order. +wall+: the span they cover.
+  def snapshot(rows, time_ns:, wall_ns:, breakdown: nil)
+    threads = rows.each_with_index.map do |(label, run, wait, idle, gc), index|
+      Snapshot::ThreadRow.from_h({ "serial" => index + 1, "label" => label, "ractor_id" => 1, "state" => "idle",
+                                   "run_ns" => run, "wait_ns" => wait, "idle_ns" => idle, "gc_ns" => gc.to_i })
+    end
+    held = threads.sum(&:held_ns)
+    hash = Snapshot.new(source: "socket", pid: 4242, time_ns: time_ns, wall_ns: wall_ns, held_ns: held,
+                        run_ns: threads.sum(&:run_ns), gc_ns: threads.sum(&:gc_ns), wait_ns: threads.sum(&:wait_ns),
+                        idle_ns: threads.sum(&:idle_ns), threads: threads).to_h
+    hash["breakdown"] = breakdown if breakdown
+    hash
+  end
+
+  # +threads+ alike workers with these shares of a 10 s window, beside an idle main thread.
+  def pool_snapshot(threads:, run:, wait:, idle:, gc: 0.0, wall_ns: 10_000 * MS)
+    rows = [["main", 0, 0, wall_ns, 0]] +
+           (1..threads).map { |n| ["puma srv tp #{format('%03d', n)}", run * wall_ns, wait * wall_ns, idle * wall_ns, gc * wall_ns].map { |v| v.is_a?(Float) ? v.round : v } }
+    snapshot(rows, time_ns: wall_ns, wall_ns: wall_ns)
+  end
+
+  def advise_on(hash, **options)
+    later = Snapshot.from_h(hash)
+    Advisor.new(Inputs.from_live(later, source: "test"), **options).advice
+  end
+
+  # --- the model ---
+
+  # Mean value analysis by hand for D = Z = 1: R(1) = 1, X(1) = 1/2; Q(1) = 1/2, R(2) = 1.5,
+  # X(2) = 2/2.5 = 0.8; Q(2) = 1.2, R(3) = 2.2, X(3) = 3/3.2; Q(3) = 2.0625, R(4) = 3.0625, X(4) = 4/4.0625.
+  def test_the_curve_is_mean_value_analysis_of_one_gvl
+    curve = Advisor.curve(1.0, 1.0, 4)
+    assert_equal [1, 2, 3, 4], curve.map(&:threads)
+    [0.5, 0.8, 3 / 3.2, 4 / 4.0625].zip(curve.map(&:busy)).each { |expected, got| assert_in_delta expected, got, 1e-12 }
+    [0.0, 0.5, 1.2, 2.0625].zip(curve.map(&:wait_per_demand)).each { |expected, got| assert_in_delta expected, got, 1e-12 }
+  end
+
+  # With no idle at all (CPU-bound), one thread keeps the GVL busy and each more thread only
+  # waits: T threads wait (T - 1) holds each.
+  def test_cpu_bound_threads_only_add_wait
+    Advisor.curve(2.0, 0.0, 8).each do |point|
+      assert_in_delta 1.0, point.busy, 1e-12
+      assert_in_delta point.threads - 1, point.wait_per_demand, 1e-12
+    end
+  end
+
+  # The asymptotic bounds of any closed network: throughput x D <= min(1, T x D / (D + Z)).
+  def test_the_curve_stays_within_the_asymptotic_bounds
+    [[1.0, 0.0], [1.0, 0.5], [1.0, 3.0], [1.0, 9.0], [0.2, 40.0]].each do |d, z|
+      previous = 0.0
+      Advisor.curve(d, z, 40).each do |point|
+        assert_operator point.busy, :<=, [1.0, point.threads * d / (d + z)].min + 1e-12, "D=#{d} Z=#{z} T=#{point.threads}"
+        assert_operator point.busy, :>=, previous, "more threads never lower the GVL's throughput"
+        previous = point.busy
+      end
+    end
+  end
+
+  def test_cpu_bound_gets_one_thread_and_a_process_per_core
+    advice = advise_on(pool_snapshot(threads: 5, run: 0.2, wait: 0.8, idle: 0.0), cores: 4, processes: 1)
+    assert_equal 1, advice.threads
+    assert_equal 4, advice.processes, "the GVL is the limit: more processes, not threads"
+    assert_in_delta 1.0, advice.no_collision_threads, 1e-9
+    text = GVLScope::Formats::AdviceText.new(advice).to_s
+    assert_match(/^gvlscope advise: 1 thread per process, 4 processes \(now 5 threads x 1 process, 4 cores\)$/, text)
+    assert_match(/4 processes \(one GVL each\) use the free cores/, advice.processes_reasoning)
+  end
+
+  def test_cpu_bound_with_no_free_core_keeps_the_processes
+    advice = advise_on(pool_snapshot(threads: 5, run: 0.2, wait: 0.8, idle: 0.0), cores: 2, processes: 2)
+    assert_equal [1, 2], [advice.threads, advice.processes]
+    assert_match(/no core is free for another process; keep 2, each with 1 thread\./, advice.processes_reasoning)
+  end
+
+  # 90 % idle: 1 / run share = 10 threads keep the GVL busy without collisions; with collisions
+  # the model needs more (exact MVA for D = 1, Z = 9: 13 threads reach 94.6 %, 14 reach 96.6 %).
+  def test_io_heavy_gets_many_threads
+    advice = advise_on(pool_snapshot(threads: 5, run: 0.1, wait: 0.0, idle: 0.9), cores: 1)
+    assert_in_delta 10.0, advice.no_collision_threads, 1e-9
+    assert_equal 14, advice.threads
+    assert_equal 1, advice.processes
+    assert_operator advice.point(13).busy, :<, 0.95
+    assert_operator advice.point(14).busy, :>=, 0.95
+    assert_equal 8, advice.sensitivity[:idle_halved] # Z/D = 4.5: 95 % at 8
+    assert_operator advice.sensitivity[:idle_doubled], :>, 14
+  end
+
+  # Half run, half idle: 2 threads without collisions, 4 with (MVA above: 93.75 % at 3, 98.5 % at 4).
+  def test_mixed_gets_a_few_threads
+    advice = advise_on(pool_snapshot(threads: 5, run: 0.3, wait: 0.4, idle: 0.3), cores: 1)
+    assert_in_delta 2.0, advice.no_collision_threads, 1e-9
+    assert_equal 4, advice.threads
+    reasoning = advice.reasoning.join("\n")
+    assert_match(/1 \/ run share = 2\.0: that many threads keep the GVL busy/, reasoning)
+    assert_match(/4 threads keep the GVL busy 98 % of the time, the fewest to reach 95 %/, reasoning)
+    assert_match(/At the current 5 threads the model predicts the GVL busy 100 %; measured 150 %/, reasoning,
+                 "5 threads x 30 % run: the measured held share is the pool's (no other thread)")
+  end
+
+  # Other threads' holds (a reactor) are GVL time the requests need: charged to the pool.
+  def test_other_threads_holds_are_charged_to_the_pool
+    wall = 10_000 * MS
+    rows = [["reactor", wall / 10, 0, wall * 9 / 10, 0]] + (1..4).map { |n| ["worker #{n}", wall / 10, 0, wall * 9 / 10, 0] }
+    advice = advise_on(snapshot(rows, time_ns: wall, wall_ns: wall), cores: 1)
+    assert_equal "worker #", advice.workload.pool
+    assert_equal 4, advice.current_threads
+    assert_in_delta 1.25, advice.workload.charge, 1e-9
+    assert_in_delta 0.125 / (0.125 + 0.9), advice.run_share, 1e-9
+  end
+
+  # --- per request (Breakdown entries) ---
+
+  def breakdown(count:, run_ms:, wait_ms:, idle_ms:)
+    [{ "kind" => "route", "label" => "GET /", "tags" => {}, "count" => count, "run_ns" => count * run_ms * MS,
+       "wait_ns" => count * wait_ms * MS, "idle_ns" => count * idle_ms * MS, "gc_ns" => 0,
+       "duration_ns" => count * (run_ms + wait_ms + idle_ms) * MS }]
+  end
+
+  def test_breakdown_entries_give_per_request_numbers_and_a_wait_budget
+    wall = 10_000 * MS
+    earlier = snapshot([["worker 1", 0, 0, 0, 0], ["worker 2", 0, 0, 0, 0]], time_ns: 0, wall_ns: 0,
+                       breakdown: breakdown(count: 0, run_ms: 0, wait_ms: 0, idle_ms: 0))
+    # Per thread the workers look idle-heavy (idle between requests); per request they are not.
+    later = snapshot([["worker 1", 2_000 * MS, 500 * MS, 7_500 * MS, 0], ["worker 2", 2_000 * MS, 500 * MS, 7_500 * MS, 0]],
+                     time_ns: wall, wall_ns: wall, breakdown: breakdown(count: 2_000, run_ms: 2, wait_ms: 0.5, idle_ms: 2))
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "snap.json")
+      File.write(path, JSON.generate([earlier, later]))
+      later_snapshot, earlier_snapshot, entries = Inputs.read_snapshot_file(path)
+      workload = Inputs.from_live(later_snapshot, earlier_snapshot, source: "snap.json", breakdown: entries)
+      assert_equal [:request, 2_000], [workload.unit, workload.count]
+      advice = Advisor.new(workload, cores: 1).advice
+      assert_in_delta 2 * MS, advice.demand_ns, 1
+      assert_in_delta 2.0, advice.no_collision_threads, 1e-9
+      assert_equal 4, advice.threads
+      # MVA at D = Z = 2 ms: W(3) = 1.2 D = 2.4 ms, W(4) = 2.0625 D = 4.1 ms.
+      assert_in_delta 2.4 * MS, advice.wait_ns_at(3), 1
+      capped = Advisor.new(workload, cores: 1, max_wait_ms: 3.0).advice
+      assert_equal [3, :wait], [capped.threads, capped.limited_by]
+      assert_match(/Lowered to 3 by --max-wait-ms 3: one more thread would raise the GVL wait per request to 4\.1 ms/,
+                   capped.reasoning.join("\n"))
+
+      out, err, status = gvlscope("advise", "--snapshot", path, "--cores", "1")
+      assert status.success?, err
+      assert_match(%r{^  per request \(2000 requests\) +run 44\.4 %   GVL wait 11\.1 %   idle 44\.4 %   gc 0\.0 %$}, out)
+      assert_match(/^  per request: run 2\.0 ms, GVL wait 0\.5 ms, idle 2\.0 ms, gc 0\.0 ms$/, out)
+      assert_match(/^  4 +98\.5 % +4\.1 ms +<- recommended$/, out)
+    end
+  end
+
+  # --- three inputs, same numbers, same advice ---
+
+  # 4 workers, 100 cycles of 10 ms: worker k (0..3) waits 0.5 ms while worker k-1 runs, runs 1 ms,
+  # then is idle until its next cycle; after the last cycle each waits again until the trace stops
+  # at 1004.5 ms (a trace cut while a thread is idle would not say why it was idle). "Main Thread"
+  # is idle throughout. As a gvl-tracing trace (a trace gvlscope reads), a pair of live snapshots
+  # in a file, and a live process serving those snapshots on its socket.
+  CYCLES = 100
+  WORKERS = 4
+  END_US = CYCLES * 10_000 + 4_500
+
+  def gvl_tracing_trace(path)
+    events = [{ "ph" => "M", "pid" => 7, "tid" => 0, "name" => "thread_name", "args" => { "name" => "Main Thread" } },
+              { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => 0, "name" => "started_tracing" },
+              { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => 0, "name" => "waiting" }]
+    WORKERS.times do |k|
+      tid = k + 1
+      events << { "ph" => "M", "pid" => 7, "tid" => tid, "name" => "thread_name", "args" => { "name" => "worker #{tid}" } }
+      events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => 0, "name" => "waiting" }
+      CYCLES.times do |cycle|
+        base = cycle * 10_000 + k * 1_000 # us
+        events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => base + 500, "name" => "wants_gvl" }
+        events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => base + 1_000, "name" => "running" }
+        events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => base + 2_000, "name" => "waiting" }
+      end
+      events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => CYCLES * 10_000 + k * 1_000 + 500, "name" => "wants_gvl" }
+    end
+    events << { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => END_US, "name" => "stopped_tracing" }
+    File.write(path, JSON.generate({ "traceEvents" => events }))
+  end
+
+  # The same per-thread numbers as live snapshots: zeros at t0, the totals one window later.
+  # Worker k: run 100 x 1 ms; wait 100 x 0.5 ms + the last (4 - k) ms; idle the rest.
+  def equivalent_snapshots
+    wall = END_US * 1_000
+    rows = [["main", 0, 0, wall, 0]] + (0...WORKERS).map do |k|
+      run = CYCLES * MS
+      wait = CYCLES * MS / 2 + (4 - k) * MS
+      ["worker #{k + 1}", run, wait, wall - run - wait, 0]
+    end
+    zero = rows.map { |label, *| [label, 0, 0, 0, 0] }
+    [snapshot(zero, time_ns: 5 * MS, wall_ns: 0), snapshot(rows, time_ns: 5 * MS + wall, wall_ns: wall)]
+  end
+
+  def test_trace_snapshot_file_and_live_process_give_the_same_advice
+    Dir.mktmpdir do |dir|
+      trace = File.join(dir, "workers.json")
+      gvl_tracing_trace(trace)
+      snapshots = File.join(dir, "snapshots.json")
+      File.write(snapshots, JSON.generate(equivalent_snapshots))
+      from_trace = advise_json("advise", trace, "--cores", "2")
+      from_file = advise_json("advise", "--snapshot", snapshots, "--cores", "2")
+      from_live = with_live_process(equivalent_snapshots) do |pid|
+        advise_json("advise", "--pid", pid.to_s, "--interval", "0.05", "--cores", "2")
+      end
+      [from_file, from_live].each do |other|
+        assert_equal from_trace["recommendation"], other["recommendation"]
+        assert_equal from_trace["model"]["curve"], other["model"]["curve"]
+        from_trace["measured"]["shares"].each { |state, share| assert_in_delta share, other["measured"]["shares"][state], 1e-9 }
+        assert_equal({ "name" => "worker #", "threads" => 4 }, other["measured"]["pool"])
+      end
+      # Per worker 100 ms run, 850.5 + k ms idle: 1 / run share = (400 + 3408) / 400 = 9.52; exact MVA
+      # reaches 95 % at 13 threads.
+      assert_equal({ "threads" => 13, "processes" => 2, "cores" => 2, "current_threads" => 4, "current_processes" => 1,
+                     "limited_by" => "throughput" }, from_trace["recommendation"])
+      assert_in_delta 3808.0 / 400, from_trace["model"]["no_collision_threads"], 1e-3
+      assert_in_delta 400.0 / (400 + 210 + 3408), from_trace["measured"]["shares"]["run"], 1e-6
+      assert_in_delta 400.0 / 1004.5, from_trace["measured"]["held_ratio"], 1e-6
+    end
+  end
+
+  def advise_json(*args)
+    out, err, status = gvlscope(*args, "--json")
+    assert status.success?, "gvlscope #{args.join(' ')}: #{err}"
+    json = JSON.parse(out)
+    assert_equal 1, json["gvlscope_advice"]
+    json
+  end
+
+  # A process whose live socket (the real LiveServer, its protocol and paths) answers the given
+  # snapshot Hashes in turn, the last one from then on.
+  def with_live_process(hashes)
+    program = <<~RUBY
+      require "gvlscope"
+      require "gvlscope/integrations/live_server"
+      answers = JSON.parse(ARGV[0]).map { |hash| GVLScope::Live::Snapshot.from_h(hash) }
+      GVLScope::LiveServer.prepend(Module.new { define_method(:snapshot) { |**| answers.size > 1 ? answers.shift : answers.first } })
+      GVLScope::LiveServer.start
+      puts Process.pid
+      $stdout.flush
+      sleep 60
+    RUBY
+    reader, writer = IO.pipe
+    pid = Process.spawn(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rjson", "-e", program, JSON.generate(hashes), out: writer)
+    writer.close
+    assert_equal pid, Integer(reader.gets), "the live process did not start"
+    yield pid
+  ensure
+    if pid
+      Process.kill(:TERM, pid)
+      Process.wait(pid)
+    end
+    reader&.close
+  end
+
+  # --- a /metrics URL (the Puma plugin's Prometheus text) ---
+
+  # Serves HTTP answers on a loopback port: the n-th (from 0) is body.call(n).
+  def with_metrics_server(body)
+    server = TCPServer.new("127.0.0.1", 0)
+    served = -1
+    thread = Thread.new do
+      loop do
+        client = server.accept
+        while (line = client.gets) && line != "\r\n"; end
+        text = body.call(served += 1)
+        client.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: #{text.bytesize}\r\nConnection: close\r\n\r\n#{text}")
+        client.close
+      end
+    rescue IOError
+      nil
+    end
+    yield "http://127.0.0.1:#{server.addr[1]}/metrics"
+  ensure
+    server&.close
+    thread&.join(1)
+  end
+
+  # Two Puma workers; every 10 s each holds the GVL 5 s and has on average 1 thread waiting.
+  def exposition(wall_s, held_s, wait_s)
+    lines = ["# TYPE gvlscope_wall_seconds_total counter", "# TYPE gvlscope_gvl_held_seconds_total counter",
+             "# TYPE gvlscope_gvl_wait_seconds_total counter"]
+    [0, 1].each do |worker|
+      labels = %(worker="#{worker}",pid="#{100 + worker}")
+      lines << "gvlscope_wall_seconds_total{#{labels}} #{wall_s}"
+      lines << "gvlscope_gvl_held_seconds_total{#{labels}} #{held_s}"
+      lines << "gvlscope_gvl_wait_seconds_total{#{labels}} #{wait_s}"
+    end
+    lines.join("\n") + "\n"
+  end
+
+  def test_a_metrics_url_with_the_current_thread_count
+    with_metrics_server(->(n) { exposition(100 + 10 * n, 20 + 5 * n, 30 + 10 * n) }) do |url|
+      json = advise_json("advise", "--url", url, "--interval", "0.05", "--current-threads", "3", "--cores", "4")
+      # Per process: 3 threads x 10 s = 30 thread-seconds: held 5, waiting 10, idle 15.
+      shares = json["measured"]["shares"]
+      assert_in_delta 5.0 / 30, shares["run"], 1e-6
+      assert_in_delta 10.0 / 30, shares["wait"], 1e-6
+      assert_in_delta 15.0 / 30, shares["idle"], 1e-6
+      assert_in_delta 4.0, json["model"]["no_collision_threads"], 1e-3
+      assert_equal 2, json["recommendation"]["current_processes"], "the scrape's two workers are the processes now"
+      assert_equal 4, json["recommendation"]["processes"]
+      curve = GVLScope::Analysis::Advisor.curve(1.0, 3.0, 64)
+      assert_equal curve.find { |p| p.busy >= 0.95 }.threads, json["recommendation"]["threads"]
+
+      _out, err, status = gvlscope("advise", "--url", url, "--interval", "0.05")
+      assert_equal 1, status.exitstatus
+      assert_match(/has no per-thread numbers \(a Prometheus scrape\): give --current-threads N/, err)
+      _out, err, status = gvlscope("advise", "--url", url, "--interval", "0.05", "--current-threads", "1")
+      assert_equal 1, status.exitstatus
+      assert_match(/--current-threads 1: fewer than the threads .* holding or waiting for the GVL \(1\.5 on average\)/, err)
+    end
+  end
+
+  # --- a real trace ---
+
+  # A pool fed by a Queue: its workers wait for work on the Queue (idle, lock) and do their work's
+  # IO in sleep. The trace tells the two apart; only the sleep counts as the work's idle.
+  def test_a_trace_leaves_out_idle_waiting_for_work
+    Dir.mktmpdir do |dir|
+      trace = File.join(dir, "pool.gvl")
+      trace_program(trace, <<~RUBY)
+        jobs = Queue.new
+        workers = 3.times.map do |n|
+          Thread.new do
+            Thread.current.name = "worker \#{n}"
+            while (job = jobs.pop)
+              x = 0
+              x += 1 while x < 20_000 # some Ruby
+              sleep 0.004             # the job's IO
+            end
+          end
+        end
+        sleep 0.05 # no work yet: the workers wait on the Queue
+        60.times { jobs << 1 }
+        sleep 0.2
+        3.times { jobs << nil }
+        workers.each(&:join)
+      RUBY
+      report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
+      workload = Inputs.from_report(report)
+      assert_equal ["worker #", 3], [workload.pool, workload.threads]
+      assert_operator workload.excluded_idle_ns, :>=, 3 * 40 * MS, "each worker waited >= 50 ms on the Queue before the jobs came"
+      assert_operator workload.idle_ns, :>=, 60 * 4 * MS, "60 jobs slept 4 ms each"
+      assert_operator workload.idle_ns, :<, 60 * 4 * MS + workload.excluded_idle_ns, "the Queue waits are not in the work's idle"
+      chosen = Inputs.from_report(report, threads: "worker 0")
+      assert_equal 1, chosen.threads
+    end
+  end
+
+  # The snapshot file `gvlscope top PID --once --json` writes (the contract between the two
+  # commands), from a real process with its live socket open.
+  def test_a_snapshot_file_from_gvlscope_top
+    Dir.mktmpdir do |dir|
+      program = File.join(dir, "loop.rb")
+      File.write(program, <<~RUBY)
+        3.times.map do |n|
+          Thread.new do
+            Thread.current.name = "worker \#{n}"
+            loop { 20_000.times { }; sleep 0.002 }
+          end
+        end
+        $stdout.puts "ready"
+        $stdout.flush
+        sleep 30
+      RUBY
+      env = { "GVLSCOPE_LIVE" => "1", "GVLSCOPE_TRACE" => "0", "RUBYOPT" => "-I#{File.join(ROOT, 'lib')} -rgvlscope/autorun" }
+      IO.popen(env, [RbConfig.ruby, program]) do |io|
+        assert_equal "ready\n", io.gets
+        snap = File.join(dir, "snap.json")
+        out, err, status = gvlscope("top", io.pid.to_s, "--once", "--json", "--interval", "0.5")
+        assert status.success?, err
+        File.write(snap, out)
+        json = advise_json("advise", "--snapshot", snap, "--cores", "1")
+        assert_equal({ "name" => "worker #", "threads" => 3 }, json["measured"]["pool"])
+        assert_in_delta 0.5e9, json["measured"]["window_ns"], 0.2e9
+        assert_operator json["measured"]["shares"]["idle"], :>, 0.3, "each worker sleeps 2 ms a round"
+        # The same process read directly: on Linux, with the pool's run-queue wait (its threads'
+        # names reach /proc as their comm).
+        live = advise_json("advise", "--pid", io.pid.to_s, "--interval", "0.3", "--cores", "1")
+        assert_equal({ "name" => "worker #", "threads" => 3 }, live["measured"]["pool"])
+        if File.exist?("/proc/#{io.pid}/task")
+          assert_kind_of Integer, live["measured"]["cpu_wait_ns"]
+          assert_operator live["measured"]["cpu_wait_ns"], :<=, 3 * 0.3e9 * 2, "at most the pool's time (3 threads)"
+        end
+      ensure
+        Process.kill(:TERM, io.pid)
+      end
+    end
+  end
+
+  # Linux's run-queue wait of the pool's threads (a --pid on this machine), read from
+  # /proc/PID/task/TID/{comm,schedstat}: here a made-up tree.
+  def test_the_pools_wait_for_a_cpu_core
+    Dir.mktmpdir do |proc_root|
+      write_task = lambda do |tid, comm, queued_ns|
+        dir = File.join(proc_root, "77", "task", tid.to_s)
+        FileUtils.mkdir_p(dir)
+        File.write(File.join(dir, "comm"), "#{comm}\n")
+        File.write(File.join(dir, "schedstat"), "123456 #{queued_ns} 42\n")
+      end
+      write_task.(77, "ruby", 5 * MS)
+      write_task.(78, "puma srv tp 001", 10 * MS)
+      write_task.(79, "puma srv tp 002", 20 * MS)
+      before = Inputs.cpu_wait_by_name(77, proc_root: proc_root)
+      assert_equal({ "ruby" => 5 * MS, "puma srv tp 001" => 10 * MS, "puma srv tp 002" => 20 * MS }, before)
+      write_task.(78, "puma srv tp 001", 410 * MS)
+      write_task.(79, "puma srv tp 002", 620 * MS)
+      write_task.(77, "ruby", 905 * MS)
+      after = Inputs.cpu_wait_by_name(77, proc_root: proc_root)
+      assert_equal 1_000 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001", "puma srv tp 002"])
+      # Linux keeps 15 bytes of a name.
+      assert_equal 400 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001 (extra)"])
+      assert_nil Inputs.pool_cpu_wait_ns(before, after, ["worker 1"]), "no thread has the pool's names"
+      assert_nil Inputs.cpu_wait_by_name(99, proc_root: proc_root), "no such process"
+
+      # 2 threads x 10 s: run 4 s, idle 16 s, 1 s of which waiting for a core (+ charge none).
+      hash = pool_snapshot(threads: 2, run: 0.2, wait: 0.0, idle: 0.8)
+      workload = Inputs.from_live(Snapshot.from_h(hash), source: "pid 77")
+      workload.cpu_wait_ns = 1_000 * MS
+      advice = Advisor.new(workload, cores: 1).advice
+      expected = Advisor.curve(1.0, 15.0 / 4).find { |p| p.busy >= 0.95 }.threads
+      assert_equal expected, advice.sensitivity[:without_cpu_wait]
+      assert_match(/the pool waited for a core 5\.0 % of its time .* with that wait out of the idle time, #{expected} threads/,
+                   advice.what_would_change.join("\n"))
+      assert_match(/waiting for a CPU core \(Linux run-queue wait\): 5\.0 % of the pool's time/,
+                   GVLScope::Formats::AdviceText.new(advice).to_s)
+    end
+  end
+
+  # --- errors: one line, exit 1 ---
+
+  def test_bad_input_is_one_line_and_exit_1
+    Dir.mktmpdir do |dir|
+      garbage = File.join(dir, "garbage.json")
+      File.write(garbage, "{not json")
+      other = File.join(dir, "other.json")
+      File.write(other, JSON.generate({ "hello" => 1 }))
+      snap = File.join(dir, "snap.json")
+      File.write(snap, JSON.generate(pool_snapshot(threads: 2, run: 0.5, wait: 0, idle: 0.5)))
+      idle_only = File.join(dir, "idle.json")
+      File.write(idle_only, JSON.generate(pool_snapshot(threads: 2, run: 0.0, wait: 0, idle: 1.0)))
+      dead = Process.spawn(RbConfig.ruby, "-e", "0")
+      Process.wait(dead)
+      port = TCPServer.open("127.0.0.1", 0) { |probe| probe.addr[1] } # closed again: nothing listens
+      {
+        [] => /advise needs one input: a trace FILE, --snapshot FILE, --pid PID or --url URL/,
+        [snap, "--snapshot", snap] => /advise takes one input, got FILE and --snapshot/,
+        [File.join(dir, "missing.gvl")] => /missing\.gvl: no such file/,
+        ["--snapshot", File.join(dir, "missing.json")] => /missing\.json: no such file/,
+        ["--snapshot", garbage] => /garbage\.json: not JSON/,
+        ["--snapshot", other] => /other\.json: not a gvlscope live snapshot/,
+        ["--snapshot", idle_only] => /never held the GVL: nothing to advise from/,
+        ["--snapshot", snap, "--threads", "sidekiq"] => /--threads "sidekiq": no thread of snapshot snap\.json matches \(threads: main, puma srv tp 001, puma srv tp 002\)/,
+        ["--snapshot", snap, "--threads", "("] => /--threads "\(": not a regular expression/,
+        ["--snapshot", snap, "--cores", "0"] => /--cores must be at least 1 \(got 0\)/,
+        ["--snapshot", snap, "--processes", "0"] => /--processes must be at least 1/,
+        ["--snapshot", snap, "--max-wait-ms", "5"] => /--max-wait-ms needs per-request numbers .* snapshot snap\.json has per-thread numbers only/,
+        ["--pid", dead.to_s, "--interval", "0.01"] => /no process #{dead} \(it is not running\)/,
+        ["--pid", Process.pid.to_s, "--interval", "0.01"] => /pid #{Process.pid} has no gvlscope live socket/,
+        ["--url", "http://127.0.0.1:#{port}/metrics", "--interval", "0.01"] => %r{cannot read http://127\.0\.0\.1:#{port}/metrics},
+        ["--pid", "1", "--interval", "0"] => /--interval must be more than 0 seconds/,
+      }.each do |args, message|
+        out, err, status = gvlscope("advise", *args)
+        assert_equal 1, status.exitstatus, "advise #{args.join(' ')}: #{out}#{err}"
+        assert_equal 1, err.lines.size, "one line: #{err}"
+        assert_match(/\Agvlscope: /, err)
+        assert_match message, err
+        assert_empty out
+      end
+    end
+  end
+
+  def test_help_names_every_input_and_option
+    out, _err, status = gvlscope("advise", "--help")
+    assert status.success?
+    %w[--snapshot --pid --url --interval --cores --processes --threads --current-threads --max-wait-ms --max-threads --json].each do |option|
+      assert_match(/^\s+#{option}\b/, out)
+    end
+    out, = gvlscope("--help")
+    assert_match(/^  advise FILE \| --snapshot FILE/, out)
+  end
+end
