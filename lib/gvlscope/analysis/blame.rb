@@ -12,9 +12,14 @@ module GVLScope
       # that follow a blocking call (:idle then :wait: the convoy's waits).
       attr_reader :all_waits, :after_blocking
 
+      # waiter serial -> ns of its waits during which another thread of its Ractor held the GVL to
+      # collect garbage (a :gc interval): the waiting GC caused.
+      attr_reader :during_gc
+
       def initialize(timeline)
         @all_waits = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @after_blocking = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
+        @during_gc = Hash.new(0)
         timeline.ractors.each_value { |threads| sweep(threads) }
       end
 
@@ -63,6 +68,7 @@ module GVLScope
           if overlap.positive? && hold.thread != wait.thread
             all[hold.thread] += overlap
             blocking[hold.thread] += overlap if blocking
+            @during_gc[wait.thread] += overlap if hold.state == :gc
             held += overlap
           end
           index += 1

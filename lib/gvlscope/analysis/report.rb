@@ -63,6 +63,9 @@ module GVLScope
 
       def wait_ns = rows.sum(&:wait_ns)
 
+      # The median of every GVL wait of every thread (the whole trace, as all_rows): Analysis.median.
+      def all_waits_median_ns = @stats.median_wait_ns
+
       # See Histograms.
       def histograms
         @histograms ||= Histograms.of(selected_threads, @timeline.waiters_at_acquire)

@@ -16,10 +16,10 @@ module GVLScope
         @report = report
         @timeline = report.timeline
         @timeslice_ns = report.timeslice_ns
-        @labels = @timeline.threads.transform_values(&:label)
-        # Per-thread totals, already summed: a thread that cannot match a rule is skipped without
-        # another pass over its intervals (a trace holds millions).
+        # Per-thread totals, already summed (ThreadStats::Row): rules read these, the blame and the
+        # report's other summaries, never intervals (a streaming engine keeps none).
         @rows = report.all_rows.to_h { |row| [row.serial, row] }
+        @labels = @rows.transform_values(&:label)
       end
 
       private
@@ -58,12 +58,6 @@ module GVLScope
         return {} unless @timeline.stacks?
 
         { holder_frames: holders.first(5).map(&:to_h), release_sites: sites.first(5).map(&:to_h) }
-      end
-
-      def median(values)
-        return 0 if values.empty?
-
-        values.sort[values.size / 2]
       end
 
       def percent(ns) = @report.duration_ns.positive? ? (100.0 * ns / @report.duration_ns).round : 0

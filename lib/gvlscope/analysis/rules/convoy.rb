@@ -13,42 +13,38 @@ module GVLScope
         SLOW_SHARE = 0.25
 
         def findings
-          @timeline.threads.values.filter_map { |thread| convoy(thread) }
+          @rows.each_value.filter_map { |row| convoy(row) }
         end
 
         private
 
-        def convoy(thread)
-          return if @rows[thread.serial].longest_wait_ns < @timeslice_ns / 4
+        def convoy(row)
+          waits = row.blocking_waits
+          slow = row.slow_blocking_waits
+          return if slow < MIN_WAITS || slow < SLOW_SHARE * waits
 
-          waits = waits_after_blocking(thread)
-          return if waits.size < MIN_WAITS
-
-          slow = waits.select { |wait| wait.duration_ns >= @timeslice_ns / 4 }
-          return if slow.size < MIN_WAITS || slow.size < SLOW_SHARE * waits.size
-
-          holder_shares = shares(@report.blame.after_blocking[thread.serial])
+          holder_shares = shares(@report.blame.after_blocking[row.serial])
           culprit = holder_shares.find { |holder, _| holder != Blame::HAND_OFF }&.first
-          total = waits.sum(&:duration_ns)
-          longest = slow.max_by(&:duration_ns)
+          total = row.blocking_wait_ns
+          median_slow = row.median_slow_blocking_wait_ns
           code = @report.code_locations
-          holders = code.holders_while_waiting(thread.serial)
-          sites = code.release_sites(threads: [thread.serial])
+          holders = code.holders_while_waiting(row.serial)
+          sites = code.release_sites(threads: [row.serial])
           Finding.new(
             kind: :convoy,
-            threads: [thread.label, *holder_shares.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
+            threads: [row.label, *holder_shares.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
             title: format("Convoy: %s waited for the GVL after %d of its %d blocking calls, median %s " \
                           "(timeslice %s), %s in all; the GVL was held by %s%s",
-                          quote(thread.label), slow.size, waits.size, ms(median(slow.map(&:duration_ns))),
+                          quote(row.label), slow, waits, ms(median_slow),
                           ms(@timeslice_ns), ms(total), describe_shares(holder_shares),
                           code_sentences(holder_code(holders, "The holder was"), describe_sites(sites))),
-            evidence: { blocking_calls: waits.size, slow_waits: slow.size, median_wait_ns: median(slow.map(&:duration_ns)),
+            evidence: { blocking_calls: waits, slow_waits: slow, median_wait_ns: median_slow,
                         wait_after_blocking_ns: total, holders: holder_shares, **code_evidence(holders, sites) },
             fix: "each blocking call (IO, sleep) gives the GVL away and getting it back costs up to a timeslice " \
                  "while #{culprit ? quote(culprit) : 'another thread'} runs Ruby code: move that CPU-bound work to " \
                  "another process or a Ractor, lower its Thread#priority, or shorten the timeslice " \
                  "(RUBY_THREAD_TIMESLICE, Ruby 3.4+)",
-            focus_ns: [longest.start_ns, longest.end_ns]
+            focus_ns: row.longest_slow_blocking_wait
           )
         end
 
@@ -59,14 +55,6 @@ module GVLScope
           return if shown.empty?
 
           "Its top release sites: #{shown.map { |row| "#{row.name} (#{ms(row.weight)} of waiting after #{row.count})" }.join(', ')}"
-        end
-
-        def waits_after_blocking(thread)
-          intervals = thread.intervals
-          (1...intervals.size).filter_map do |index|
-            wait = intervals[index]
-            wait if wait.state == :wait && intervals[index - 1].state == :idle
-          end
         end
       end
     end
