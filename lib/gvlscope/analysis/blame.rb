@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../model/scan"
+
 module GVLScope
   module Analysis
     # Who held the GVL while each thread waited for it. Within a Ractor the holds (running or
@@ -16,10 +18,14 @@ module GVLScope
       # collect garbage (a :gc interval): the waiting GC caused.
       attr_reader :during_gc
 
+      # +timeline+: a Model::Timeline (swept here) or a Model::Scan (the engine summed the same
+      # overlaps as waits closed: hashes filled in the order the sweep fills them).
       def initialize(timeline)
         @all_waits = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @after_blocking = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @during_gc = Hash.new(0)
+        return from_scan(timeline) if timeline.is_a?(Model::Scan)
+
         timeline.ractors.each_value { |threads| sweep(threads) }
       end
 
@@ -35,6 +41,35 @@ module GVLScope
       end
 
       private
+
+      # The sweep visits Ractors in order and each Ractor's waits by start: a waiter joins a hash at
+      # its first wait (its first wait after a blocking call, its first wait during a GC), and
+      # within a waiter's hash each holder at its first overlap (the engine numbers them).
+      def from_scan(scan)
+        ractor_rank = scan.ractors.keys.each_with_index.to_h
+        appearance = scan.threads.keys.each_with_index.to_h
+        rows = scan.thread_rows.values
+        first = lambda do |column|
+          rows.select { |row| row[column] }
+              .sort_by { |row| [ractor_rank.fetch(scan.threads[row[0]].ractor_id, 0), row[column], appearance[row[0]]] }
+        end
+        first.call(FIRST_WAIT).each { |row| @all_waits[row[0]] }
+        first.call(FIRST_AFTER_BLOCKING).each { |row| @after_blocking[row[0]] }
+        first.call(FIRST_GC).each { |row| @during_gc[row[0]] = row[DURING_GC] }
+        pairs = scan.blame_rows
+        pairs.select { |pair| pair[2] }.sort_by { |pair| pair[3] }.each do |waiter, holder, ns, _|
+          @all_waits[waiter][holder || HAND_OFF] += ns
+        end
+        pairs.select { |pair| pair[4] }.sort_by { |pair| pair[5] }.each do |waiter, holder, _, _, ns, _|
+          @after_blocking[waiter][holder || HAND_OFF] += ns
+        end
+      end
+
+      # Columns of Engine::Pass#threads.
+      FIRST_WAIT = 18
+      FIRST_AFTER_BLOCKING = 19
+      FIRST_GC = 20
+      DURING_GC = 21
 
       def sweep(threads)
         holds = []

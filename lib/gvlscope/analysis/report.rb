@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../errors"
+require_relative "../model/scan"
 require_relative "thread_stats"
 require_relative "histograms"
 require_relative "blame"
@@ -15,7 +16,9 @@ module GVLScope
     class Report
       attr_reader :timeline, :stats, :only_thread
 
-      # +thread+: a thread label; the table and findings then show only that thread.
+      # +timeline+: a Model::Timeline, or a Model::Scan (the native engine's pass: the same
+      # answers, no intervals kept). +thread+: a thread label; the table and findings then show
+      # only that thread.
       def initialize(timeline, thread: nil)
         @timeline = timeline
         @stats = ThreadStats.new(timeline)
@@ -68,7 +71,11 @@ module GVLScope
 
       # See Histograms.
       def histograms
-        @histograms ||= Histograms.of(selected_threads, @timeline.waiters_at_acquire)
+        @histograms ||= if @timeline.is_a?(Model::Scan)
+                          Histograms.of_scan(@timeline, selected_threads.map(&:serial))
+                        else
+                          Histograms.of(selected_threads, @timeline.waiters_at_acquire)
+                        end
       end
 
       def selected_threads

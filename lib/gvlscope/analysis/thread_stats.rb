@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../vocabulary"
+require_relative "../model/scan"
 
 module GVLScope
   module Analysis
@@ -20,9 +21,17 @@ module GVLScope
 
       attr_reader :rows, :timeline, :median_wait_ns
 
+      # +timeline+: a Model::Timeline (rows summed from its intervals) or a Model::Scan (the
+      # engine summed the same as the intervals closed).
       def initialize(timeline)
         @timeline = timeline
         @slow_wait_ns = timeline.file.timeslice_ns / 4
+        if timeline.is_a?(Model::Scan)
+          @rows = timeline.threads.values.map { |thread| row_from_scan(thread, timeline.thread_rows[thread.serial]) }
+          @median_wait_ns = timeline.all_waits_median_ns
+          return
+        end
+
         all_waits = []
         @rows = timeline.threads.values.map { |thread| row_for(thread, all_waits) }
         # The median of every GVL wait of every thread (the whole trace, whatever --thread shows).
@@ -76,6 +85,21 @@ module GVLScope
       end
 
       def span(interval) = interval && [interval.start_ns, interval.end_ns]
+
+      # The engine's sums (Engine::Pass#threads): nil for a thread of the thread table that never
+      # appeared in an event.
+      def row_from_scan(thread, sums)
+        _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
+          blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
+        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
+                ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
+                waits: waits, longest_wait_ns: longest_wait_ns,
+                released_by: released.each_with_object(Hash.new(0)) { |(code, count), by| by[Model::Scan::REASONS[code]] = count },
+                longest_run: longest_run, longest_wait: longest_wait, blocking_waits: blocking || 0,
+                slow_blocking_waits: slow || 0, blocking_wait_ns: blocking_ns || 0,
+                median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
+                median_wait_ns: median_wait || 0)
+      end
     end
 
     # The median the report uses everywhere: the upper middle of the sorted values, 0 when none.
