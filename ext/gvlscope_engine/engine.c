@@ -428,10 +428,19 @@ static int flush_to_block(void *data, const char *bytes, size_t size) {
     return context->state ? -1 : 0;
 }
 
+typedef struct {
+    uint32_t at;
+    int64_t number;
+    const char *text;
+    size_t size;
+    const int64_t *frames;
+} write_arguments;
+
 typedef int (*writer)(eng_engine *engine, eng_out *out, void *arguments);
 
 static VALUE run_writer(eng_engine *engine, bool utf8, writer write, void *arguments) {
     rb_need_block();
+    if (arguments && ((write_arguments *)arguments)->at == UINT32_MAX) return Qnil;
     yield_context context = { utf8, 0 };
     eng_out out;
     eng_out_init(&out, flush_to_block, &context);
@@ -443,19 +452,8 @@ static VALUE run_writer(eng_engine *engine, bool utf8, writer write, void *argum
     return Qnil;
 }
 
-static uint32_t thread_at(eng_engine *engine, VALUE serial) {
-    uint32_t at = map_get(&engine->thread_of, NUM2UINT(serial));
-    if (at == UINT32_MAX) rb_raise(rb_eArgError, "no thread %u in this pass", NUM2UINT(serial));
-    return at;
-}
-
-typedef struct {
-    uint32_t at;
-    int64_t number;
-    const char *text;
-    size_t size;
-    const int64_t *frames;
-} write_arguments;
+// A thread known only from the thread table has no intervals: the writers write nothing for it.
+static uint32_t thread_at(eng_engine *engine, VALUE serial) { return map_get(&engine->thread_of, NUM2UINT(serial)); }
 
 static int write_chrome_slices(eng_engine *engine, eng_out *out, void *data) {
     write_arguments *arguments = data;
@@ -534,7 +532,9 @@ static VALUE pass_perfetto_counter(VALUE self) {
 // frames in that order).
 static VALUE pass_speedscope_names(VALUE self, VALUE serial) {
     eng_engine *engine = get_engine(self);
-    eng_thread *thread = THREAD(engine, thread_at(engine, serial));
+    uint32_t at = thread_at(engine, serial);
+    if (at == UINT32_MAX) return rb_ary_new();
+    eng_thread *thread = THREAD(engine, at);
     VALUE names = rb_ary_new_capa(thread->name_count);
     for (uint8_t i = 0; i < thread->name_count; i++) rb_ary_push(names, INT2FIX(thread->names[i]));
     return names;

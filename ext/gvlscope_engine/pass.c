@@ -506,7 +506,7 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
         thread->release_waited = 0;
     }
     if (interval->end != interval->start) {
-        thread->drawn = 1;
+        if (interval->end > interval->start) thread->drawn = 1;
         uint8_t name = state == ST_IDLE ? (uint8_t)(ST_COUNT + interval->reason) : state;
         bool seen = false;
         for (uint8_t i = 0; i < thread->name_count; i++) seen |= thread->names[i] == name;

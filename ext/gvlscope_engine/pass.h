@@ -62,7 +62,7 @@ typedef struct {
     int32_t bin_low, bin_count;
     // exports
     eng_stream stream;
-    uint8_t drawn;            // has an interval with end != start (speedscope draws it)
+    uint8_t drawn;            // has an interval with end > start (speedscope draws the thread)
     uint8_t name_count;
     uint8_t names[32];        // name codes in order of first use among drawn intervals
     uint64_t listed;          // intervals listed so far (detail's order within the thread)

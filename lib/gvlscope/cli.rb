@@ -119,20 +119,27 @@ module GVLScope
       true
     end
 
-    def timeline_of(path)
+    # The trace at +path+ as the report and the exports read it: by the native engine in two
+    # passes that keep no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the
+    # intervals for an export), or, where the engine is not compiled, whole into a Model::Timeline.
+    # +checked+: a truncated trace is an error unless --partial, and warnings are printed.
+    def timeline_of(path, bins: nil, spill: false, checked: true)
       raise UsageError, "missing trace FILE" unless path
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
       require_relative "model"
       progress("reading #{path}")
-      file = Model.read(path)
-      if file.truncated? && !@partial
+      scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill) if Model::Scan.available?
+      file = scan ? scan.file : Model.read(path)
+      if checked && file.truncated? && !@partial
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
-      file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" }
-      progress("building the timeline of #{file.size} events")
+      file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" } if checked
+      progress("reading the #{file.size} events")
+      return scan.run if scan
+
       Model::Timeline.new(file)
     end
 
@@ -168,7 +175,7 @@ module GVLScope
       path, = parser.parse(argv)
       raise UsageError, "export needs --format (#{EXPORT_FORMATS.join(' or ')})" unless format
 
-      export_timeline(timeline_of(path), path, format, output)
+      export_timeline(timeline_of(path, spill: true), path, format, output)
       0
     end
 
@@ -317,7 +324,7 @@ module GVLScope
       end
       require_relative "model"
       traces.each_with_index do |path, index|
-        timeline = Model.timeline(path)
+        timeline = timeline_of(path, spill: !export_format.nil?, checked: false)
         report = report_of(timeline) if show_summary || (html && index.zero?)
         if show_summary
           @err.puts Formats::ReportText.new(report).short

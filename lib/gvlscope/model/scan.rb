@@ -54,14 +54,19 @@ module GVLScope
       # +bins+: the overview's bins (the HTML report's); +spill+: keep the intervals for an export.
       # +progress+: a GVLScope::Progress (or anything with #advance_to), told how far each pass got.
       def self.open(path, bins: nil, spill: false, progress: nil)
-        file = GVLTracing.json?(path) ? GVLTracing.read(path) : TraceFile.index(path)
-        new(file, bins: bins, spill: spill, progress: progress)
+        new(read(path), bins: bins, spill: spill, progress: progress).run
       end
+
+      # What the engine reads of the trace at +path+ before its passes: a TraceFile.index (or a
+      # gvl-tracing import, whose events are in memory).
+      def self.read(path) = GVLTracing.json?(path) ? GVLTracing.read(path) : TraceFile.index(path)
 
       attr_reader :file, :bins
 
       # +file+: a TraceFile from TraceFile.index, or one holding its events in memory (a
       # gvl-tracing import, TraceFile.from_events; not a .gvl file read whole, which has stacks).
+      # The first pass runs here (an unknown event kind raises here, as TraceFile#read would);
+      # the second at #run or on the first question.
       def initialize(file, bins: nil, spill: false, progress: nil)
         raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
 
@@ -70,8 +75,13 @@ module GVLScope
         @spilled = spill
         @progress = progress
         @index = index_of(file)
-        @pass = run_pass(bins: bins, blame: true, code: stacks?, spill: spill)
         @overviews = {}
+      end
+
+      # Runs the main pass now (before an output file is opened: a read error leaves none).
+      def run
+        pass
+        self
       end
 
       def duration_ns = @file.duration_ns
@@ -93,36 +103,36 @@ module GVLScope
 
       def each_thread(&block) = threads.each_value(&block)
       def ractors = threads.values.group_by(&:ractor_id)
-      def waiters_at_acquire = @pass.waiters_at_acquire
-      def shared_native_threads? = @pass.shared_natives?
+      def waiters_at_acquire = pass.waiters_at_acquire
+      def shared_native_threads? = pass.shared_natives?
 
       # The engine's per-thread sums: serial => [see Engine::Pass#threads], in order of appearance.
-      def thread_rows = @thread_rows ||= @pass.threads.to_h { |row| [row[0], row] }
+      def thread_rows = @thread_rows ||= pass.threads.to_h { |row| [row[0], row] }
 
-      def all_waits_median_ns = @pass.all_waits_median
+      def all_waits_median_ns = pass.all_waits_median
 
       # [hold_ns counts, wait_ns counts] of the threads with these serials (all when nil).
-      def histograms(serials = nil) = @pass.histograms(serials&.to_h { |serial| [serial, true] })
+      def histograms(serials = nil) = pass.histograms(serials&.to_h { |serial| [serial, true] })
 
-      def blame_rows = @pass.blame
+      def blame_rows = pass.blame
 
       # Code locations: see Engine::Pass#code and #release_sites.
-      def code_rows(kind) = (@code_rows ||= {})[kind] ||= @pass.code(kind)
-      def release_site_rows = @release_site_rows ||= @pass.release_sites
+      def code_rows(kind) = (@code_rows ||= {})[kind] ||= pass.code(kind)
+      def release_site_rows = @release_site_rows ||= pass.release_sites
 
       # The holders' samples (Model::Sample), kept while threads waited: at most ~100 a second.
       def samples
-        @samples ||= @pass.samples.each_slice(4).map do |time, serial, stack, waiters|
+        @samples ||= pass.samples.each_slice(4).map do |time, serial, stack, waiters|
           Sample.new(time, serial, @file.stack(stack), waiters)
         end
       end
 
-      def sample_count = @pass.sample_count
+      def sample_count = pass.sample_count
 
       # serial => Array of bins * 4 Integers (Analysis::Overview#lane) for +bins+ bins; another
       # pass when the first had other bins.
       def overview_lanes(bins)
-        return @pass.overview if bins == @bins
+        return pass.overview if bins == @bins
 
         @overviews[bins] ||= run_pass(bins: bins).overview
       end
@@ -137,10 +147,10 @@ module GVLScope
 
       # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
       # trace's threads, not its events).
-      def peak_bytes = @index.memory[1] + @pass.memory[1]
+      def peak_bytes = @index.memory[1] + pass.memory[1]
 
       # Bytes of intervals in the exports' temporary file.
-      def spill_bytes = @pass.memory[2]
+      def spill_bytes = pass.memory[2]
 
       # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb): each yields
       # Strings of up to ~1 MB. They read the pass that kept the intervals (made on first use).
@@ -150,7 +160,8 @@ module GVLScope
       def perfetto_slices(serial, track, &block) = spilled.perfetto_slices(serial, track, &block)
       def perfetto_native(serial, name, &block) = spilled.perfetto_native(serial, name, &block)
       def perfetto_counter(&block) = spilled.perfetto_counter(&block)
-      def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| NAMES[code] }
+      # [[name code, name], ...] of the thread's drawn intervals, in order of first use.
+      def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
       def speedscope_events(serial, frames, &block) = spilled.speedscope_events(serial, frames, &block)
 
       # True when the thread has an interval with end != start (speedscope draws it).
@@ -188,8 +199,12 @@ module GVLScope
                                site.zero? ? nil : @file.stack(site))
       end
 
+      def pass
+        @pass ||= run_pass(bins: @bins, blame: true, code: stacks?, spill: @spilled)
+      end
+
       def spilled
-        @spilled_pass ||= @spilled ? @pass : run_pass(spill: true)
+        @spilled_pass ||= @spilled ? pass : run_pass(spill: true)
       end
 
       def index_of(file)
