@@ -84,8 +84,10 @@ module GVLScope
             previous = interval
           end
         end
-        holds.sort_by!(&:start_ns)
-        waits.sort_by! { |interval, _| interval.start_ns }
+        # Ties in thread order (a stable sort): threads that waited since the trace began all start
+        # at 0, and the hashes' order (a finding's list of threads) must not depend on the sort.
+        holds.sort_by!.with_index { |hold, index| [hold.start_ns, index] }
+        waits.sort_by!.with_index { |(interval, _), index| [interval.start_ns, index] }
         first = 0
         waits.each do |wait, after_blocking|
           first += 1 while first < holds.size && holds[first].end_ns <= wait.start_ns

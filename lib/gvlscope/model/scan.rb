@@ -30,17 +30,31 @@ module GVLScope
       STEP_BYTES = 4 << 20
       ALL = (2**62).freeze
 
-      # True when the engine's extension loads (a checkout compiled with `rake compile`, or the gem).
+      # True when the engine's extension loads (the gem's, or a checkout's compiled with `rake
+      # compile`); false where it was not built (TraceFile and Timeline, plain Ruby, then read).
       def self.available?
         return @available unless @available.nil?
 
         @available = begin
-          require "gvlscope/gvlscope_engine"
+          load_engine
           Engine.vocabulary(NAMES, REASONS.map(&:to_s))
           true
-        rescue LoadError
+        rescue LoadError => e
+          # A checkout shared by two Rubies: lib/gvlscope/gvlscope_engine.so was compiled by the other one.
+          if e.message.include?("incompatible") || e.message.include?("undefined symbol")
+            raise Error, "gvlscope's report engine does not match this Ruby (#{RUBY_VERSION}): #{e.message}. " \
+                         "In a checkout, rebuild it with `bundle exec rake clobber compile`."
+          end
           false
         end
+      end
+
+      # By load path (an installed gem keeps it in its extension directory), else beside lib/gvlscope
+      # (a checkout run as exe/gvlscope, lib not on the load path).
+      def self.load_engine
+        require "gvlscope/gvlscope_engine"
+      rescue LoadError
+        require_relative "../gvlscope_engine"
       end
 
       # The name of an interval in the exports, by the engine's name code: a state, or
