@@ -18,8 +18,7 @@
 
 // ---------------------------------------------------------------- medians
 
-#define MEDIAN_BUDGET ((size_t)8 << 20) // exact values kept over all medians: 64 MB
-#define MEDIAN_OWN_CAP ((size_t)1 << 20)
+#define MEDIAN_OWN_CAP ((size_t)1 << 20) // values one median keeps exactly at most
 #define MEDIAN_SMALL 1024               // a median this small stays exact whatever the budget
 
 static unsigned median_bucket(int64_t value) {
@@ -53,7 +52,7 @@ static void median_push(eng_engine *engine, eng_median *median, int64_t value) {
     median->count++;
     if (!median->histogram && median->size == median->capacity) {
         bool over = median->size >= MEDIAN_OWN_CAP ||
-                    (engine->exact_values >= MEDIAN_BUDGET && median->size >= MEDIAN_SMALL);
+                    (engine->exact_values >= engine->median_budget && median->size >= MEDIAN_SMALL);
         if (over) {
             median_fold(engine, median);
         } else {
@@ -938,6 +937,7 @@ eng_engine *eng_pass_new(eng_index *index) {
     engine->memory = memory;
     engine->index = index;
     engine->spill_fd = -1;
+    engine->median_budget = (size_t)8 << 20; // exact values over all medians: 64 MB
     vec_init(&engine->threads, sizeof(eng_thread));
     vec_init(&engine->order, sizeof(uint32_t));
     vec_init(&engine->cursor_order, sizeof(uint32_t));

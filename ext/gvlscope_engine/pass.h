@@ -158,7 +158,8 @@ struct eng_engine {
     eng_map site_of;
     uint64_t sequence;
     eng_median all_waits;
-    size_t exact_values;      // values all medians keep exactly, against MEDIAN_BUDGET
+    size_t exact_values;      // values all medians keep exactly, against median_budget
+    size_t median_budget;
     // the native thread that ran each run first (Timeline#shared_native_threads?)
     eng_map native_owner;
     bool shared_natives;

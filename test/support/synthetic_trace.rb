@@ -6,8 +6,8 @@
 # The program it describes: +threads+ threads, each on its own native thread, hand the GVL around
 # in turn (the hand-off thrash of issue 18): each holds it for ~1-3 us, releases it for a blocking
 # call (with a release site), wakes up on its own native thread and waits for its next turn; the
-# first thread collects garbage inside a hold every 64 turns, and now and then a holder sample
-# is taken (a SAMPLE and its ARG). Durations vary with the turn, so histograms and medians have
+# first thread collects garbage inside a hold every 64 turns, and a holder sample is taken (a
+# SAMPLE and its ARG) once a period (~20 ms: the recorder takes one per 10 ms tick at most). Durations vary with the turn, so histograms and medians have
 # more than one value. The threads existed before the trace (their first event is RESUMED: they
 # were waiting).
 #
@@ -64,7 +64,7 @@ module SyntheticTrace
         if thread.zero? && (round % 64).zero?
           lane << [time + hold / 3, :gc_enter, serial] << [time + 2 * hold / 3, :gc_exit, serial]
         end
-        lane << [time + hold / 2, :sample, serial] << [time + hold / 2, :arg, SAMPLE_STACK] if stacks && round % 256 == 128 + thread
+        lane << [time + hold / 2, :sample, serial] << [time + hold / 2, :arg, SAMPLE_STACK] if stacks && round == PERIOD_ROUNDS / 2 && thread.zero?
         lane << [time + hold, :suspended, serial]
         lane << [time + hold, :arg, SITE_STACK] if stacks
         blocking = 500 + 100 * (round % 5) # shorter than the others' turns: it waits for its next one

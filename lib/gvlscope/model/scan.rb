@@ -81,10 +81,15 @@ module GVLScope
       # gvl-tracing import, TraceFile.from_events; not a .gvl file read whole, which has stacks).
       # The first pass runs here (an unknown event kind raises here, as TraceFile#read would);
       # the second at #run or on the first question.
-      def initialize(file, bins: nil, spill: false, progress: nil)
+      #
+      # Medians (ThreadStats::Row#median_wait_ns, Report#all_waits_median_ns) are exact while the
+      # wait durations fit +exact_medians+ values in all (64 MB by default: some 30M events), then
+      # come from a log-linear histogram, within 1 %.
+      def initialize(file, bins: nil, spill: false, progress: nil, exact_medians: nil)
         raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
 
         @file = file
+        @exact_medians = exact_medians
         @bins = bins
         @spilled = spill
         @progress = progress
@@ -244,7 +249,7 @@ module GVLScope
           { timeslice_ns: @file.timeslice_ns, duration_ns: duration_ns, stack_causes: stack_causes,
             threads: @file.thread_info.flat_map { |serial, info| [serial, info.ractor_id] }.pack("L<*"),
             bins: bins, blame: blame, code: code, spill: spill, spill_dir: Dir.tmpdir, windows: windows,
-            windows_only: windows_only }
+            windows_only: windows_only, median_budget: @exact_medians }
         )
         phase("analysing #{@file.path}")
         advance(pass) until pass.step(STEP_BYTES)
