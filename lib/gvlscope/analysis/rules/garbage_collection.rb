@@ -22,11 +22,12 @@ module GVLScope
 
         def collections
           gc_ns = @rows.each_value.sum(&:gc_ns)
-          return if gc_ns < WALL_SHARE * @report.duration_ns
+          # A damaged trace can be 0 s long with no collection: nothing to tell then.
+          return if gc_ns <= 0 || gc_ns < WALL_SHARE * @report.duration_ns
 
           during = @report.blame.during_gc.select { |_, ns| ns.positive? }.sort_by { |_, ns| -ns }
           waited = during.sum { |_, ns| ns }
-          return if waited < WAIT_SHARE * @all_wait_ns || waited < @timeslice_ns / 4
+          return if waited <= 0 || waited < WAIT_SHARE * @all_wait_ns || waited < @timeslice_ns / 4
 
           collectors = @rows.each_value.select { |row| row.gc_ns.positive? }.sort_by { |row| -row.gc_ns }
           top = collectors.first

@@ -41,7 +41,7 @@ module GVLScope
           return if thrashing.size < 2
 
           hand_off = thrashing.sum { |row| hand_off_ns(row.serial) }
-          return if hand_off < WALL_SHARE * @report.duration_ns || hand_off < WAIT_SHARE * rows.sum(&:wait_ns)
+          return if hand_off <= 0 || hand_off < WALL_SHARE * @report.duration_ns || hand_off < WAIT_SHARE * rows.sum(&:wait_ns)
 
           mean_wait = thrashing.sum(&:wait_ns).fdiv(thrashing.sum(&:waits))
           holds = rows.sum(&:holds)
