@@ -131,10 +131,11 @@ class ReportTest < Minitest::Test
     RUBY
   end
 
-  # Six threads that run 4 ms of Ruby, then sleep 0.5 ms: the scheduler never preempts them, yet
-  # when one sleeps the other five are waiting.
+  # Eight threads that run 4 ms of Ruby, then sleep 0.5 ms: the scheduler never preempts them, yet
+  # when one sleeps the others are waiting. Eight, not six: the finding needs 4 others still
+  # waiting at an acquisition, and with six (one acquiring, one asleep) Ruby 3.4.5 often saw 3.
   def test_contention_needs_many_threads_waiting_at_once
-    report = report_of(threads_looping(6, "worker", 1.5, "burst = GVLWorkloads.clock + 0.004; " \
+    report = report_of(threads_looping(8, "worker", 1.5, "burst = GVLWorkloads.clock + 0.004; " \
                                                          "nil while GVLWorkloads.clock < burst; sleep 0.0005"))
     contention = report.findings.find { |f| f.kind == :contention }
     assert contention, report.findings.map(&:title).inspect
