@@ -345,9 +345,9 @@ module GVLScope
       thread = nil
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope report FILE [--html OUT] [--json] [--thread NAME]\n\n" \
-                      "Findings (convoy, hog, contention) with evidence and fixes, per-thread times, GVL held % per\n" \
-                      "Ractor and histograms of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a\n" \
-                      "gvl-tracing JSON trace.\n\n"
+                      "Findings (convoy, hog, contention, hand-off thrash, GC), one per cause, ranked by the GVL wait\n" \
+                      "each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and histograms\n" \
+                      "of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
         opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
         opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text") { json = true }
         opts.on("--thread NAME", "only this thread's row and findings") { |name| thread = name }

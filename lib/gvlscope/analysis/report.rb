@@ -48,9 +48,11 @@ module GVLScope
         all_rows.select { |row| row.label == @only_thread }
       end
 
+      # One per cause, the one that explains the most GVL wait first (rules' order on ties).
       def findings
         @findings ||= begin
-          all = RULES.flat_map { |rule| rule.new(self).findings }
+          all = RULES.flat_map { |rule| rule.new(self).findings }.each_with_index
+                     .sort_by { |finding, index| [-finding.explains_wait_ns, index] }.map(&:first)
           @only_thread ? all.select { |finding| finding.threads.include?(@only_thread) } : all
         end
       end

@@ -10,14 +10,14 @@ module GVLScope
     # (docs: /work/report-engine-contract.md's Row fields; a streaming engine fills the same Row).
     class ThreadStats
       # +created_at+: where the thread was created ("app.rb:12"), when the trace recorded it.
-      # +longest_run+, +longest_wait+, +longest_slow_blocking_wait+: [start_ns, end_ns] or nil (the
+      # +longest_run+, +longest_wait+, +longest_slow_blocking_wait+, +longest_gc+: [start_ns, end_ns] or nil (the
       # first of equals). A blocking wait is a :wait right after an :idle (the wait to get the GVL
       # back after a blocking call); a slow one lasts timeslice / 4 or more. Medians are
       # Analysis.median (values.sort[size / 2], 0 when none).
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
                        :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
-                       :longest_slow_blocking_wait, :median_wait_ns, keyword_init: true)
+                       :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, keyword_init: true)
 
       attr_reader :rows, :timeline, :median_wait_ns
 
@@ -49,7 +49,7 @@ module GVLScope
         totals = Hash.new(0)
         released = Hash.new(0)
         holds = 0
-        longest_run = longest_wait = nil
+        longest_run = longest_wait = longest_gc = nil
         waits = []
         slow_blocking = []
         blocking = []
@@ -61,6 +61,8 @@ module GVLScope
             holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
             released[interval.reason] += 1 if interval.reason
             longest_run = interval if longest_run.nil? || interval.duration_ns > longest_run.duration_ns
+          when :gc
+            longest_gc = interval if longest_gc.nil? || interval.duration_ns > longest_gc.duration_ns
           when :wait
             waits << interval.duration_ns
             longest_wait = interval if longest_wait.nil? || interval.duration_ns > longest_wait.duration_ns
@@ -81,7 +83,8 @@ module GVLScope
                 blocking_waits: blocking.size, slow_blocking_waits: slow_blocking.size,
                 blocking_wait_ns: blocking.sum,
                 median_slow_blocking_wait_ns: Analysis.median(slow_blocking.map(&:duration_ns)),
-                longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits))
+                longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits),
+                longest_gc: span(longest_gc))
       end
 
       def span(interval) = interval && [interval.start_ns, interval.end_ns]

@@ -7,10 +7,13 @@ module GVLScope
     module Rules
       # Contention: at a quarter of the acquisitions, 4+ other threads were still waiting (a queue
       # of 5 threads for one GVL), and threads spent at least a quarter of the wall time waiting.
+      # When CPU-bound threads held the GVL for most of that wait, the cause is theirs: the Hog
+      # finding ("N CPU-bound threads share one GVL") says it, and this one stays out.
       class Contention < Rule
         MIN_ACQUISITIONS = 20
         CROWDED_SHARE = 0.25
         WAIT_SHARE = 0.25
+        CPU_BOUND_SHARE = 0.75
 
         def findings
           [contention].compact
@@ -30,11 +33,13 @@ module GVLScope
           total = waiting.sum(&:wait_ns)
           return if total < WAIT_SHARE * @report.duration_ns
 
+          cpu_bound = @rows.each_value.select { |row| cpu_bound?(row) }.sum { |row| @report.blame.waited_on(row.serial) }
+          return if cpu_bound >= CPU_BOUND_SHARE * total
+
           most = Log2.upper(counts.rindex(&:positive?) || 1)
           median_wait = @report.all_waits_median_ns
-          Finding.new(
-            kind: :contention,
-            threads: waiting.map(&:label),
+          finding(
+            kind: :contention, about: waiting, explains_wait_ns: total,
             title: format("Contention: at %d%% of %d GVL acquisitions 4 or more other threads were still waiting " \
                           "(up to %d); %d threads waited %s in all, median %s per acquisition",
                           100 * crowded / acquisitions, acquisitions, most, waiting.size, ms(total), ms(median_wait)),
