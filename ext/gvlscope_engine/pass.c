@@ -459,6 +459,12 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
             thread->longest_run[0] = interval->start;
             thread->longest_run[1] = interval->end;
         }
+    } else if (state == ST_GC) {
+        if (!thread->has_longest_gc || duration > thread->longest_gc[1] - thread->longest_gc[0]) {
+            thread->has_longest_gc = 1;
+            thread->longest_gc[0] = interval->start;
+            thread->longest_gc[1] = interval->end;
+        }
     } else if (state == ST_WAIT) {
         thread->waits++;
         median_push(engine, &thread->wait_median, duration);

@@ -40,8 +40,8 @@ typedef struct {
     uint64_t released[R_COUNT];
     uint8_t release_order[R_COUNT]; // reasons in order of their first release (the row's Hash order)
     uint8_t release_kinds;
-    int64_t longest_run[2], longest_wait[2], longest_slow[2];
-    uint8_t has_longest_run, has_longest_wait, has_longest_slow;
+    int64_t longest_run[2], longest_wait[2], longest_slow[2], longest_gc[2];
+    uint8_t has_longest_run, has_longest_wait, has_longest_slow, has_longest_gc;
     uint64_t blocking_waits, slow_blocking_waits;
     int64_t blocking_wait_ns;
     eng_median wait_median, slow_median;

@@ -94,6 +94,7 @@ module GVLScope
       def row_from_scan(thread, sums)
         _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
           blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
+        longest_gc = sums&.at(23)
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
                 ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
                 waits: waits, longest_wait_ns: longest_wait_ns,
@@ -101,7 +102,7 @@ module GVLScope
                 longest_run: longest_run, longest_wait: longest_wait, blocking_waits: blocking || 0,
                 slow_blocking_waits: slow || 0, blocking_wait_ns: blocking_ns || 0,
                 median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
-                median_wait_ns: median_wait || 0)
+                median_wait_ns: median_wait || 0, longest_gc: longest_gc)
       end
     end
 

@@ -184,7 +184,9 @@ module GVLScope
       def speedscope_events(serial, frames, &block) = spilled.speedscope_events(serial, frames, &block)
 
       # True when the thread has an interval with end != start (speedscope draws it).
-      def drawn?(serial) = thread_rows[serial]&.last || false
+      def drawn?(serial) = thread_rows[serial]&.[](DRAWN) || false
+
+      DRAWN = 22 # the column of Engine::Pass#threads
 
       # All intervals of a thread, collected by one more pass (once, for all threads).
       def intervals_of(serial)
