@@ -6,6 +6,7 @@ require "tmpdir"
 require "gvlscope/analysis"
 require "gvlscope/formats/report_html"
 require_relative "support/headless_chromium"
+require_relative "support/synthetic_report"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread, the
@@ -35,9 +36,9 @@ class ReportHTMLTest < Minitest::Test
     GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
   end
 
-  def write_html(report, extra_script: nil)
+  def write_html(report, extra_script: nil, budget: GVLScope::Formats::ReportHTML::BUDGET)
     html = File.join(@dir, "report.html")
-    File.open(html, "w") { |io| GVLScope::Formats::ReportHTML.new(report).write(io) }
+    File.open(html, "w") { |io| GVLScope::Formats::ReportHTML.new(report, budget: budget).write(io) }
     File.write(html, File.read(html).sub("</body>", "<script>#{extra_script}</script>\n</body>")) if extra_script
     html
   end
@@ -54,6 +55,23 @@ class ReportHTMLTest < Minitest::Test
   end
 
   def escape(text) = text.gsub("&", "&amp;").gsub("<", "&lt;").gsub(">", "&gt;")
+
+  # The page's data, as the viewer gets it.
+  def page_data(html) = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1].gsub("<\\/", "</"))
+
+  # A script that clicks the link of finding +index+, after the page has drawn.
+  def click_finding(index) = %(document.querySelectorAll("#findings .finding")[#{index}].querySelector("a").click();)
+
+  # The page of a trace too big to record here (test/support/synthetic_report.rb): 2,000 threads,
+  # 100M events, 30 findings, more intervals around each than the page takes. Made once.
+  def self.big_page
+    @big_page ||= begin
+      path = File.join(Dir.mktmpdir("gvlscope-html-big"), "big.html")
+      Minitest.after_run { FileUtils.rm_rf(File.dirname(path)) }
+      File.open(path, "w") { |io| GVLScope::Formats::ReportHTML.new(SyntheticReport.new).write(io) }
+      path
+    end
+  end
 
   def test_the_report_renders_every_thread_the_holders_and_the_release_sites_without_errors
     report = hog_report
@@ -120,5 +138,85 @@ class ReportHTMLTest < Minitest::Test
     dom, data = render(write_html(report))
     assert_equal "none", data["flame"]
     assert dom.include?(NOT_RECORDED), dom[%r{<h2>Where the waiting.*?</div>}m]
+  end
+
+  # Beyond the budget, the timeline shows the overview's bins, and the intervals themselves in a
+  # window around each finding: a finding's link zooms into them. A small trace made to go over a
+  # tiny budget, so the old path's Overview and detail are what the page holds.
+  def test_beyond_the_budget_bins_everywhere_but_around_the_findings
+    report = hog_report
+    index = report.findings.index { |finding| finding.kind == :hog }
+    refute_nil index, "no hog finding: #{report.findings.map(&:title)}"
+    tiny = GVLScope::Formats::ReportHTML::BUDGET.to_h.merge(embed_all_intervals: 0)
+    no_windows = GVLScope::Formats::ReportHTML::Budget.new(**tiny, windows: 0)
+    html = write_html(report, budget: no_windows)
+    data = page_data(html)
+    assert_equal "windows", data["timeline"]["mode"]
+    assert_equal [], data["timeline"]["windows"]
+    assert_equal 0, data["timeline"]["intervals"]
+    dom, bins_only = render(html)
+    assert_equal report.rows.size.to_s, bins_only["lanes"]
+    assert_equal "0", bins_only["intervals-drawn"]
+    assert_operator bins_only["bin-columns"].to_i, :>, 1000, "the bins were not drawn"
+    assert_includes dom, "each lane shows the share of run, gc, wait and idle in each pixel"
+
+    html = write_html(report, budget: GVLScope::Formats::ReportHTML::Budget.new(**tiny), extra_script: click_finding(index))
+    data = page_data(html)
+    focus = report.findings[index].focus_ns
+    windows = data["timeline"]["windows"]
+    assert(windows.any? { |from, to| from <= focus[0] && to >= focus[1] }, windows.inspect)
+    expected = report.timeline.threads.values.sum do |thread|
+      thread.intervals.count { |i| windows.any? { |from, to| i.start_ns < to && (i.end_ns > from || i.start_ns >= from) } }
+    end
+    assert_equal expected, data["threads"].sum { |lane| lane["count"] }
+    _dom, zoomed = render(html)
+    from, to = zoomed["view"].split(",").map(&:to_i)
+    assert_operator from, :<=, focus[0]
+    assert_operator to, :>=, focus[1]
+    assert_operator zoomed["intervals-drawn"].to_i, :>, 0, "the finding's intervals were not drawn"
+  end
+
+  # The page of a 100M-event trace of 2,000 threads stays under 25 MB: at most Budget#lanes lanes
+  # (the busiest and those findings name) and one for the rest, the findings' windows filled up
+  # to Budget#detail_intervals, the table cut, and it renders: lanes, and a finding's intervals.
+  def test_a_huge_trace_makes_a_page_under_25_mb_that_renders
+    html = self.class.big_page
+    assert_operator File.size(html), :<=, 25_000_000
+    data = page_data(html)
+    budget = GVLScope::Formats::ReportHTML::BUDGET
+    lanes = data["threads"]
+    assert_equal budget.lanes + 1, lanes.size
+    assert_equal "1800 other threads (average)", lanes.last["label"]
+    assert_equal 1800, lanes.last["others"]
+    named = data["findings"].flat_map { |finding| [finding["thread"]] }
+    shown = lanes[0...-1].map { |lane| lane["label"][/\Aworker \d+/] }
+    assert_empty named - shown, "a thread a finding names has no lane"
+    assert_includes shown, "worker 1" # the busiest
+    assert_equal budget.detail_intervals, data["timeline"]["intervals"]
+    assert_equal budget.windows, data["timeline"]["windows"].size
+    assert_equal budget.table_rows + 2, data["table"].size # the header, the rows and "(N more threads...)"
+
+    # A click on a finding's link, then the mouse over the others' lane.
+    index = 3
+    hover = <<~JS
+      window.addEventListener("hashchange", () => { // after the viewer's own listener: zoomed in
+        const lanes = document.getElementById("timeline"), at = lanes.getBoundingClientRect();
+        lanes.dispatchEvent(new MouseEvent("mousemove", { clientX: at.left + 600, clientY: at.top + 20 + 22 * 200 + 10 }));
+        document.body.dataset.probeTooltip = document.getElementById("tooltip").textContent;
+      });
+    JS
+    dom, zoomed = render(html.sub(".html", "-click.html").tap do |clicked|
+      File.write(clicked, File.read(html).sub("</body>", "<script>#{hover}#{click_finding(index)}</script>\n</body>"))
+    end)
+    assert_match(/\A1800 other threads \(average\): run \d+(\.\d+)?%, wait \d+(\.\d+)?%, idle \d+(\.\d+)?%, gc [\d.]+% of [\d.]+ [nu]s at 77\.4 s \(average of 1800 threads\)\z/,
+                 zoomed["probe-tooltip"])
+    assert_equal lanes.size.to_s, zoomed["lanes"]
+    assert_includes dom, "Showing 200 of 2,000 threads"
+    focus = data["findings"][index]["focus_ns"]
+    from, to = zoomed["view"].split(",").map(&:to_i)
+    assert_operator from, :<=, focus[0]
+    assert_operator to, :>=, focus[1]
+    assert_operator zoomed["intervals-drawn"].to_i, :>=, SyntheticReport::DETAIL_THREADS, "the window's intervals"
+    assert_operator zoomed["bin-columns"].to_i, :>, 0, "the others' lane and the view past the window"
   end
 end

@@ -4,6 +4,7 @@ require "optparse"
 require_relative "version"
 require_relative "errors"
 require_relative "formats"
+require_relative "progress"
 
 module GVLScope
   # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
@@ -87,9 +88,9 @@ module GVLScope
       when "lab"
         require_relative "lab/cli"
         Lab::CLI.new(out: @out, err: @err).run(argv)
-      when "report" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) }
-      when "export" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) }
-      when "summary" then with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) }
+      when "report" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) } }
+      when "export" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) } }
+      when "summary" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) } }
       else
         raise UsageError, "unknown command '#{command}'"
       end
@@ -129,17 +130,19 @@ module GVLScope
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
       require_relative "model"
-      progress("reading #{path}")
-      scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill) if Model::Scan.available?
-      file = scan ? scan.file : Model.read(path)
+      progress("reading #{path}", File.size(path))
+      if Model::Scan.available?
+        scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress)
+      end
+      file = scan ? scan.file : read_trace(path)
       if checked && file.truncated? && !@partial
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
-      file.warnings.each { |warning| @err.puts "gvlscope: warning: #{warning}" } if checked
-      progress("reading the #{file.size} events")
+      file.warnings.each { |warning| say "gvlscope: warning: #{warning}" } if checked
       return scan.run if scan
 
+      progress("building the timeline of #{file.size} events")
       Model::Timeline.new(file)
     end
 
@@ -155,9 +158,34 @@ module GVLScope
       GC.enable if paused
     end
 
-    # Progress lines for long work, only for a person watching a terminal.
-    def progress(message)
-      @err.puts "gvlscope: #{message}..." if @err.respond_to?(:tty?) && @err.tty?
+    # The trace's events. A reader that can say how far it got is given @progress (advance_to(bytes)
+    # of the file): the streaming engine's; Model.read reads in one call, the bar then shows the time.
+    def read_trace(path) = Model.read(path)
+
+    # A progress bar on stderr while a command reads, analyses and writes (GVLScope::Progress:
+    # only on a terminal, only after 2 s, erased at the end).
+    def with_progress
+      @progress = Progress.new(nil, label: "starting", io: @err)
+      @progress.ticking { yield }
+    ensure
+      @progress&.finish
+      @progress = nil
+    end
+
+    # The next step of the work, on the progress bar (nothing outside with_progress). +total_bytes+:
+    # its measure, when whoever does it calls @progress.advance_to.
+    def progress(message, total_bytes = nil)
+      @progress&.phase(message, total_bytes)
+    end
+
+    # A line on stderr, the progress bar erased first.
+    def say(line)
+      @progress ? @progress.puts(line) : @err.puts(line)
+    end
+
+    # Output on stdout: a terminal shows it with stderr, so the progress bar is erased first.
+    def print_out(&block)
+      @progress ? @progress.pause(&block) : yield
     end
 
     EXPORT_FORMATS = Formats.for_command("export").map(&:name).freeze
@@ -189,7 +217,7 @@ module GVLScope
       exporter = entry.format_class.new(timeline)
       progress("writing #{output}")
       File.open(output, "wb") { |io| exporter.write(io) }
-      @err.puts "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
+      say "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
     end
 
     # Runs COMMAND with the recorder loaded at boot through RUBYOPT, so any Ruby it starts (and
@@ -244,7 +272,7 @@ module GVLScope
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
-        after_run(traces, show_summary: show_summary, html: html, export_format: export_format) unless metrics_only
+        with_progress { after_run(traces, show_summary: show_summary, html: html, export_format: export_format) } unless metrics_only
         @program_signal = status.termsig
         status.exitstatus || 128 + status.termsig.to_i
       end
@@ -324,19 +352,21 @@ module GVLScope
       end
       require_relative "model"
       traces.each_with_index do |path, index|
-        timeline = timeline_of(path, spill: !export_format.nil?, checked: false)
+        require_relative "analysis/overview"
+        bins = (Analysis::Overview::BINS if html && index.zero?)
+        timeline = timeline_of(path, bins: bins, spill: !export_format.nil?, checked: false)
         report = report_of(timeline) if show_summary || (html && index.zero?)
         if show_summary
-          @err.puts Formats::ReportText.new(report).short
-          @err.puts
+          say Formats::ReportText.new(report).short
+          say ""
         end
         write_html(report, html) if html && index.zero?
         export_timeline(timeline, path, export_format) if export_format
       end
       return unless show_summary
 
-      @err.puts "gvlscope: #{traces.size == 1 ? 'trace' : "#{traces.size} traces (one per process)"}: " \
-                "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
+      say "gvlscope: #{traces.size == 1 ? 'trace' : "#{traces.size} traces (one per process)"}: " \
+          "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
     end
 
     def report(argv)
@@ -356,11 +386,16 @@ module GVLScope
       path, *extra = parser.parse(argv)
       raise UsageError, "report takes one FILE (got #{extra.size + 1})" unless extra.empty?
 
-      report = report_of(timeline_of(path), thread: thread)
+      # The HTML's overview is summed in the same pass as the rest.
+      require_relative "analysis/overview"
+      bins = (Analysis::Overview::BINS if html)
+      report = report_of(timeline_of(path, bins: bins), thread: thread)
+      progress("writing the report")
       if json
-        Formats::ReportJSON.new(report).write(@out)
+        print_out { Formats::ReportJSON.new(report).write(@out) }
       else
-        @out.puts Formats::ReportText.new(report).to_s
+        text = Formats::ReportText.new(report).to_s
+        print_out { @out.puts text }
       end
       write_html(report, html) if html
       0
@@ -375,7 +410,7 @@ module GVLScope
     def write_html(report, path)
       progress("writing #{path}")
       File.open(path, "w") { |io| Formats::ReportHTML.new(report).write(io) }
-      @err.puts "gvlscope: wrote #{path}"
+      say "gvlscope: wrote #{path}"
     end
 
     def summary(argv)
@@ -384,7 +419,8 @@ module GVLScope
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, = parser.parse(argv)
-      Formats::SummaryText.new(timeline_of(path)).write(@out)
+      timeline = timeline_of(path)
+      print_out { Formats::SummaryText.new(timeline).write(@out) }
       0
     end
   end

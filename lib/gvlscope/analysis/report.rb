@@ -6,6 +6,7 @@ require_relative "thread_stats"
 require_relative "histograms"
 require_relative "blame"
 require_relative "code_locations"
+require_relative "overview"
 require_relative "rules"
 
 module GVLScope
@@ -78,6 +79,54 @@ module GVLScope
                         else
                           Histograms.of(selected_threads, @timeline.waiters_at_acquire)
                         end
+      end
+
+      # The whole trace in +bins+ slices per thread (Analysis::Overview): what the HTML report draws
+      # zoomed out.
+      # From a Model::Scan: the lanes the engine summed in its pass (another pass for other bins).
+      def overview(bins: Overview::BINS)
+        @overviews ||= {}
+        @overviews[bins] ||= if @timeline.is_a?(Model::Scan)
+                               Overview.new(duration_ns, bins: bins, lanes: @timeline.overview_lanes(bins))
+                             else
+                               Overview.of(@timeline, bins: bins)
+                             end
+      end
+
+      # The intervals of every thread that overlap [start_ns, end_ns) (a moment, such as an exit,
+      # counts when it falls in it), in time order (by start; threads in their order of
+      # appearance on ties), at most +limit+: the first ones. So when +limit+ of them come back,
+      # every interval that starts before the last one's start is among them.
+      #
+      # From a Model::Scan each call is a pass over the trace: ask for several windows at once with
+      # #details.
+      def detail(start_ns, end_ns, limit: 200_000)
+        return @timeline.detail(start_ns, end_ns, limit: limit) if @timeline.is_a?(Model::Scan)
+
+        found = []
+        @timeline.each_thread do |thread|
+          intervals = thread.intervals
+          # A thread's intervals follow one another: their ends are in order.
+          first = intervals.bsearch_index { |interval| interval.end_ns > start_ns || interval.start_ns >= start_ns }
+          next unless first
+
+          taken = 0
+          intervals[first..].each do |interval|
+            break if interval.start_ns >= end_ns || taken == limit # the first +limit+ of all are among each's first
+
+            found << interval
+            taken += 1
+          end
+        end
+        found.sort_by!.with_index { |interval, index| [interval.start_ns, index] }
+        found.first(limit)
+      end
+
+      # #detail of each window [start_ns, end_ns], in one pass over a Model::Scan's trace.
+      def details(windows, limit: 200_000)
+        return @timeline.details(windows, limit: limit) if @timeline.is_a?(Model::Scan)
+
+        windows.map { |start_ns, end_ns| detail(start_ns, end_ns, limit: limit) }
       end
 
       def selected_threads

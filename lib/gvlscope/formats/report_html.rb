@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "set"
 require_relative "format"
 require_relative "histogram_text"
 require_relative "report_text"
@@ -8,13 +9,22 @@ require_relative "thread_table"
 require_relative "../units"
 require_relative "../vocabulary"
 require_relative "../analysis/stack_profile"
+require_relative "../analysis/overview"
 
 module GVLScope
   module Formats
     # An Analysis::Report as one self-contained HTML file (no network): findings, per-thread table,
-    # histograms and a zoomable timeline drawn on a canvas by report_html/viewer.js. The intervals are
-    # embedded as packed binary (base64), 9 bytes each, so a trace of millions of events stays a
-    # file a browser opens; the viewer merges intervals narrower than a pixel when zoomed out.
+    # histograms and a zoomable timeline drawn on a canvas by report_html/viewer.js.
+    #
+    # The timeline has two resolutions, so the page stays under ~25 MB and opens in seconds for a
+    # trace of any length (docs/report.md, "HTML"):
+    # - the overview (Analysis::Overview): each thread's run, wait, idle and gc time in each of
+    #   Budget#bins slices of the trace, what the viewer draws zoomed out;
+    # - the intervals themselves, packed binary (base64), 9 bytes each: all of them for a trace of
+    #   up to Budget#embed_all_intervals; otherwise those in a window around each finding
+    #   (Budget#detail_intervals in all), which the viewer draws when zoomed into one.
+    # At most Budget#lanes threads get a lane of their own (those that ran and waited most, and
+    # those a finding names); the others share one lane of their average.
     #
     # With stacks, "Where the waiting came from": an icicle graph of the wait-weighted holder
     # profile (all threads, and one per thread a finding names as the holder: clicking the
@@ -34,6 +44,25 @@ module GVLScope
       THREAD_PROFILE_NODES = 500
       RELEASE_SITES = 10 # rows of the release-site table
 
+      # What the page may hold. The defaults keep it under ~20 MB for any trace: intervals take 12
+      # bytes each in base64 (12 MB at most), an overview lane bins * 4 * 2 bytes * 4/3 (21 KB).
+      # embed_all_intervals: a trace of at most this many events has all its intervals on the page
+      # detail_intervals:    otherwise, the intervals of all the windows around findings, together
+      # windows:             the findings that get a window (the first, in the report's order)
+      # lanes:               threads drawn one per lane; the rest share one lane
+      # findings:            findings listed (each with title, fix and its window)
+      # table_rows:          rows of the thread table
+      Budget = Struct.new(:embed_all_intervals, :detail_intervals, :windows, :lanes, :bins, :findings, :table_rows,
+                          keyword_init: true)
+      BUDGET = Budget.new(embed_all_intervals: 1_000_000, detail_intervals: 1_000_000, windows: 20, lanes: 200,
+                          bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
+      SHARE_ONE = 0xFFFF # an overview bin's share of a state, in 1/65535 of the bin (uint16)
+
+      def initialize(subject, budget: BUDGET)
+        super(subject)
+        @budget = budget
+      end
+
       def write(io)
         template = File.read(TEMPLATE)
         data = JSON.generate(model).gsub("</", "<\\/") # "</script>" in a thread name must not end the script
@@ -48,6 +77,13 @@ module GVLScope
       def model
         report = @subject
         unit_ns = [(report.duration_ns / 0xFFFF_FFFF.to_f).ceil, 1].max
+        findings = report.findings.first(@budget.findings)
+        rows = report.rows
+        table_rows = rows.sort_by { |row| -row.wait_ns }.first(@budget.table_rows)
+        table = ThreadTable.lines(table_rows)
+        if rows.size > table_rows.size
+          table << "  (#{rows.size - table_rows.size} more threads, that waited less: gvlscope report FILE lists them all)"
+        end
         {
           file: report.file.path.to_s,
           durationNs: report.duration_ns,
@@ -55,14 +91,106 @@ module GVLScope
           states: CODES.keys.map(&:to_s),
           labels: CODES.keys.map { |code| label(code) },
           summary: "#{ReportText.new(report).header.join("\n")}\n",
-          findings: report.findings.map { |finding| finding.to_h.merge(holder: holder_of(finding)) },
-          table: ThreadTable.lines(report.rows),
+          findings: findings.map do |finding|
+            { kind: finding.kind, thread: finding.thread, title: finding.title, fix: finding.fix,
+              focus_ns: finding.focus_ns, holder: holder_of(finding) }
+          end,
+          findingsTotal: report.findings.size,
+          table: table,
           histograms: histograms,
-          threads: report.selected_threads.map { |thread| lane(thread, unit_ns) },
-          stacks: stacks,
+          stacks: stacks(findings),
+        }.merge(timeline_data(rows, findings, unit_ns))
+      end
+
+      # The timeline's data: the lanes (one per shown thread, then the others' average), which
+      # intervals are on the page and the overview's bins.
+      def timeline_data(rows, findings, unit_ns)
+        report = @subject
+        shown, others = split_lanes(rows, findings)
+        events = report.file.size
+        if events + rows.size <= @budget.embed_all_intervals # a thread's intervals: at most its events + 1
+          mode = "all"
+          windows = [[0, report.duration_ns]]
+          intervals = report.detail(0, report.duration_ns, limit: @budget.embed_all_intervals)
+        else
+          mode = "windows"
+          windows, intervals = finding_details(findings)
+        end
+        # The overview is drawn wherever intervals are not: everywhere zoomed out, unless every
+        # interval of every lane is on the page.
+        overview = report.overview(bins: @budget.bins) if mode == "windows" || others.any?
+        by_thread = intervals.group_by(&:thread)
+        lanes = shown.map do |row|
+          lane(row, by_thread.fetch(row.serial, []), unit_ns, mode == "windows" ? overview : nil)
+        end
+        unless others.empty?
+          lanes << { label: "#{others.size} other threads (average)", serial: nil, ractor: nil, count: 0, others: others.size,
+                     codes: "", times: "", bins: bins(overview.sum(others.map(&:serial)), overview.bin_ns * others.size) }
+        end
+        {
+          threads: lanes,
+          timeline: {
+            mode: mode, events: events, intervals: lanes.sum { |lane| lane[:count] }, windows: windows,
+            binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size, lanesShown: shown.size,
+          },
         }
       end
 
+      # The rows that get a lane of their own (in the report's order) and the rest: up to
+      # Budget#lanes, those a finding names first, then those that ran and waited most.
+      def split_lanes(rows, findings)
+        return [rows, []] if rows.size <= @budget.lanes
+
+        named = findings.flat_map(&:threads).to_set
+        ranked = rows.sort_by.with_index { |row, index| [named.include?(row.label) ? 0 : 1, -(row.run_ns + row.wait_ns), index] }
+        kept = ranked.first(@budget.lanes).to_set
+        rows.partition { |row| kept.include?(row) }
+      end
+
+      # Around each finding's focus, a window of its intervals; Budget#detail_intervals shared
+      # among them. Returns [the windows covered, [ns, ns] each, the intervals in time order].
+      # A window is the focus and twice its length on each side (1 ms at least); if its share of
+      # intervals ends before the focus does, the focus and half its length on each side (what the
+      # finding's link shows); if still too many, from its start up to the last interval that fits.
+      def finding_details(findings)
+        focuses = findings.filter_map(&:focus_ns).first(@budget.windows)
+        return [[], []] if focuses.empty?
+
+        duration = @subject.duration_ns
+        wanted = focuses.map do |from, to|
+          margin = [2 * (to - from), 1_000_000].max
+          [[from - margin, 0].max, [to + margin, duration].min, from, to]
+        end
+        merged = wanted.sort.each_with_object([]) do |window, all|
+          last = all.last
+          if last && window[0] <= last[1]
+            last[1] = [last[1], window[1]].max
+            last[3] = [last[3], window[3]].max
+          else
+            all << window.dup
+          end
+        end
+        limit = @budget.detail_intervals / merged.size
+        windows = []
+        intervals = []
+        merged.each do |from, to, focus_from, focus_to|
+          found = @subject.detail(from, to, limit: limit)
+          to = found.last.start_ns if found.size >= limit # every interval that starts before it is here
+          if to < focus_to # cut short before the end of a focus: the focus with less around it
+            half = (focus_to - focus_from) / 2
+            from = [focus_from - half, 0].max
+            to = [focus_to + half, duration].min
+            found = @subject.detail(from, to, limit: limit)
+            to = found.last.start_ns if found.size >= limit # every interval that starts before it is here
+          end
+          # A long interval that reaches into the window before was taken with it: once is enough.
+          covered_before = windows.last&.last
+          found = found.drop_while { |interval| interval.start_ns < covered_before } if covered_before
+          windows << [from, to]
+          intervals.concat(found)
+        end
+        [windows, intervals]
+      end
       # The thread whose code a finding is about when it held the GVL: a hog itself, a convoy's
       # main holder; nil for contention (everyone's), which then shows all threads' profile.
       def holder_of(finding)
@@ -73,12 +201,12 @@ module GVLScope
       end
 
       # nil without stacks (the page says "stacks: not recorded"); else the profiles and the sites.
-      def stacks
+      def stacks(findings)
         timeline = @subject.timeline
         return nil unless timeline.stacks?
 
         frames = {}
-        holders = @subject.findings.filter_map { |finding| holder_of(finding) }.uniq
+        holders = findings.filter_map { |finding| holder_of(finding) }.uniq
         samples_of = timeline.samples.group_by { |sample| timeline.threads[sample.thread]&.label }
         {
           samples: timeline.samples.size,
@@ -124,24 +252,36 @@ module GVLScope
         HistogramText.report_sections(h[:hold_ns], h[:wait_ns], h[:waiters_at_acquire])
       end
 
-      # A thread's intervals as three little-endian arrays: state codes (uint8), starts and ends
-      # (uint32, in unitNs since the trace started).
-      def lane(thread, unit_ns)
-        intervals = thread.intervals
+      # A thread's lane: its intervals on the page and its overview bins. The intervals are two
+      # base64 strings: the state codes (uint8), and the times in unitNs as BER integers (pack "w":
+      # 7 bits a byte), for each interval the gap since the end of the one before (0 but between
+      # windows) then its length: 3 to 4 bytes an interval where three uint32 would take 9.
+      def lane(row, intervals, unit_ns, overview)
         codes = Array.new(intervals.size)
-        starts = Array.new(intervals.size)
-        ends = Array.new(intervals.size)
-        # One pass, integer division only: a trace holds millions of intervals.
+        times = Array.new(2 * intervals.size)
+        last_end = 0
+        # One pass, integer division only: a lane may hold a million intervals.
         intervals.each_with_index do |interval, index|
           state = interval.state
           codes[index] = state == :idle ? IDLE_CODES.fetch(interval.reason) : CODES.fetch(state)
-          starts[index] = interval.start_ns / unit_ns
-          ends[index] = interval.end_ns / unit_ns
+          start = interval.start_ns / unit_ns
+          finish = interval.end_ns / unit_ns
+          times[2 * index] = start - last_end
+          times[2 * index + 1] = finish - start
+          last_end = finish
         end
         {
-          label: thread.display_name, serial: thread.serial, ractor: thread.ractor_id, count: intervals.size,
-          codes: [codes.pack("C*")].pack("m0"), starts: [starts.pack("L<*")].pack("m0"), ends: [ends.pack("L<*")].pack("m0")
+          label: Vocabulary.thread_display_name(row.label, row.created_at), serial: row.serial, ractor: row.ractor_id,
+          count: intervals.size, others: 0, codes: [codes.pack("C*")].pack("m0"), times: [times.pack("w*")].pack("m0"),
+          bins: overview && bins(overview.lane(row.serial), overview.bin_ns)
         }
+      end
+
+      # Overview bins (run, wait, idle, gc ns per bin) as shares of +full_ns+, uint16 little-endian
+      # in base64: 8 bytes a bin whatever the trace's length.
+      def bins(values, full_ns)
+        half = full_ns / 2
+        [values.map { |ns| ((ns * SHARE_ONE + half) / full_ns).clamp(0, SHARE_ONE) }.pack("S<*")].pack("m0")
       end
 
       def escape(text) = text.gsub("&", "&amp;").gsub("<", "&lt;").gsub(">", "&gt;")

@@ -14,7 +14,12 @@ const COLORS = {
   io: "#aec7e8", sleep: "#dbdb8d", lock: "#9467bd", join: "#c5b0d5", pass: "#98df8a", blocking: "#bcbd22",
   io_sleep: "#c7c7c7", unknown: "#e7e7e7",
 };
-const LANE = 22, LABEL_WIDTH = 170, AXIS = 20;
+// Zoomed out, a lane shows the overview's bins (report_html.rb): in each pixel column, the shares
+// of run, gc, wait and idle stacked from the top (idle without its reason: the bins do not keep it).
+const SUMMARY_STATES = ["run", "wait", "idle", "gc"]; // the order of the bins' four numbers
+const SUMMARY_STACK = [0, 3, 1, 2]; // drawn from the top: run, gc, wait, idle (indexes in SUMMARY_STATES)
+const SUMMARY_IDLE = "#bdbdbd";
+const LANE = 22, LABEL_WIDTH = 170, AXIS = 20, BAR_TOP = 3, BAR = LANE - 6, SHARE_ONE = 65535;
 
 function decode(base64, Type) {
   const binary = atob(base64);
@@ -23,18 +28,68 @@ function decode(base64, Type) {
   return new Type(bytes.buffer);
 }
 
-const lanes = REPORT.threads.map((t) => ({
-  label: t.label, codes: decode(t.codes, Uint8Array), starts: decode(t.starts, Uint32Array),
-  ends: decode(t.ends, Uint32Array),
-}));
-const stateColors = REPORT.states.map((s) => COLORS[s]);
+const TIMELINE = REPORT.timeline;
 const totalUnits = Math.max(1, Math.ceil(REPORT.durationNs / REPORT.unitNs));
+const binUnits = TIMELINE.binNs ? TIMELINE.binNs / REPORT.unitNs : 0;
+// Where the page holds every interval of the lanes, in units, sorted and apart.
+const windows = TIMELINE.windows.map(([from, to]) => [from / REPORT.unitNs, to / REPORT.unitNs]);
+
+// A lane's bins as running sums per state (bins + 1 entries each): the share of a state over any
+// time range is two look-ups, whether a pixel column spans a thousand bins or a part of one.
+function runningSums(base64) {
+  const shares = decode(base64, Uint16Array);
+  const bins = shares.length / 4;
+  const sums = new Float64Array((bins + 1) * 4);
+  for (let b = 0; b < bins; b++) {
+    for (let s = 0; s < 4; s++) sums[(b + 1) * 4 + s] = sums[b * 4 + s] + shares[b * 4 + s] / SHARE_ONE;
+  }
+  return sums;
+}
+
+// A lane's interval times (report_html.rb, ReportHTML#lane): BER integers, gap then length per
+// interval, into arrays of starts and ends.
+function intervalTimes(base64, count) {
+  const bytes = decode(base64, Uint8Array);
+  const starts = new Uint32Array(count), ends = new Uint32Array(count);
+  let at = 0, time = 0;
+  const next = () => {
+    let value = 0, byte;
+    do { byte = bytes[at++]; value = value * 128 + (byte & 127); } while (byte & 128);
+    return value;
+  };
+  for (let i = 0; i < count; i++) {
+    starts[i] = time += next();
+    ends[i] = time += next();
+  }
+  return [starts, ends];
+}
+
+const lanes = REPORT.threads.map((t) => {
+  const [starts, ends] = intervalTimes(t.times, t.count);
+  return { label: t.label, others: t.others, codes: decode(t.codes, Uint8Array), starts: starts, ends: ends,
+           sums: t.bins ? runningSums(t.bins) : null };
+});
+const stateColors = REPORT.states.map((s) => COLORS[s]);
 let view = { from: 0, to: totalUnits };
 
-// 1.5 s, 2.25 ms, 800 us: three significant digits at most, no trailing zeros.
-function formatNs(ns) {
+// The bins' time in one state from the trace's start to +time+ (units), in bins.
+function summed(sums, state, time) {
+  const bins = sums.length / 4 - 1;
+  const at = Math.min(Math.max(time / binUnits, 0), bins);
+  const bin = Math.min(Math.floor(at), bins - 1);
+  return sums[bin * 4 + state] + (sums[(bin + 1) * 4 + state] - sums[bin * 4 + state]) * (at - bin);
+}
+
+// The shares of run, wait, idle and gc (SUMMARY_STATES) of a lane over [from, to) in units.
+function sharesOf(lane, from, to) {
+  const span = (to - from) / binUnits;
+  return [0, 1, 2, 3].map((s) => span > 0 ? (summed(lane.sums, s, to) - summed(lane.sums, s, from)) / span : 0);
+}
+
+// 1.5 s, 2.25 ms, 800 us: three significant digits at most (or +digits), no trailing zeros.
+function formatNs(ns, digits = 3) {
   const [value, unit] = ns >= 1e9 ? [ns / 1e9, "s"] : ns >= 1e6 ? [ns / 1e6, "ms"] : ns >= 1e3 ? [ns / 1e3, "us"] : [ns, "ns"];
-  return Number(value.toPrecision(3)) + " " + unit;
+  return Number(value.toPrecision(digits)) + " " + unit;
 }
 
 function text(id, content) { document.getElementById(id).textContent = content; }
@@ -64,20 +119,46 @@ function renderStatic() {
     }
     findings.append(box);
   });
+  if (REPORT.findingsTotal > REPORT.findings.length) {
+    const more = document.createElement("div");
+    more.textContent = `(${REPORT.findingsTotal - REPORT.findings.length} more findings: gvlscope report FILE lists them all)`;
+    findings.append(more);
+  }
   const legend = document.getElementById("legend");
-  REPORT.states.forEach((s, code) => {
+  const swatch = (color, label) => {
     const item = document.createElement("span");
-    const swatch = document.createElement("i");
-    swatch.style.background = COLORS[s];
-    item.append(swatch, REPORT.labels[code]);
+    const square = document.createElement("i");
+    square.style.background = color;
+    item.append(square, label);
     legend.append(item);
-  });
+  };
+  REPORT.states.forEach((s, code) => swatch(COLORS[s], REPORT.labels[code]));
+  if (lanes.some((lane) => lane.sums)) swatch(SUMMARY_IDLE, "idle (summaries: any reason)");
+  text("timeline-note", timelineNote());
   const histograms = document.getElementById("histograms");
   REPORT.histograms.forEach((lines) => {
     const pre = document.createElement("pre");
     pre.textContent = lines.join("\n");
     histograms.append(pre);
   });
+}
+
+// What the timeline holds, when it is not every interval of every thread.
+function timelineNote() {
+  const notes = [];
+  if (TIMELINE.mode === "windows") {
+    notes.push(`This trace has ${TIMELINE.events.toLocaleString("en")} events: zoomed out, each lane shows the share ` +
+      `of run, gc, wait and idle in each pixel (summaries of ${formatNs(TIMELINE.binNs)}, stacked from the top). ` +
+      `The intervals themselves are on the page around the findings (${windows.length} ` +
+      `window${windows.length === 1 ? "" : "s"}, marked blue on the time axis, ` +
+      `${TIMELINE.intervals.toLocaleString("en")} intervals): zoom into one, or follow a finding's link, to see them.`);
+  }
+  if (TIMELINE.threadsTotal > TIMELINE.lanesShown) {
+    notes.push(`Showing ${TIMELINE.lanesShown} of ${TIMELINE.threadsTotal.toLocaleString("en")} threads (those the ` +
+      `findings name, then those that ran and waited most); the other ` +
+      `${(TIMELINE.threadsTotal - TIMELINE.lanesShown).toLocaleString("en")} share the last lane, their average.`);
+  }
+  return notes.join(" ");
 }
 
 const canvas = document.getElementById("timeline");
@@ -94,16 +175,124 @@ function firstAfter(lane, time) {
   return low;
 }
 
+// The parts of the view drawn from intervals: the windows that hold them (everywhere when the
+// page holds every interval).
+function intervalRanges() {
+  return windows.filter(([from, to]) => to > view.from && from < view.to)
+    .map(([from, to]) => [Math.max(from, view.from), Math.min(to, view.to)]);
+}
+
+// The rest of the view: drawn from the bins.
+function binRanges(ranges) {
+  const rest = [];
+  let at = view.from;
+  ranges.forEach(([from, to]) => { if (from > at) rest.push([at, from]); at = Math.max(at, to); });
+  if (at < view.to) rest.push([at, view.to]);
+  return rest;
+}
+
+let pixels = null; // the bins' ImageData, kept while the canvas keeps its size
+const RGB = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+// Each state's colour as one little-endian RGBA word, in SUMMARY_STACK order.
+const stackColors = new Uint32Array(SUMMARY_STACK.map((s) => {
+  const [r, g, b] = RGB(SUMMARY_STATES[s] === "idle" ? SUMMARY_IDLE : COLORS[SUMMARY_STATES[s]]);
+  return (255 << 24 | b << 16 | g << 8 | r) >>> 0;
+}));
+
+// The bins of every lane over +ranges+ of each, written pixel by pixel into one ImageData (a few
+// million writes, one putImageData: far cheaper than a rectangle per state per column). Where a
+// device-pixel column starts, in bins, is worked out once for all lanes.
+function drawBins(rangesOf, scale) {
+  const ratio = devicePixelRatio;
+  const width = Math.max(1, Math.round((canvas.clientWidth - LABEL_WIDTH) * ratio));
+  const height = Math.max(1, Math.round(lanes.length * LANE * ratio));
+  if (!pixels || pixels.width !== width || pixels.height !== height) pixels = context.createImageData(width, height);
+  const words = new Uint32Array(pixels.data.buffer);
+  words.fill(0);
+  const bins = TIMELINE.bins, binsPerPixel = 1 / (scale * ratio * binUnits);
+  const edge = new Int32Array(width + 1), part = new Float64Array(width + 1);
+  for (let x = 0; x <= width; x++) {
+    const at = Math.min(Math.max(view.from / binUnits + x * binsPerPixel, 0), bins);
+    edge[x] = Math.min(Math.floor(at), bins - 1);
+    part[x] = at - edge[x];
+  }
+  const bar = Math.round(BAR * ratio);
+  let columns = 0;
+  lanes.forEach((lane, index) => {
+    const sums = lane.sums;
+    if (!sums) return;
+    const top = Math.round((index * LANE + BAR_TOP) * ratio);
+    rangesOf(lane).forEach(([from, to]) => {
+      const first = Math.max(0, Math.round((from - view.from) * scale * ratio));
+      const last = Math.min(width, Math.round((to - view.from) * scale * ratio));
+      for (let x = first; x < last; x++) {
+        let y = 0, filled = 0;
+        for (let k = 0; k < 4; k++) {
+          const s = SUMMARY_STACK[k], a = edge[x] * 4 + s, b = edge[x + 1] * 4 + s;
+          const before = sums[a] + (sums[a + 4] - sums[a]) * part[x];
+          const after = sums[b] + (sums[b + 4] - sums[b]) * part[x + 1];
+          filled += Math.min(Math.max((after - before) / binsPerPixel, 0), 1);
+          const end = Math.min(bar, Math.round(filled * bar));
+          for (let at = (top + y) * width + x; y < end; y++, at += width) words[at] = stackColors[k];
+        }
+        if (y > 0) columns++;
+      }
+    });
+  });
+  context.putImageData(pixels, Math.round(LABEL_WIDTH * ratio), Math.round(AXIS * ratio));
+  return columns;
+}
+
+// A lane's intervals within [from, to] (units). Intervals narrower than a pixel are merged: each
+// pixel column shows the state that took most of its time, so millions of them draw correctly and
+// fast at any zoom.
+function drawIntervals(lane, top, from, to, scale) {
+  let drawn = 0, column = -1;
+  const share = new Float64Array(REPORT.states.length);
+  const flush = () => {
+    if (column < 0) return;
+    let best = 0;
+    for (let s = 1; s < share.length; s++) if (share[s] > share[best]) best = s;
+    context.fillStyle = stateColors[best];
+    context.fillRect(LABEL_WIDTH + column, top + BAR_TOP, 1, BAR);
+    share.fill(0);
+    drawn++;
+  };
+  for (let i = firstAfter(lane, from); i < lane.codes.length && lane.starts[i] <= to; i++) {
+    const x0 = (Math.max(lane.starts[i], from) - view.from) * scale;
+    const x1 = (Math.min(lane.ends[i], to) - view.from) * scale;
+    const code = lane.codes[i];
+    if (x1 - x0 >= 1 || REPORT.states[code] === "exited") {
+      flush();
+      column = -1;
+      context.fillStyle = stateColors[code];
+      context.fillRect(LABEL_WIDTH + x0, top + BAR_TOP, Math.max(x1 - x0, 1), BAR);
+      drawn++;
+    } else {
+      const at = Math.floor(x0);
+      if (at !== column) { flush(); column = at; }
+      share[code] += lane.ends[i] - lane.starts[i] + 1e-9;
+    }
+  }
+  flush();
+  return drawn;
+}
+
 function draw() {
   const began = performance.now();
   const width = canvas.clientWidth;
+  const height = AXIS + lanes.length * LANE;
   canvas.width = width * devicePixelRatio;
-  canvas.height = (AXIS + lanes.length * LANE) * devicePixelRatio;
-  canvas.style.height = AXIS + lanes.length * LANE + "px";
+  canvas.height = height * devicePixelRatio;
+  canvas.style.height = height + "px";
   context.setTransform(devicePixelRatio, 0, 0, devicePixelRatio, 0, 0);
-  context.clearRect(0, 0, width, AXIS + lanes.length * LANE);
+  context.clearRect(0, 0, width, height);
   const plot = width - LABEL_WIDTH;
   const scale = plot / (view.to - view.from);
+  const detailed = intervalRanges();
+  const summarised = binRanges(detailed);
+  // The others' lane has bins only; the page's lanes have no bins when it holds all their intervals.
+  const columns = binUnits ? drawBins((lane) => (lane.others ? [[view.from, view.to]] : summarised), scale) : 0;
   drawAxis(plot, scale);
   let drawn = 0;
   lanes.forEach((lane, index) => {
@@ -111,42 +300,16 @@ function draw() {
     context.fillStyle = "#222";
     context.font = "12px system-ui, sans-serif";
     context.fillText(lane.label.slice(0, 24), 4, top + 15);
-    // Intervals narrower than a pixel are merged: each pixel column shows the state that took
-    // most of its time, so a zoomed-out view of millions of intervals stays correct and fast.
-    let column = -1;
-    const share = new Float64Array(REPORT.states.length);
-    const flush = () => {
-      if (column < 0) return;
-      let best = 0;
-      for (let s = 1; s < share.length; s++) if (share[s] > share[best]) best = s;
-      context.fillStyle = stateColors[best];
-      context.fillRect(LABEL_WIDTH + column, top + 3, 1, LANE - 6);
-      share.fill(0);
-      drawn++;
-    };
-    for (let i = firstAfter(lane, view.from); i < lane.codes.length && lane.starts[i] <= view.to; i++) {
-      const x0 = (Math.max(lane.starts[i], view.from) - view.from) * scale;
-      const x1 = (Math.min(lane.ends[i], view.to) - view.from) * scale;
-      const code = lane.codes[i];
-      if (x1 - x0 >= 1 || REPORT.states[code] === "exited") {
-        flush();
-        column = -1;
-        context.fillStyle = stateColors[code];
-        context.fillRect(LABEL_WIDTH + x0, top + 3, Math.max(x1 - x0, 1), LANE - 6);
-        drawn++;
-      } else {
-        const at = Math.floor(x0);
-        if (at !== column) { flush(); column = at; }
-        share[code] += lane.ends[i] - lane.starts[i] + 1e-9;
-      }
-    }
-    flush();
+    if (!lane.others) detailed.forEach(([from, to]) => { drawn += drawIntervals(lane, top, from, to, scale); });
   });
-  text("view", formatNs(view.from * REPORT.unitNs) + " - " + formatNs(view.to * REPORT.unitNs));
+  const mode = detailed.length === 0 ? "summaries" : summarised.length === 0 || !binUnits ? "intervals" : "intervals and summaries";
+  text("view", formatNs(view.from * REPORT.unitNs) + " - " + formatNs(view.to * REPORT.unitNs) + " (" + mode + ")");
   document.body.dataset.view = Math.round(view.from * REPORT.unitNs) + "," + Math.round(view.to * REPORT.unitNs);
   document.body.dataset.rendered = "ok";
   document.body.dataset.lanes = String(lanes.length);
-  document.body.dataset.rectangles = String(drawn);
+  document.body.dataset.rectangles = String(drawn + columns);
+  document.body.dataset.intervalsDrawn = String(drawn);
+  document.body.dataset.binColumns = String(columns);
   document.body.dataset.drawMs = (performance.now() - began).toFixed(1); // read by bench/report.rb
 }
 
@@ -160,8 +323,16 @@ function drawAxis(plot, scale) {
   for (let t = first; t <= view.to * REPORT.unitNs; t += step) {
     const x = LABEL_WIDTH + (t / REPORT.unitNs - view.from) * scale;
     context.fillRect(x, AXIS - 6, 1, 6);
-    context.fillText(formatNs(t), x + 2, AXIS - 8);
+    // Enough digits that neighbours differ: 77.4002 s, 77.4004 s deep into a long trace.
+    context.fillText(formatNs(t, Math.min(Math.max(Math.ceil(Math.log10(Math.max(t, 1) / step)) + 1, 3), 12)), x + 2, AXIS - 8);
   }
+  if (TIMELINE.mode === "all") return;
+  context.fillStyle = "#3182bd"; // where the intervals are: a finding's window, at least 2 px wide to be seen
+  windows.forEach(([from, to]) => {
+    if (to < view.from || from > view.to) return;
+    const x0 = (Math.max(from, view.from) - view.from) * scale, x1 = (Math.min(to, view.to) - view.from) * scale;
+    context.fillRect(LABEL_WIDTH + x0, AXIS - 3, Math.max(x1 - x0, 2), 3);
+  });
 }
 
 function zoom(factor, centre) {
@@ -200,10 +371,21 @@ function tooltip(event) {
   const lane = lanes[index];
   if (!lane || event.clientX - rect.left < LABEL_WIDTH) { box.style.display = "none"; return; }
   const time = unitsAt(event.clientX);
-  const i = firstAfter(lane, time);
-  if (i >= lane.codes.length || lane.starts[i] > time) { box.style.display = "none"; return; }
-  box.textContent = lane.label + ": " + REPORT.labels[lane.codes[i]] + " for " +
-    formatNs((lane.ends[i] - lane.starts[i]) * REPORT.unitNs) + " at " + formatNs(lane.starts[i] * REPORT.unitNs);
+  const inIntervals = !lane.others && intervalRanges().some(([from, to]) => time >= from && time <= to);
+  if (inIntervals) {
+    const i = firstAfter(lane, time);
+    if (i >= lane.codes.length || lane.starts[i] > time) { box.style.display = "none"; return; }
+    box.textContent = lane.label + ": " + REPORT.labels[lane.codes[i]] + " for " +
+      formatNs((lane.ends[i] - lane.starts[i]) * REPORT.unitNs) + " at " + formatNs(lane.starts[i] * REPORT.unitNs);
+  } else if (lane.sums) {
+    const from = unitsAt(event.clientX - 0.5), to = unitsAt(event.clientX + 0.5);
+    const shares = sharesOf(lane, Math.max(from, 0), to);
+    const parts = SUMMARY_STATES.map((s, i) => [s, shares[i]]).filter(([, share]) => share >= 0.0005)
+      .map(([s, share]) => s + " " + Number((100 * share).toPrecision(3)) + "%");
+    box.textContent = lane.label + ": " + (parts.length ? parts.join(", ") : "no time") + " of " +
+      formatNs((to - from) * REPORT.unitNs) + " at " + formatNs(Math.max(from, 0) * REPORT.unitNs) +
+      (lane.others ? " (average of " + lane.others + " threads)" : " (summary)");
+  } else { box.style.display = "none"; return; }
   box.style.left = event.clientX - rect.left + 12 + "px";
   box.style.top = event.clientY - rect.top + 12 + "px";
   box.style.display = "block";
