@@ -162,7 +162,18 @@ class EngineTest < Minitest::Test
       assert_equal(*code.map { |c| c.holders_while_waiting(row.serial).map(&:to_h) }, "#{name}: waiting #{row.label}")
       assert_equal(*code.map { |c| c.release_sites(threads: [row.serial]).map(&:to_h) }, "#{name}: sites #{row.label}")
     end
-    %w[text json].each do |format|
+    [1, 7, 2000].each do |bins|
+      overviews = [old, new].map { |report| report.overview(bins: bins) }
+      assert_equal(*overviews.map { |overview| [overview.bin_ns, overview.serials] }, "#{name}: overview of #{bins} bins")
+      overviews.first.serials.each do |serial|
+        assert_equal(*overviews.map { |overview| overview.lane(serial) }, "#{name}: overview lane #{serial}, #{bins} bins")
+      end
+    end
+    duration = timeline.duration_ns
+    windows = [[0, duration], [duration / 4, duration / 3], [duration / 2, duration / 2 + 1_000_000]]
+    assert_equal(*[old, new].map { |report| report.details(windows, limit: 500).map { |found| found.map(&:to_a) } },
+                 "#{name}: detail windows")
+    %w[text json html].each do |format|
       entry = GVLScope::Formats.fetch(format, command: "report")
       assert_equal entry.format_class.new(old).to_s, entry.format_class.new(new).to_s, "#{name}: report --format #{format}"
     end

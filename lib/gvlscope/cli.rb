@@ -129,8 +129,8 @@ module GVLScope
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
-      require_relative "model"
       progress("reading #{path}", File.size(path))
+      require_relative "model"
       if Model::Scan.available?
         scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress)
       end
