@@ -18,6 +18,7 @@ typedef struct {
 } eng_memory;
 
 void *eng_alloc(eng_memory *memory, size_t bytes);                        // zeroed
+void *eng_malloc(eng_memory *memory, size_t bytes);                       // not zeroed
 void *eng_realloc(eng_memory *memory, void *pointer, size_t old_bytes, size_t new_bytes); // new part zeroed
 void eng_free(eng_memory *memory, void *pointer, size_t bytes);
 

@@ -141,6 +141,7 @@ static uint32_t thread_index(eng_engine *engine, uint32_t serial) {
     thread->cursor_order = -1;
     thread->run_ref = RUN_REF_NONE;
     map_put(&engine->memory, &engine->thread_of, serial, at);
+    if (serial < SMALL_SERIALS) engine->small_serials[serial] = at;
     *(uint32_t *)vec_push(&engine->memory, &RACTOR(engine, ractor)->members) = at;
     return at;
 }
@@ -668,7 +669,7 @@ static const uint8_t INFERRED_BEFORE[] = {
 };
 
 static void process_event(eng_engine *engine, const eng_item *item) {
-    uint32_t at = map_get(&engine->thread_of, item->serial);
+    uint32_t at = item->serial < SMALL_SERIALS ? engine->small_serials[item->serial] : map_get(&engine->thread_of, item->serial);
     eng_thread *thread = THREAD(engine, at);
     int64_t time = item->time;
     if (thread->cursor_order < 0) {
@@ -829,6 +830,17 @@ static void heap_push(eng_engine *engine, eng_cursor cursor) {
     }
 }
 
+// Keeps the largest spent items buffer for the next chunk (chunks come one after another).
+static void release_items(eng_engine *engine, eng_item *items, uint32_t capacity) {
+    if (engine->spare_items && engine->spare_capacity >= capacity) {
+        eng_free(&engine->memory, items, (size_t)capacity * sizeof(eng_item));
+        return;
+    }
+    eng_free(&engine->memory, engine->spare_items, (size_t)engine->spare_capacity * sizeof(eng_item));
+    engine->spare_items = items;
+    engine->spare_capacity = capacity;
+}
+
 // Reads a chunk's records into items in (time, file order): ARG values attached to the record
 // before them in the lane, SAMPLE records without an ARG dropped (Model::TraceFile's rules).
 static int load_chunk(eng_engine *engine, size_t number) {
@@ -841,7 +853,17 @@ static int load_chunk(eng_engine *engine, size_t number) {
     }
     int status = eng_read_records(index, chunk, engine->records);
     if (status) return status;
-    eng_item *items = eng_alloc(&engine->memory, (size_t)chunk->count * sizeof(eng_item));
+    eng_item *items;
+    uint32_t capacity;
+    if (engine->spare_items && engine->spare_capacity >= chunk->count) {
+        items = engine->spare_items;
+        capacity = engine->spare_capacity;
+        engine->spare_items = NULL;
+        engine->spare_capacity = 0;
+    } else {
+        capacity = chunk->count > 8192 ? chunk->count : 8192;
+        items = eng_malloc(&engine->memory, (size_t)capacity * sizeof(eng_item));
+    }
     uint32_t size = 0;
     int64_t last = -1;
     for (uint32_t i = 0; i < chunk->count; i++) {
@@ -861,7 +883,9 @@ static int load_chunk(eng_engine *engine, size_t number) {
         item->index = chunk->first_index + i;
         item->serial = serial;
         item->native = chunk->lane;
+        item->aux = 0;
         item->kind = kind;
+        item->has_arg = 0;
         last = size++;
     }
     if (last >= 0 && chunk->trailing_arg >= 0 && (items[last].kind == EV_SUSPENDED || items[last].kind == EV_SAMPLE)) {
@@ -876,10 +900,10 @@ static int load_chunk(eng_engine *engine, size_t number) {
     if (!chunk->sorted) qsort(items, kept, sizeof(eng_item), compare_items);
     engine->bytes_done += (uint64_t)chunk->count * 8 + 32;
     if (kept == 0) {
-        eng_free(&engine->memory, items, (size_t)chunk->count * sizeof(eng_item));
+        release_items(engine, items, capacity);
         return 0;
     }
-    eng_cursor cursor = { items, kept, 0, (uint32_t)number };
+    eng_cursor cursor = { items, kept, 0, (uint32_t)number, capacity };
     heap_push(engine, cursor);
     return 0;
 }
@@ -922,8 +946,7 @@ static void pop(eng_engine *engine) {
         heap_down(engine, 0);
         return;
     }
-    eng_chunk *chunk = &engine->index->chunks[top->chunk];
-    eng_free(&engine->memory, top->items, (size_t)chunk->count * sizeof(eng_item));
+    release_items(engine, top->items, top->capacity);
     engine->heap[0] = engine->heap[--engine->heap_size];
     heap_down(engine, 0);
 }
@@ -955,6 +978,7 @@ eng_engine *eng_pass_new(eng_index *index) {
     vec_init(&engine->waiter_stacks, sizeof(eng_pair));
     vec_init(&engine->sites, sizeof(eng_pair));
     map_init(&engine->memory, &engine->thread_of, 64);
+    engine->small_serials = eng_alloc(&engine->memory, SMALL_SERIALS * sizeof(uint32_t));
     map_init(&engine->memory, &engine->ractor_of, 8);
     map_init(&engine->memory, &engine->ractor_id_of, 64);
     map_init(&engine->memory, &engine->pair_of, 64);
@@ -1108,9 +1132,9 @@ void eng_pass_free(eng_engine *engine) {
         vec_free(memory, &ractor->members);
     }
     for (size_t i = 0; i < engine->heap_size; i++) {
-        eng_chunk *chunk = &engine->index->chunks[engine->heap[i].chunk];
-        eng_free(memory, engine->heap[i].items, (size_t)chunk->count * sizeof(eng_item));
+        eng_free(memory, engine->heap[i].items, (size_t)engine->heap[i].capacity * sizeof(eng_item));
     }
+    eng_free(memory, engine->spare_items, (size_t)engine->spare_capacity * sizeof(eng_item));
     for (size_t i = 0; i < engine->window_count; i++) vec_free(memory, &engine->windows[i].found);
     eng_free(memory, engine->windows, engine->window_count * sizeof(eng_window));
     eng_stream_free(engine, &engine->counter);
@@ -1126,6 +1150,7 @@ void eng_pass_free(eng_engine *engine) {
     vec_free(memory, &engine->waiter_stacks);
     vec_free(memory, &engine->sites);
     map_free(memory, &engine->thread_of);
+    eng_free(memory, engine->small_serials, SMALL_SERIALS * sizeof(uint32_t));
     map_free(memory, &engine->ractor_of);
     map_free(memory, &engine->ractor_id_of);
     map_free(memory, &engine->pair_of);

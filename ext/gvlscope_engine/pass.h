@@ -117,6 +117,7 @@ typedef struct {
     eng_item *items;
     uint32_t size, position;
     uint32_t chunk;
+    uint32_t capacity;        // items allocated
 } eng_cursor;
 
 struct eng_engine {
@@ -133,6 +134,7 @@ struct eng_engine {
     // threads and Ractors
     eng_vec threads;          // eng_thread
     eng_map thread_of;        // serial -> index
+    uint32_t *small_serials;  // the same for serials below SMALL_SERIALS (most are): one load per event
     eng_vec order;            // uint32_t thread indexes, in order of first appearance
     eng_vec cursor_order;     // uint32_t, in order of first event
     eng_vec ractors;
@@ -173,6 +175,8 @@ struct eng_engine {
     size_t heap_size, heap_capacity;
     uint64_t *records;
     size_t records_capacity;
+    eng_item *spare_items;    // a loaded chunk's items, kept for the next chunk
+    uint32_t spare_capacity;
     size_t imported_next;
     eng_item *group;
     size_t group_size, group_capacity;
@@ -185,6 +189,7 @@ struct eng_engine {
     char *spill_dir;
 };
 
+#define SMALL_SERIALS 65536
 #define THREAD(engine, at) (&VEC_AT((engine)->threads, eng_thread, at))
 #define RACTOR(engine, at) (&VEC_AT((engine)->ractors, eng_ractor, at))
 

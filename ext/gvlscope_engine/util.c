@@ -12,6 +12,14 @@ void *eng_alloc(eng_memory *memory, size_t bytes) {
     return pointer;
 }
 
+void *eng_malloc(eng_memory *memory, size_t bytes) {
+    void *pointer = malloc(bytes ? bytes : 1);
+    if (!pointer) abort();
+    memory->current += bytes;
+    if (memory->current > memory->peak) memory->peak = memory->current;
+    return pointer;
+}
+
 void *eng_realloc(eng_memory *memory, void *pointer, size_t old_bytes, size_t new_bytes) {
     char *grown = realloc(pointer, new_bytes ? new_bytes : 1);
     if (!grown) abort();

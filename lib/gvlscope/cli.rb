@@ -146,13 +146,16 @@ module GVLScope
       Model::Timeline.new(file)
     end
 
-    # Reading makes millions of objects that all live to the end; the GC would mark them again
-    # and again as they grow: half the time of a 3M-event read. Up to GC_PAUSE_MAX_BYTES of trace
-    # (8M events; ~330 bytes of memory each) the GC waits until the command is done.
+    # The Ruby reader (Model::Timeline, where the engine is not compiled) makes millions of objects
+    # that all live to the end; the GC would mark them again and again as they grow: half the time
+    # of a 3M-event read. Up to GC_PAUSE_MAX_BYTES of trace (8M events; ~330 bytes of memory each)
+    # the GC then waits until the command is done. The engine keeps no such objects, and an
+    # export's pieces are garbage at once: the GC runs as usual.
     GC_PAUSE_MAX_BYTES = 64 * 1024 * 1024
 
     def with_gc_paused(path)
-      paused = path && File.size(path) <= GC_PAUSE_MAX_BYTES && !GC.disable
+      require_relative "model/scan"
+      paused = path && !Model::Scan.available? && File.size(path) <= GC_PAUSE_MAX_BYTES && !GC.disable
       yield
     ensure
       GC.enable if paused
