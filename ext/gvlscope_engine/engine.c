@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <ruby.h>
 #include <ruby/encoding.h>
@@ -418,16 +419,32 @@ static VALUE pass_memory(VALUE self) {
 // ---------------------------------------------------------------- exports
 
 typedef struct {
-    bool utf8;
-    int state; // a Ruby exception from the block
+    VALUE chunk; // one String, refilled for each piece: the block writes it before the next
+    int state;   // a Ruby exception from the block
+    int fd;      // or straight to this file descriptor (no String at all)
 } yield_context;
+
+static int flush_to_fd(void *data, const char *bytes, size_t size) {
+    yield_context *context = data;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t wrote = write(context->fd, bytes + done, size - done);
+        if (wrote < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        done += (size_t)wrote;
+    }
+    return 0;
+}
 
 static VALUE yield_chunk(VALUE chunk) { return rb_yield(chunk); }
 
 static int flush_to_block(void *data, const char *bytes, size_t size) {
     yield_context *context = data;
-    VALUE chunk = context->utf8 ? rb_utf8_str_new(bytes, (long)size) : rb_str_new(bytes, (long)size);
-    rb_protect(yield_chunk, chunk, &context->state);
+    rb_str_resize(context->chunk, 0);
+    rb_str_cat(context->chunk, bytes, (long)size);
+    rb_protect(yield_chunk, context->chunk, &context->state);
     return context->state ? -1 : 0;
 }
 
@@ -441,17 +458,27 @@ typedef struct {
 
 typedef int (*writer)(eng_engine *engine, eng_out *out, void *arguments);
 
-static VALUE run_writer(eng_engine *engine, bool utf8, writer write, void *arguments) {
-    rb_need_block();
+// +target+: a file descriptor (Integer) to write to, or nil: the pieces are yielded.
+static VALUE run_writer(eng_engine *engine, bool utf8, writer write, void *arguments, VALUE target) {
     if (arguments && ((write_arguments *)arguments)->at == UINT32_MAX) return Qnil;
-    yield_context context = { utf8, 0 };
+    yield_context context = { Qnil, 0, -1 };
     eng_out out;
-    eng_out_init(&out, flush_to_block, &context);
+    if (NIL_P(target)) {
+        rb_need_block();
+        context.chunk = rb_str_buf_new(1 << 20);
+        rb_enc_associate(context.chunk, utf8 ? rb_utf8_encoding() : rb_ascii8bit_encoding());
+        eng_out_init(&out, flush_to_block, &context);
+    } else {
+        context.fd = NUM2INT(target);
+        eng_out_init(&out, flush_to_fd, &context);
+    }
     int status = write(engine, &out, arguments);
-    if (status == 0 && !context.state) eng_out_flush(&out);
+    if (status == 0 && !context.state) status = eng_out_flush(&out);
     eng_out_free(&out);
     if (context.state) rb_jump_tag(context.state);
-    if (status < 0) rb_syserr_fail(-status, "reading the spilled intervals");
+    if (!NIL_P(context.chunk)) rb_str_resize(context.chunk, 0);
+    RB_GC_GUARD(context.chunk);
+    if (status < 0) rb_syserr_fail(-status, NIL_P(target) ? "reading the spilled intervals" : "writing the export");
     return Qnil;
 }
 
@@ -463,10 +490,10 @@ static int write_chrome_slices(eng_engine *engine, eng_out *out, void *data) {
     return eng_chrome_slices(engine, arguments->at, arguments->number, &vocabulary, out);
 }
 
-static VALUE pass_chrome_slices(VALUE self, VALUE serial, VALUE pid) {
+static VALUE pass_chrome_slices(VALUE self, VALUE serial, VALUE pid, VALUE target) {
     eng_engine *engine = get_engine(self);
     write_arguments arguments = { thread_at(engine, serial), NUM2LL(pid), NULL, 0, NULL };
-    return run_writer(engine, true, write_chrome_slices, &arguments);
+    return run_writer(engine, true, write_chrome_slices, &arguments, target);
 }
 
 static int write_chrome_native(eng_engine *engine, eng_out *out, void *data) {
@@ -474,11 +501,11 @@ static int write_chrome_native(eng_engine *engine, eng_out *out, void *data) {
     return eng_chrome_native(engine, arguments->at, arguments->text, arguments->size, out);
 }
 
-static VALUE pass_chrome_native(VALUE self, VALUE serial, VALUE prefix) {
+static VALUE pass_chrome_native(VALUE self, VALUE serial, VALUE prefix, VALUE target) {
     eng_engine *engine = get_engine(self);
     StringValue(prefix);
     write_arguments arguments = { thread_at(engine, serial), 0, RSTRING_PTR(prefix), (size_t)RSTRING_LEN(prefix), NULL };
-    VALUE result = run_writer(engine, true, write_chrome_native, &arguments);
+    VALUE result = run_writer(engine, true, write_chrome_native, &arguments, target);
     RB_GC_GUARD(prefix);
     return result;
 }
@@ -488,11 +515,11 @@ static int write_chrome_counter(eng_engine *engine, eng_out *out, void *data) {
     return eng_chrome_counter(engine, arguments->text, arguments->size, out);
 }
 
-static VALUE pass_chrome_counter(VALUE self, VALUE prefix) {
+static VALUE pass_chrome_counter(VALUE self, VALUE prefix, VALUE target) {
     eng_engine *engine = get_engine(self);
     StringValue(prefix);
     write_arguments arguments = { 0, 0, RSTRING_PTR(prefix), (size_t)RSTRING_LEN(prefix), NULL };
-    VALUE result = run_writer(engine, true, write_chrome_counter, &arguments);
+    VALUE result = run_writer(engine, true, write_chrome_counter, &arguments, target);
     RB_GC_GUARD(prefix);
     return result;
 }
@@ -502,10 +529,10 @@ static int write_perfetto_slices(eng_engine *engine, eng_out *out, void *data) {
     return eng_perfetto_slices(engine, arguments->at, (uint64_t)arguments->number, &vocabulary, out);
 }
 
-static VALUE pass_perfetto_slices(VALUE self, VALUE serial, VALUE track) {
+static VALUE pass_perfetto_slices(VALUE self, VALUE serial, VALUE track, VALUE target) {
     eng_engine *engine = get_engine(self);
     write_arguments arguments = { thread_at(engine, serial), NUM2LL(track), NULL, 0, NULL };
-    return run_writer(engine, false, write_perfetto_slices, &arguments);
+    return run_writer(engine, false, write_perfetto_slices, &arguments, target);
 }
 
 static int write_perfetto_native(eng_engine *engine, eng_out *out, void *data) {
@@ -513,11 +540,11 @@ static int write_perfetto_native(eng_engine *engine, eng_out *out, void *data) {
     return eng_perfetto_native(engine, arguments->at, arguments->text, arguments->size, out);
 }
 
-static VALUE pass_perfetto_native(VALUE self, VALUE serial, VALUE name) {
+static VALUE pass_perfetto_native(VALUE self, VALUE serial, VALUE name, VALUE target) {
     eng_engine *engine = get_engine(self);
     StringValue(name);
     write_arguments arguments = { thread_at(engine, serial), 0, RSTRING_PTR(name), (size_t)RSTRING_LEN(name), NULL };
-    VALUE result = run_writer(engine, false, write_perfetto_native, &arguments);
+    VALUE result = run_writer(engine, false, write_perfetto_native, &arguments, target);
     RB_GC_GUARD(name);
     return result;
 }
@@ -527,8 +554,8 @@ static int write_perfetto_counter(eng_engine *engine, eng_out *out, void *data) 
     return eng_perfetto_counter(engine, out);
 }
 
-static VALUE pass_perfetto_counter(VALUE self) {
-    return run_writer(get_engine(self), false, write_perfetto_counter, NULL);
+static VALUE pass_perfetto_counter(VALUE self, VALUE target) {
+    return run_writer(get_engine(self), false, write_perfetto_counter, NULL, target);
 }
 
 // The name codes a thread's drawn intervals use, in order of first use (speedscope interns its
@@ -549,7 +576,7 @@ static int write_speedscope(eng_engine *engine, eng_out *out, void *data) {
 }
 
 // frames: the frame index of each name code (an Array as long as the name codes).
-static VALUE pass_speedscope_events(VALUE self, VALUE serial, VALUE frames) {
+static VALUE pass_speedscope_events(VALUE self, VALUE serial, VALUE frames, VALUE target) {
     eng_engine *engine = get_engine(self);
     Check_Type(frames, T_ARRAY);
     int64_t indexes[ST_COUNT + R_COUNT] = { 0 };
@@ -558,7 +585,7 @@ static VALUE pass_speedscope_events(VALUE self, VALUE serial, VALUE frames) {
         indexes[i] = NIL_P(index) ? 0 : NUM2LL(index);
     }
     write_arguments arguments = { thread_at(engine, serial), 0, NULL, 0, indexes };
-    return run_writer(engine, true, write_speedscope, &arguments);
+    return run_writer(engine, true, write_speedscope, &arguments, target);
 }
 
 // Engine.vocabulary(names by name code, reasons by reason code): the words the writers use.
@@ -620,12 +647,12 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_method(cPass, "shared_natives?", pass_shared_natives, 0);
     rb_define_method(cPass, "counter_entries", pass_counter_entries, 0);
     rb_define_method(cPass, "memory", pass_memory, 0);
-    rb_define_method(cPass, "chrome_slices", pass_chrome_slices, 2);
-    rb_define_method(cPass, "chrome_native", pass_chrome_native, 2);
-    rb_define_method(cPass, "chrome_counter", pass_chrome_counter, 1);
-    rb_define_method(cPass, "perfetto_slices", pass_perfetto_slices, 2);
-    rb_define_method(cPass, "perfetto_native", pass_perfetto_native, 2);
-    rb_define_method(cPass, "perfetto_counter", pass_perfetto_counter, 0);
+    rb_define_method(cPass, "chrome_slices", pass_chrome_slices, 3);
+    rb_define_method(cPass, "chrome_native", pass_chrome_native, 3);
+    rb_define_method(cPass, "chrome_counter", pass_chrome_counter, 2);
+    rb_define_method(cPass, "perfetto_slices", pass_perfetto_slices, 3);
+    rb_define_method(cPass, "perfetto_native", pass_perfetto_native, 3);
+    rb_define_method(cPass, "perfetto_counter", pass_perfetto_counter, 1);
     rb_define_method(cPass, "speedscope_names", pass_speedscope_names, 1);
-    rb_define_method(cPass, "speedscope_events", pass_speedscope_events, 2);
+    rb_define_method(cPass, "speedscope_events", pass_speedscope_events, 3);
 }

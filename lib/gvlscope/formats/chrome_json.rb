@@ -59,7 +59,7 @@ module GVLScope
         @io << @out
         @out.clear
         @first = false
-        timeline.public_send(writer, *arguments) { |chunk| @io << chunk }
+        engine_write(@io, writer, *arguments)
       end
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id

@@ -81,7 +81,7 @@ module GVLScope
       def stream(writer, *arguments)
         @sink << @out
         @out.clear
-        timeline.public_send(writer, *arguments) { |chunk| @sink << chunk }
+        engine_write(@sink, writer, *arguments)
       end
 
       def fake_pid(ractor_id) = timeline.file.pid * 10 + ractor_id

@@ -113,7 +113,7 @@ module GVLScope
         timeline.speedscope_names(serial).each { |code, slice| frames[code] = frame(slice) }
         @io << @out
         @out.clear
-        timeline.speedscope_events(serial, frames) { |chunk| @io << chunk }
+        engine_write(@io, :speedscope_events, serial, frames)
         @out << "]}"
       end
 

@@ -171,19 +171,22 @@ module GVLScope
       # Bytes of intervals in the exports' temporary file.
       def spill_bytes = pass.memory[2]
 
-      # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb): each yields
-      # Strings of up to ~1 MB. They read the pass that kept the intervals (made on first use).
-      def chrome_slices(serial, pid, &block) = spilled.chrome_slices(serial, pid, &block)
-      def chrome_native(serial, prefix, &block) = spilled.chrome_native(serial, prefix, &block)
-      def chrome_counter(prefix, &block) = spilled.chrome_counter(prefix, &block)
-      def perfetto_slices(serial, track, &block) = spilled.perfetto_slices(serial, track, &block)
-      def perfetto_native(serial, name, &block) = spilled.perfetto_native(serial, name, &block)
-      def perfetto_counter(&block) = spilled.perfetto_counter(&block)
+      # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb), each into
+      # +target+: a file descriptor, written directly; or nil: pieces of up to ~1 MB are yielded,
+      # in one String refilled each time (write or copy it in the block). They read the pass that
+      # kept the intervals (made on first use).
+      def chrome_slices(serial, pid, target, &block) = spilled.chrome_slices(serial, pid, target, &block)
+      def chrome_native(serial, prefix, target, &block) = spilled.chrome_native(serial, prefix, target, &block)
+      def chrome_counter(prefix, target, &block) = spilled.chrome_counter(prefix, target, &block)
+      def perfetto_slices(serial, track, target, &block) = spilled.perfetto_slices(serial, track, target, &block)
+      def perfetto_native(serial, name, target, &block) = spilled.perfetto_native(serial, name, target, &block)
+      def perfetto_counter(target, &block) = spilled.perfetto_counter(target, &block)
+      def speedscope_events(serial, frames, target, &block) = spilled.speedscope_events(serial, frames, target, &block)
+
       # [[name code, name], ...] of the thread's drawn intervals, in order of first use.
       def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
-      def speedscope_events(serial, frames, &block) = spilled.speedscope_events(serial, frames, &block)
 
-      # True when the thread has an interval with end != start (speedscope draws it).
+      # True when the thread has an interval with end > start (speedscope draws it).
       def drawn?(serial) = thread_rows[serial]&.[](DRAWN) || false
 
       DRAWN = 22 # the column of Engine::Pass#threads
