@@ -118,8 +118,8 @@ static VALUE index_serials(VALUE self) {
     eng_index *index = &get_index(self)->index;
     size_t count = index->firsts.size;
     eng_first *sorted = ALLOC_N(eng_first, count + 1);
-    memcpy(sorted, index->firsts.data, count * sizeof(eng_first));
-    qsort(sorted, count, sizeof(eng_first), compare_firsts);
+    if (count) memcpy(sorted, index->firsts.data, count * sizeof(eng_first));
+    if (count > 1) qsort(sorted, count, sizeof(eng_first), compare_firsts);
     VALUE serials = rb_ary_new_capa((long)count);
     for (size_t i = 0; i < count; i++) rb_ary_push(serials, UINT2NUM(sorted[i].serial));
     xfree(sorted);

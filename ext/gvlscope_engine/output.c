@@ -37,6 +37,7 @@ static void reserve(eng_out *out, size_t bytes) {
 }
 
 static inline void put(eng_out *out, const char *bytes, size_t size) {
+    if (size == 0) return;
     reserve(out, size);
     memcpy(out->data + out->size, bytes, size);
     out->size += size;

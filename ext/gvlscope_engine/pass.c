@@ -439,7 +439,7 @@ static int compare_found(const void *a, const void *b) {
 void eng_windows_sorted(eng_engine *engine) {
     for (size_t i = 0; i < engine->window_count; i++) {
         eng_vec *found = &engine->windows[i].found;
-        qsort(found->data, found->size, sizeof(eng_found), compare_found);
+        if (found->size > 1) qsort(found->data, found->size, sizeof(eng_found), compare_found);
     }
 }
 
@@ -897,7 +897,7 @@ static int load_chunk(eng_engine *engine, size_t number) {
         if (items[i].kind == EV_SAMPLE && !items[i].has_arg) continue;
         items[kept++] = items[i];
     }
-    if (!chunk->sorted) qsort(items, kept, sizeof(eng_item), compare_items);
+    if (!chunk->sorted && kept > 1) qsort(items, kept, sizeof(eng_item), compare_items);
     engine->bytes_done += (uint64_t)chunk->count * 8 + 32;
     if (kept == 0) {
         release_items(engine, items, capacity);
@@ -1025,13 +1025,14 @@ static void start(eng_engine *engine) {
         if (thread->state == ST_IDLE) thread->reason = R_UNKNOWN;
     }
     if (!index->items) {
-        engine->pending_chunks = eng_alloc(&engine->memory, (index->chunk_count ? index->chunk_count : 1) * sizeof(size_t));
+        engine->pending_capacity = index->chunk_count ? index->chunk_count : 1;
+        engine->pending_chunks = eng_alloc(&engine->memory, engine->pending_capacity * sizeof(size_t));
         size_t count = 0;
         for (size_t i = 0; i < index->chunk_count; i++) {
             if (index->chunks[i].has_items) engine->pending_chunks[count++] = i;
         }
         sort_index = index;
-        qsort(engine->pending_chunks, count, sizeof(size_t), compare_chunks);
+        if (count > 1) qsort(engine->pending_chunks, count, sizeof(size_t), compare_chunks);
         // Chunks without items are never loaded: counted as read.
         for (size_t i = 0; i < index->chunk_count; i++) {
             if (!index->chunks[i].has_items) engine->bytes_done += (uint64_t)index->chunks[i].count * 8 + 32;
@@ -1162,8 +1163,8 @@ void eng_pass_free(eng_engine *engine) {
     eng_free(memory, engine->heap, engine->heap_capacity * sizeof(eng_cursor));
     eng_free(memory, engine->records, engine->records_capacity * 8);
     eng_free(memory, engine->group, engine->group_capacity * sizeof(eng_item));
-    eng_free(memory, engine->pending_chunks,
-             engine->pending_chunks ? (engine->index->chunk_count ? engine->index->chunk_count : 1) * sizeof(size_t) : 0);
+    // Not a word of the index here: the GC may have freed it first, in the same sweep.
+    eng_free(memory, engine->pending_chunks, engine->pending_capacity * sizeof(size_t));
     eng_free(memory, engine->stack_causes, engine->stack_limit);
     if (engine->spill_fd >= 0) close(engine->spill_fd);
     free(engine->spill_dir);

@@ -170,7 +170,7 @@ struct eng_engine {
     size_t window_count;
     // merge
     size_t *pending_chunks;   // chunks by their first item, not yet in the heap
-    size_t pending_next, pending_count;
+    size_t pending_next, pending_count, pending_capacity;
     eng_cursor *heap;
     size_t heap_size, heap_capacity;
     uint64_t *records;
