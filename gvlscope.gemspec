@@ -16,5 +16,5 @@ Gem::Specification.new do |spec|
   spec.bindir = "exe"
   spec.executables = ["gvlscope"]
   spec.require_paths = ["lib"]
-  spec.extensions = ["ext/gvlscope/extconf.rb"]
+  spec.extensions = ["ext/gvlscope/extconf.rb", "ext/gvlscope_engine/extconf.rb"]
 end

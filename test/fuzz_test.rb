@@ -179,16 +179,35 @@ class FuzzTest < Minitest::Test
     flunk "#{name}: #{e.class}: #{e.message[0, 300]}\n#{e.backtrace.first(6).join("\n")}\ninput: #{data.b.inspect[0, 600]}"
   end
 
+  # Both readers (the Timeline, and the native engine's Model::Scan that the CLI uses) must agree:
+  # the same error, or the same outputs byte for byte.
   def render(path)
-    timeline = GVLScope::Model::Timeline.new(GVLScope::Model.read(path))
-    report = GVLScope::Analysis::Report.new(timeline)
-    GVLScope::Formats.for_command("export").each do |entry|
-      entry.format_class.new(timeline).to_s unless entry.stacks && !timeline.stacks? # refused: test/folded_test.rb
-    end
-    GVLScope::Formats::SummaryText.new(timeline).to_s
-    GVLScope::Formats.for_command("report").each { |entry| entry.format_class.new(report).to_s }
-    GVLScope::Formats::ReportText.new(report).short
+    old = outputs { GVLScope::Model::Timeline.new(GVLScope::Model.read(path)) }
+    new = outputs { GVLScope::Model::Scan.open(path) }
+    assert_equal old.keys, new.keys, "#{path}: both readers give the same outputs or the same error"
+    old.each { |name, output| assert output == new[name], "#{path}: #{name} differs between the readers" }
+    raise GVLScope::FormatError, old[:error] if old[:error]
+
     :ok
+  end
+
+  # Every output of the trace the block reads, by format; or { error: the GVLScope::Error's message }.
+  def outputs
+    timeline = yield
+    report = GVLScope::Analysis::Report.new(timeline)
+    made = {}
+    GVLScope::Formats.for_command("export").each do |entry|
+      made[entry.name] = entry.format_class.new(timeline).to_s.b unless entry.stacks && !timeline.stacks? # refused: test/folded_test.rb
+    end
+    made[:summary] = GVLScope::Formats::SummaryText.new(timeline).to_s
+    GVLScope::Formats.for_command("report").each do |entry|
+      # The HTML page embeds the intervals: the Scan collects them in a pass of its own.
+      made[entry.name] = entry.format_class.new(report).to_s
+    end
+    made[:short] = GVLScope::Formats::ReportText.new(report).short
+    made
+  rescue GVLScope::Error => e
+    { error: e.message }
   end
 
   # The chunks of a seed: [offset of the chunk header, type, payload bytes].

@@ -129,30 +129,42 @@ module GVLScope
       true
     end
 
-    def timeline_of(path)
+    # The trace at +path+ as the report and the exports read it: by the native engine in two
+    # passes that keep no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the
+    # intervals for an export), or, where the engine is not compiled, whole into a Model::Timeline.
+    # +checked+: a truncated trace is an error unless --partial, and warnings are printed.
+    def timeline_of(path, bins: nil, spill: false, checked: true)
       raise UsageError, "missing trace FILE" unless path
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
 
-      require_relative "model"
       progress("reading #{path}", File.size(path))
-      file = read_trace(path)
-      if file.truncated? && !@partial
+      require_relative "model"
+      if Model::Scan.available?
+        scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress)
+      end
+      file = scan ? scan.file : read_trace(path)
+      if checked && file.truncated? && !@partial
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
-      file.warnings.each { |warning| say "gvlscope: warning: #{warning}" }
+      file.warnings.each { |warning| say "gvlscope: warning: #{warning}" } if checked
+      return scan.run if scan
+
       progress("building the timeline of #{file.size} events")
       Model::Timeline.new(file)
     end
 
-    # Reading makes millions of objects that all live to the end; the GC would mark them again
-    # and again as they grow: half the time of a 3M-event read. Up to GC_PAUSE_MAX_BYTES of trace
-    # (8M events; ~330 bytes of memory each) the GC waits until the command is done.
+    # The Ruby reader (Model::Timeline, where the engine is not compiled) makes millions of objects
+    # that all live to the end; the GC would mark them again and again as they grow: half the time
+    # of a 3M-event read. Up to GC_PAUSE_MAX_BYTES of trace (8M events; ~330 bytes of memory each)
+    # the GC then waits until the command is done. The engine keeps no such objects, and an
+    # export's pieces are garbage at once: the GC runs as usual.
     GC_PAUSE_MAX_BYTES = 64 * 1024 * 1024
 
     def with_gc_paused(path)
-      paused = path && File.size(path) <= GC_PAUSE_MAX_BYTES && !GC.disable
+      require_relative "model/scan"
+      paused = path && !Model::Scan.available? && File.size(path) <= GC_PAUSE_MAX_BYTES && !GC.disable
       yield
     ensure
       GC.enable if paused
@@ -203,7 +215,7 @@ module GVLScope
       path, = parser.parse(argv)
       raise UsageError, "export needs --format (#{EXPORT_FORMATS.join(' or ')})" unless format
 
-      export_timeline(timeline_of(path), path, format, output)
+      export_timeline(timeline_of(path, spill: true), path, format, output)
       0
     end
 
@@ -378,8 +390,9 @@ module GVLScope
       end
       require_relative "model"
       traces.each_with_index do |path, index|
-        progress("reading #{path}", File.size(path))
-        timeline = Model::Timeline.new(read_trace(path))
+        require_relative "analysis/overview"
+        bins = (Analysis::Overview::BINS if html && index.zero?)
+        timeline = timeline_of(path, bins: bins, spill: !export_format.nil?, checked: false)
         report = report_of(timeline) if show_summary || (html && index.zero?)
         if show_summary
           say Formats::ReportText.new(report).short
@@ -400,9 +413,9 @@ module GVLScope
       thread = nil
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope report FILE [--html OUT] [--json] [--thread NAME]\n\n" \
-                      "Findings (convoy, hog, contention) with evidence and fixes, per-thread times, GVL held % per\n" \
-                      "Ractor and histograms of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a\n" \
-                      "gvl-tracing JSON trace.\n\n"
+                      "Findings (convoy, hog, contention, hand-off thrash, GC), one per cause, ranked by the GVL wait\n" \
+                      "each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and histograms\n" \
+                      "of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
         opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
         opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text") { json = true }
         opts.on("--thread NAME", "only this thread's row and findings") { |name| thread = name }
@@ -411,7 +424,10 @@ module GVLScope
       path, *extra = parser.parse(argv)
       raise UsageError, "report takes one FILE (got #{extra.size + 1})" unless extra.empty?
 
-      report = report_of(timeline_of(path), thread: thread)
+      # The HTML's overview is summed in the same pass as the rest.
+      require_relative "analysis/overview"
+      bins = (Analysis::Overview::BINS if html)
+      report = report_of(timeline_of(path, bins: bins), thread: thread)
       progress("writing the report")
       if json
         print_out { Formats::ReportJSON.new(report).write(@out) }

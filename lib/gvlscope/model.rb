@@ -4,11 +4,14 @@ require_relative "errors"
 require_relative "model/trace_file"
 require_relative "model/gvl_tracing"
 require_relative "model/timeline"
+require_relative "model/scan"
 
 module GVLScope
   # A trace becomes data: the native .gvl reader (TraceFile), the importer of gvl-tracing JSON
-  # (GVLTracing), and the Timeline every analysis and format reads, in the words of Vocabulary.
-  # A new importer is one file here and one line in Model.read.
+  # (GVLTracing), and the Timeline every analysis and format reads, in the words of Vocabulary;
+  # or, for traces of any size, Scan: the native report engine's passes, which answer the same
+  # questions without keeping intervals (what the CLI uses). A new importer is one file here and
+  # one line in Model.read (and Scan.read).
   module Model
     module_function
 

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../model/scan"
+
 module GVLScope
   module Analysis
     # Who held the GVL while each thread waited for it. Within a Ractor the holds (running or
@@ -12,9 +14,18 @@ module GVLScope
       # that follow a blocking call (:idle then :wait: the convoy's waits).
       attr_reader :all_waits, :after_blocking
 
+      # waiter serial -> ns of its waits during which another thread of its Ractor held the GVL to
+      # collect garbage (a :gc interval): the waiting GC caused.
+      attr_reader :during_gc
+
+      # +timeline+: a Model::Timeline (swept here) or a Model::Scan (the engine summed the same
+      # overlaps as waits closed: hashes filled in the order the sweep fills them).
       def initialize(timeline)
         @all_waits = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @after_blocking = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
+        @during_gc = Hash.new(0)
+        return from_scan(timeline) if timeline.is_a?(Model::Scan)
+
         timeline.ractors.each_value { |threads| sweep(threads) }
       end
 
@@ -31,6 +42,35 @@ module GVLScope
 
       private
 
+      # The sweep visits Ractors in order and each Ractor's waits by start: a waiter joins a hash at
+      # its first wait (its first wait after a blocking call, its first wait during a GC), and
+      # within a waiter's hash each holder at its first overlap (the engine numbers them).
+      def from_scan(scan)
+        ractor_rank = scan.ractors.keys.each_with_index.to_h
+        appearance = scan.threads.keys.each_with_index.to_h
+        rows = scan.thread_rows.values
+        first = lambda do |column|
+          rows.select { |row| row[column] }
+              .sort_by { |row| [ractor_rank.fetch(scan.threads[row[0]].ractor_id, 0), row[column], appearance[row[0]]] }
+        end
+        first.call(FIRST_WAIT).each { |row| @all_waits[row[0]] }
+        first.call(FIRST_AFTER_BLOCKING).each { |row| @after_blocking[row[0]] }
+        first.call(FIRST_GC).each { |row| @during_gc[row[0]] = row[DURING_GC] }
+        pairs = scan.blame_rows
+        pairs.select { |pair| pair[2] }.sort_by { |pair| pair[3] }.each do |waiter, holder, ns, _|
+          @all_waits[waiter][holder || HAND_OFF] += ns
+        end
+        pairs.select { |pair| pair[4] }.sort_by { |pair| pair[5] }.each do |waiter, holder, _, _, ns, _|
+          @after_blocking[waiter][holder || HAND_OFF] += ns
+        end
+      end
+
+      # Columns of Engine::Pass#threads.
+      FIRST_WAIT = 18
+      FIRST_AFTER_BLOCKING = 19
+      FIRST_GC = 20
+      DURING_GC = 21
+
       def sweep(threads)
         holds = []
         waits = [] # [interval, after a blocking call?]
@@ -44,8 +84,10 @@ module GVLScope
             previous = interval
           end
         end
-        holds.sort_by!(&:start_ns)
-        waits.sort_by! { |interval, _| interval.start_ns }
+        # Ties in thread order (a stable sort): threads that waited since the trace began all start
+        # at 0, and the hashes' order (a finding's list of threads) must not depend on the sort.
+        holds.sort_by!.with_index { |hold, index| [hold.start_ns, index] }
+        waits.sort_by!.with_index { |(interval, _), index| [interval.start_ns, index] }
         first = 0
         waits.each do |wait, after_blocking|
           first += 1 while first < holds.size && holds[first].end_ns <= wait.start_ns
@@ -63,6 +105,7 @@ module GVLScope
           if overlap.positive? && hold.thread != wait.thread
             all[hold.thread] += overlap
             blocking[hold.thread] += overlap if blocking
+            @during_gc[wait.thread] += overlap if hold.state == :gc
             held += overlap
           end
           index += 1

@@ -2,6 +2,7 @@
 
 require_relative "../vocabulary"
 require_relative "../model/trace_file"
+require_relative "../model/scan"
 
 module GVLScope
   module Analysis
@@ -35,9 +36,12 @@ module GVLScope
 
       attr_reader :timeline
 
+      # +timeline+: a Model::Timeline, or a Model::Scan whose engine summed the samples and the
+      # releases by stack (the same weights and counts, in the order they were first seen).
       def initialize(timeline)
         @timeline = timeline
         @labels = timeline.threads.transform_values(&:label)
+        @scan = timeline.is_a?(Model::Scan) ? timeline : nil
       end
 
       def stacks? = @timeline.stacks?
@@ -45,6 +49,11 @@ module GVLScope
       # The holders' code, heaviest first: weight = sum of waiters over the samples. With +thread+
       # (a serial), only the samples of that holder.
       def holder_profile(thread: nil)
+        if @scan
+          rows = thread ? @scan.code_rows(:holders).select { |row| row[0] == thread } : @scan.code_rows(:stacks)
+          return rank(by_stack(rows) { |stack, weight, count| [code_frame(stack), weight, count] })
+        end
+
         samples = @timeline.samples
         samples = samples.select { |sample| sample.thread == thread } if thread
         rank(samples.map { |sample| [code_frame(sample.stack), sample.waiters] })
@@ -54,6 +63,11 @@ module GVLScope
       # The holders' code while +waiter+ (a serial) waited for the GVL: each sample inside one of
       # its waits counts once.
       def holders_while_waiting(waiter)
+        if @scan
+          rows = @scan.code_rows(:waiters).select { |row| row[0] == waiter }
+          return rank(by_stack(rows) { |stack, _weight, count| [code_frame(stack), count, count] })
+        end
+
         waits = @timeline.threads[waiter]&.intervals&.select { |interval| interval.state == :wait } || []
         samples = @timeline.samples
         index = 0
@@ -77,12 +91,12 @@ module GVLScope
         @timeline.threads.each_value do |thread|
           next if threads && !threads.include?(thread.serial)
 
-          each_release(thread) do |run, waited|
-            frame = code_frame(run.site)
+          each_release(thread) do |site, reason, waited, count|
+            frame = code_frame(site)
             # By line: two reads of the same IO method on different lines are two calls of yours.
-            row = rows[[run.site.first.label, frame.path, frame.line, run.reason]]
+            row = rows[[site.first.label, frame.path, frame.line, reason]]
             row[:weight] += waited
-            row[:count] += 1
+            row[:count] += count
             row[:threads][thread.label] = true
           end
         end
@@ -101,9 +115,17 @@ module GVLScope
 
       private
 
-      # Yields each :run interval that ended with a recorded release site, and the ns the thread
-      # then waited for the GVL before it ran again.
+      # Yields the site (a stack), cause and the ns the thread then waited for the GVL before it ran
+      # again, of each :run interval that ended with a recorded release site (and 1); from a scan,
+      # the same summed by site and cause (and their count), in the order first seen.
       def each_release(thread)
+        if @scan
+          (@releases ||= @scan.release_site_rows.group_by(&:first))[thread.serial]&.each do |_, site, reason, waited, count|
+            yield @scan.file.stack(site), Model::Scan::REASONS[reason], waited, count
+          end
+          return
+        end
+
         intervals = thread.intervals
         intervals.each_with_index do |run, index|
           next unless run.state == :run && run.site
@@ -114,21 +136,27 @@ module GVLScope
             waited += intervals[after].duration_ns if intervals[after].state == :wait
             after += 1
           end
-          yield run, waited
+          yield run.site, run.reason, waited, 1
         end
       end
 
-      # [[frame, weight], ...] grouped by method and file, heaviest first; each group's line is
-      # the one with the most weight.
+      # [[stack, weight, count], ...] mapped by the block, in the order the engine first saw each
+      # stack (as the samples come in a Timeline).
+      def by_stack(rows)
+        rows.sort_by { |row| row[4] }.map { |_, stack, weight, count, _| yield @scan.file.stack(stack), weight, count }
+      end
+
+      # [[frame, weight, count (1 when left out)], ...] grouped by method and file, heaviest first;
+      # each group's line is the one with the most weight.
       def rank(weighted)
         groups = Hash.new { |hash, key| hash[key] = [0, Hash.new(0), 0] }
-        weighted.each do |frame, weight|
+        weighted.each do |frame, weight, count|
           next unless frame
 
           group = groups[[frame.label.sub(BLOCK, ""), frame.path]]
           group[0] += weight
           group[1][frame.line] += weight
-          group[2] += 1
+          group[2] += count || 1
         end
         total = groups.sum { |_, group| group[0] }.to_f
         groups.map do |(label, path), (weight, lines, count)|

@@ -31,6 +31,12 @@ module GVLScope
         end
         { hold_ns: holds, wait_ns: waits, waiters_at_acquire: waiters_at_acquire }
       end
+
+      # The same of a Model::Scan's threads with these serials: the engine counted them.
+      def of_scan(scan, serials)
+        holds, waits = scan.histograms(serials)
+        { hold_ns: holds, wait_ns: waits, waiters_at_acquire: scan.waiters_at_acquire }
+      end
     end
   end
 end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../errors"
+require_relative "../model/scan"
 require_relative "thread_stats"
 require_relative "histograms"
 require_relative "blame"
@@ -16,7 +17,9 @@ module GVLScope
     class Report
       attr_reader :timeline, :stats, :only_thread
 
-      # +thread+: a thread label; the table and findings then show only that thread.
+      # +timeline+: a Model::Timeline, or a Model::Scan (the native engine's pass: the same
+      # answers, no intervals kept). +thread+: a thread label; the table and findings then show
+      # only that thread.
       def initialize(timeline, thread: nil)
         @timeline = timeline
         @stats = ThreadStats.new(timeline)
@@ -46,9 +49,11 @@ module GVLScope
         all_rows.select { |row| row.label == @only_thread }
       end
 
+      # One per cause, the one that explains the most GVL wait first (rules' order on ties).
       def findings
         @findings ||= begin
-          all = RULES.flat_map { |rule| rule.new(self).findings }
+          all = RULES.flat_map { |rule| rule.new(self).findings }.each_with_index
+                     .sort_by { |finding, index| [-finding.explains_wait_ns, index] }.map(&:first)
           @only_thread ? all.select { |finding| finding.threads.include?(@only_thread) } : all
         end
       end
@@ -64,23 +69,40 @@ module GVLScope
 
       def wait_ns = rows.sum(&:wait_ns)
 
+      # The median of every GVL wait of every thread (the whole trace, as all_rows): Analysis.median.
+      def all_waits_median_ns = @stats.median_wait_ns
+
       # See Histograms.
       def histograms
-        @histograms ||= Histograms.of(selected_threads, @timeline.waiters_at_acquire)
+        @histograms ||= if @timeline.is_a?(Model::Scan)
+                          Histograms.of_scan(@timeline, selected_threads.map(&:serial))
+                        else
+                          Histograms.of(selected_threads, @timeline.waiters_at_acquire)
+                        end
       end
 
       # The whole trace in +bins+ slices per thread (Analysis::Overview): what the HTML report draws
       # zoomed out.
+      # From a Model::Scan: the lanes the engine summed in its pass (another pass for other bins).
       def overview(bins: Overview::BINS)
         @overviews ||= {}
-        @overviews[bins] ||= Overview.of(@timeline, bins: bins)
+        @overviews[bins] ||= if @timeline.is_a?(Model::Scan)
+                               Overview.new(duration_ns, bins: bins, lanes: @timeline.overview_lanes(bins))
+                             else
+                               Overview.of(@timeline, bins: bins)
+                             end
       end
 
       # The intervals of every thread that overlap [start_ns, end_ns) (a moment, such as an exit,
       # counts when it falls in it), in time order (by start; threads in their order of
       # appearance on ties), at most +limit+: the first ones. So when +limit+ of them come back,
       # every interval that starts before the last one's start is among them.
+      #
+      # From a Model::Scan each call is a pass over the trace: ask for several windows at once with
+      # #details.
       def detail(start_ns, end_ns, limit: 200_000)
+        return @timeline.detail(start_ns, end_ns, limit: limit) if @timeline.is_a?(Model::Scan)
+
         found = []
         threads = @timeline.threads.size
         rank = {}
@@ -105,6 +127,13 @@ module GVLScope
           ((2 * interval.start_ns + (interval.end_ns > interval.start_ns ? 1 : 0)) * threads) + rank[interval.thread]
         end
         found.first(limit)
+      end
+
+      # #detail of each window [start_ns, end_ns], in one pass over a Model::Scan's trace.
+      def details(windows, limit: 200_000)
+        return @timeline.details(windows, limit: limit) if @timeline.is_a?(Model::Scan)
+
+        windows.map { |start_ns, end_ns| detail(start_ns, end_ns, limit: limit) }
       end
 
       def selected_threads

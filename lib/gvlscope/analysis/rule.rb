@@ -3,6 +3,7 @@
 require_relative "../units"
 require_relative "../vocabulary"
 require_relative "blame"
+require_relative "code_locations"
 require_relative "finding"
 
 module GVLScope
@@ -10,19 +11,64 @@ module GVLScope
     # What every finding rule shares. A rule asks for repeated, large effects (several events,
     # each a good part of a timeslice) so that a healthy program gets no finding: none is better
     # than a false one (tests check both ways). A rule is built with the Report and answers
-    # #findings, an Array of Finding.
+    # #findings, an Array of Finding: one per cause, so threads that share a cause share a finding.
     class Rule
+      # A thread is CPU-bound when the scheduler, not a blocking call, ended most of its holds.
+      MIN_PREEMPTIONS = 2
+      PREEMPTED_SHARE = 0.5
+
       def initialize(report)
         @report = report
         @timeline = report.timeline
         @timeslice_ns = report.timeslice_ns
-        @labels = @timeline.threads.transform_values(&:label)
-        # Per-thread totals, already summed: a thread that cannot match a rule is skipped without
-        # another pass over its intervals (a trace holds millions).
+        # Per-thread totals, already summed (ThreadStats::Row): rules read these, the blame and the
+        # report's other summaries, never intervals (a streaming engine keeps none).
         @rows = report.all_rows.to_h { |row| [row.serial, row] }
+        @labels = @rows.transform_values(&:label)
+        # All GVL wait in the trace, every thread: what a finding's wait_share is a share of.
+        @all_wait_ns = @rows.each_value.sum(&:wait_ns)
       end
 
       private
+
+      # A Finding about the threads +about+ (Rows) with the +others+ involved (labels), explaining
+      # +explains_wait_ns+ of the trace's GVL wait.
+      def finding(kind:, about:, others: [], explains_wait_ns:, **fields)
+        about = about.map(&:label)
+        Finding.new(kind: kind, about: about, threads: (about + others).uniq, explains_wait_ns: explains_wait_ns,
+                    wait_share: @all_wait_ns.positive? ? (explains_wait_ns.to_f / @all_wait_ns).round(4) : 0.0,
+                    **fields)
+      end
+
+      # The scheduler ended most of its holds at the end of a timeslice: it runs Ruby code without
+      # blocking (Vocabulary::RELEASE_CAUSES; an exit is no release).
+      def cpu_bound?(row)
+        released = row.released_by
+        preempted = released[:preempted]
+        preempted >= MIN_PREEMPTIONS && preempted >= PREEMPTED_SHARE * releases(row)
+      end
+
+      def releases(row) = row.released_by.sum { |cause, count| cause == :exit ? 0 : count }
+
+      # The ns +serial+ waited for the GVL while nobody held it (Blame::HAND_OFF).
+      def hand_off_ns(serial) = @report.blame.all_waits.fetch(serial, nil)&.fetch(Blame::HAND_OFF, 0) || 0
+
+      # +serials+ in groups joined when one waited for another (+waited+: waiter -> {holder -> ns})
+      # at least +at_least_ns+: threads so connected share a cause. Groups keep +serials+' order.
+      def connected(serials, waited, at_least_ns)
+        linked = ->(waiter, holder) { waited.fetch(waiter, nil)&.fetch(holder, 0).to_i >= at_least_ns }
+        left = serials.dup
+        groups = []
+        until left.empty?
+          group = [left.shift]
+          group.each do |member| # visits the members it appends too
+            joined, left = left.partition { |other| linked.call(member, other) || linked.call(other, member) }
+            group.concat(joined)
+          end
+          groups << (serials & group)
+        end
+        groups
+      end
 
       # { holder label (or Blame::HAND_OFF) => share of the wait time }, largest first.
       def shares(holders)
@@ -41,6 +87,12 @@ module GVLScope
         end.join(", ")
       end
 
+      # "'a', 'b', 'c' and 2 more" of +labels+.
+      def list(labels, shown: 3)
+        quoted = labels.first(shown).map { |label| quote(label) }
+        labels.size > shown ? "#{quoted.join(', ')} and #{labels.size - shown} more" : quoted.join(", ")
+      end
+
       # "The holder was in `Counter#spin` (lib/counter.rb:8) 97% of the time" from the holder
       # samples of +rows+ (CodeLocations rows); nil without samples.
       def holder_code(rows, subject)
@@ -53,17 +105,32 @@ module GVLScope
         sentences.compact.map { |sentence| ". #{sentence}" }.join
       end
 
+      # "Their top release sites: `IO#read` at app.rb:12 (2104 ms of waiting after 21), ..." (the
+      # waits that followed them); nil without sites.
+      def describe_sites(sites, whose: "Its")
+        shown = sites.first(3).select { |row| row.weight.positive? }
+        return if shown.empty?
+
+        "#{whose} top release sites: #{shown.map { |row| "#{row.name} (#{ms(row.weight)} of waiting after #{row.count})" }.join(', ')}"
+      end
+
+      # CodeLocations rows of several threads as one profile: rows naming the same code add up.
+      def merged_profile(profiles)
+        return profiles.first || [] if profiles.size <= 1
+
+        merged = profiles.flatten.group_by { |row| [row.frame.label, row.frame.path] }.map do |_, rows|
+          heaviest = rows.max_by(&:weight)
+          CodeLocations::Row.new(frame: heaviest.frame, weight: rows.sum(&:weight), count: rows.sum { |row| row.count.to_i })
+        end
+        total = merged.sum(&:weight).to_f
+        merged.each { |row| row.share = total.positive? ? row.weight / total : 0.0 }.sort_by { |row| -row.weight }
+      end
+
       # { holder_frames: [...], release_sites: [...] } for a finding's evidence (empty without stacks).
       def code_evidence(holders, sites)
         return {} unless @timeline.stacks?
 
         { holder_frames: holders.first(5).map(&:to_h), release_sites: sites.first(5).map(&:to_h) }
-      end
-
-      def median(values)
-        return 0 if values.empty?
-
-        values.sort[values.size / 2]
       end
 
       def percent(ns) = @report.duration_ns.positive? ? (100.0 * ns / @report.duration_ns).round : 0

@@ -3,11 +3,13 @@
 require_relative "rules/convoy"
 require_relative "rules/hog"
 require_relative "rules/contention"
+require_relative "rules/hand_off"
+require_relative "rules/garbage_collection"
 
 module GVLScope
   module Analysis
-    # The finding rules, in the order their findings are listed. A new finding is one file in
-    # rules/ (a subclass of Rule) and one entry here.
-    RULES = [Rules::Convoy, Rules::Hog, Rules::Contention].freeze
+    # The finding rules. Report#findings ranks their findings by the GVL wait each explains; this
+    # order breaks ties. A new finding is one file in rules/ (a subclass of Rule) and one entry here.
+    RULES = [Rules::Convoy, Rules::Hog, Rules::Contention, Rules::HandOff, Rules::GarbageCollection].freeze
   end
 end

@@ -1,21 +1,41 @@
 # frozen_string_literal: true
 
 require_relative "../vocabulary"
+require_relative "../model/scan"
 
 module GVLScope
   module Analysis
     # Per-thread totals of a timeline: time in each state, holds, waits, the longest wait and what
-    # ended each run (Vocabulary::RELEASE_CAUSES).
+    # ended each run (Vocabulary::RELEASE_CAUSES), plus what the finding rules ask of one thread
+    # (docs: /work/report-engine-contract.md's Row fields; a streaming engine fills the same Row).
     class ThreadStats
       # +created_at+: where the thread was created ("app.rb:12"), when the trace recorded it.
+      # +longest_run+, +longest_wait+, +longest_slow_blocking_wait+, +longest_gc+: [start_ns, end_ns] or nil (the
+      # first of equals). A blocking wait is a :wait right after an :idle (the wait to get the GVL
+      # back after a blocking call); a slow one lasts timeslice / 4 or more. Medians are
+      # Analysis.median (values.sort[size / 2], 0 when none).
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
-                       :longest_wait_ns, :released_by, keyword_init: true)
+                       :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
+                       :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
+                       :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, keyword_init: true)
 
-      attr_reader :rows, :timeline
+      attr_reader :rows, :timeline, :median_wait_ns
 
+      # +timeline+: a Model::Timeline (rows summed from its intervals) or a Model::Scan (the
+      # engine summed the same as the intervals closed).
       def initialize(timeline)
         @timeline = timeline
-        @rows = timeline.threads.values.map { |thread| row_for(thread) }
+        @slow_wait_ns = timeline.file.timeslice_ns / 4
+        if timeline.is_a?(Model::Scan)
+          @rows = timeline.threads.values.map { |thread| row_from_scan(thread, timeline.thread_rows[thread.serial]) }
+          @median_wait_ns = timeline.all_waits_median_ns
+          return
+        end
+
+        all_waits = []
+        @rows = timeline.threads.values.map { |thread| row_for(thread, all_waits) }
+        # The median of every GVL wait of every thread (the whole trace, whatever --thread shows).
+        @median_wait_ns = Analysis.median(all_waits)
       end
 
       # Time some thread held the GVL (running or collecting), all Ractors together.
@@ -25,10 +45,14 @@ module GVLScope
 
       private
 
-      def row_for(thread)
+      def row_for(thread, all_waits)
         totals = Hash.new(0)
         released = Hash.new(0)
-        holds = waits = longest = 0
+        holds = 0
+        longest_run = longest_wait = longest_gc = nil
+        waits = []
+        slow_blocking = []
+        blocking = []
         previous = nil
         thread.intervals.each do |interval|
           totals[interval.state] += interval.duration_ns
@@ -36,17 +60,57 @@ module GVLScope
           when :run
             holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
             released[interval.reason] += 1 if interval.reason
+            longest_run = interval if longest_run.nil? || interval.duration_ns > longest_run.duration_ns
+          when :gc
+            longest_gc = interval if longest_gc.nil? || interval.duration_ns > longest_gc.duration_ns
           when :wait
-            waits += 1
-            longest = interval.duration_ns if interval.duration_ns > longest
+            waits << interval.duration_ns
+            longest_wait = interval if longest_wait.nil? || interval.duration_ns > longest_wait.duration_ns
+            if previous&.state == :idle
+              blocking << interval.duration_ns
+              slow_blocking << interval if interval.duration_ns >= @slow_wait_ns
+            end
           end
           previous = interval
         end
+        all_waits.concat(waits)
+        longest_slow = slow_blocking.max_by(&:duration_ns) # max_by keeps the first of equals
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
                 ractor_id: thread.ractor_id, run_ns: totals[:run],
                 wait_ns: totals[:wait], idle_ns: totals[:idle], gc_ns: totals[:gc], holds: holds,
-                waits: waits, longest_wait_ns: longest, released_by: released)
+                waits: waits.size, longest_wait_ns: longest_wait&.duration_ns || 0, released_by: released,
+                longest_run: span(longest_run), longest_wait: span(longest_wait),
+                blocking_waits: blocking.size, slow_blocking_waits: slow_blocking.size,
+                blocking_wait_ns: blocking.sum,
+                median_slow_blocking_wait_ns: Analysis.median(slow_blocking.map(&:duration_ns)),
+                longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits),
+                longest_gc: span(longest_gc))
       end
+
+      def span(interval) = interval && [interval.start_ns, interval.end_ns]
+
+      # The engine's sums (Engine::Pass#threads): nil for a thread of the thread table that never
+      # appeared in an event.
+      def row_from_scan(thread, sums)
+        _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
+          blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
+        longest_gc = sums&.at(23)
+        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
+                ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
+                waits: waits, longest_wait_ns: longest_wait_ns,
+                released_by: released.each_with_object(Hash.new(0)) { |(code, count), by| by[Model::Scan::REASONS[code]] = count },
+                longest_run: longest_run, longest_wait: longest_wait, blocking_waits: blocking || 0,
+                slow_blocking_waits: slow || 0, blocking_wait_ns: blocking_ns || 0,
+                median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
+                median_wait_ns: median_wait || 0, longest_gc: longest_gc)
+      end
+    end
+
+    # The median the report uses everywhere: the upper middle of the sorted values, 0 when none.
+    def self.median(values)
+      return 0 if values.empty?
+
+      values.sort[values.size / 2]
     end
   end
 end

@@ -4,6 +4,7 @@ require "json"
 require_relative "format"
 require_relative "../vocabulary"
 require_relative "../version"
+require_relative "../model/scan"
 
 module GVLScope
   module Formats
@@ -12,6 +13,10 @@ module GVLScope
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
     # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
     # which Ruby thread each native thread ran (the M:N view).
+    #
+    # From a Model::Scan (what `gvlscope export` reads) the slices and the counter are written by
+    # the native engine from its copy of each thread's intervals (ext/gvlscope_engine/output.c,
+    # the same bytes), streamed to the io in pieces of ~1 MB: never the whole document in memory.
     class ChromeJSON < Format
       NATIVE_PID = 0
 
@@ -29,8 +34,12 @@ module GVLScope
           write_slices(rpid, thread)
         end
         counter_prefix = %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":)
-        timeline.waiting_counter.each do |time, count|
-          emit(%(#{counter_prefix}#{us(time)},"args":{"threads":#{count}}}))
+        if streamed?
+          stream(:chrome_counter, counter_prefix)
+        else
+          timeline.waiting_counter.each do |time, count|
+            emit(%(#{counter_prefix}#{us(time)},"args":{"threads":#{count}}}))
+          end
         end
         write_native_lanes
         @out << "\n]}\n"
@@ -41,6 +50,17 @@ module GVLScope
       private
 
       def timeline = @subject
+
+      def streamed? = timeline.is_a?(Model::Scan)
+
+      # The engine's pieces go straight to the io, after what is buffered here. Every piece starts
+      # with the ",\n" that separates it from what came before (always something: a meta event).
+      def stream(writer, *arguments)
+        @io << @out
+        @out.clear
+        @first = false
+        engine_write(@io, writer, *arguments)
+      end
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
@@ -66,6 +86,8 @@ module GVLScope
       # The constant part of each slice is built once per thread and state; slices are appended
       # straight to the buffer (this loop runs once per interval: millions of times).
       def write_slices(pid, thread)
+        return stream(:chrome_slices, thread.serial, pid) if streamed?
+
         prefixes = Hash.new do |by_state, state|
           by_state[state] = Hash.new do |by_reason, reason|
             name = Vocabulary.slice_name(state, reason)
@@ -104,6 +126,8 @@ module GVLScope
         tids.each { |serial, tid| emit(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
         timeline.each_thread do |thread|
           prefix = %({"ph":"X","name":#{JSON.generate(thread.display_name)},"cat":"native","pid":#{NATIVE_PID},"tid":)
+          next stream(:chrome_native, thread.serial, prefix) if streamed?
+
           thread.intervals.each do |interval|
             next unless interval.state == :run && interval.native
 

@@ -21,6 +21,21 @@ module GVLScope
 
       # The whole output as a String.
       def to_s = write(+"")
+
+      private
+
+      # Appends to +io+ what a Model::Scan writer (+writer+, its +arguments+) makes: straight to a
+      # file's descriptor (no Ruby String on the way: an export of 10 GB stays a few MB of memory),
+      # else in pieces of ~1 MB given to io#<<.
+      def engine_write(io, writer, *arguments)
+        fd = io.fileno if io.is_a?(IO)
+        if fd
+          io.flush
+          return @subject.public_send(writer, *arguments, fd)
+        end
+
+        @subject.public_send(writer, *arguments, nil) { |chunk| io << chunk }
+      end
     end
   end
 end

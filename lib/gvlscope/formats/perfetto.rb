@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "../vocabulary"
+require_relative "../model/scan"
 
 module GVLScope
   module Formats
@@ -10,6 +11,9 @@ module GVLScope
     # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
     # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
     # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
+    #
+    # From a Model::Scan (what `gvlscope export` reads) the slices and the counter's packets come
+    # from the native engine (ext/gvlscope_engine/output.c, the same bytes), streamed to the io.
     class Perfetto < Format
       # TracePacket
       TIMESTAMP = 8
@@ -55,6 +59,8 @@ module GVLScope
                                 field_varint(PID, fake_pid(thread.ractor_id)) + field_varint(TID, thread.serial) +
                                 field_string(THREAD_NAME, thread.display_name),
                                 parent: process_uuid(thread.ractor_id)))
+          next stream(:perfetto_slices, thread.serial, uuid) if streamed?
+
           thread.intervals.each do |interval|
             slice(io, uuid, interval.start_ns, interval.end_ns, Vocabulary.slice_name(interval.state, interval.reason))
           end
@@ -69,6 +75,15 @@ module GVLScope
 
       def timeline = @subject
 
+      def streamed? = timeline.is_a?(Model::Scan)
+
+      # The engine's packets go straight to the sink, after what is buffered here.
+      def stream(writer, *arguments)
+        @sink << @out
+        @out.clear
+        engine_write(@sink, writer, *arguments)
+      end
+
       def fake_pid(ractor_id) = timeline.file.pid * 10 + ractor_id
       def process_uuid(ractor_id) = 1_000 + ractor_id
       def thread_uuid(serial) = 1_000_000 + serial
@@ -79,6 +94,8 @@ module GVLScope
         body = field_varint(UUID, COUNTER_UUID) + field_string(TRACK_NAME, "threads waiting for the GVL") +
                field_bytes(COUNTER, "") + field_varint(PARENT_UUID, process_uuid(timeline.ractors.keys.min || 0))
         packet(io, field_bytes(TRACK_DESCRIPTOR, body))
+        return stream(:perfetto_counter) if streamed?
+
         timeline.waiting_counter.each do |time, count|
           event = field_varint(EVENT_TYPE, COUNTER_EVENT) + field_varint(TRACK_UUID, COUNTER_UUID) +
                   field_varint(COUNTER_VALUE, count)
@@ -100,6 +117,11 @@ module GVLScope
                                 parent: process_uuid(-1)))
         end
         timeline.each_thread do |thread|
+          if streamed?
+            stream(:perfetto_native, thread.serial, thread.display_name.encode(Encoding::UTF_8).b)
+            next
+          end
+
           thread.intervals.each do |interval|
             next unless interval.state == :run && interval.native
 

@@ -8,7 +8,9 @@ module GVLScope
   module Formats
     # An Analysis::Report as JSON: `gvlscope report --json`. The schema is in docs/report.md.
     class ReportJSON < Format
-      SCHEMA_VERSION = 2 # 2: release causes io/sleep/lock/join/pass, "stacks"
+      # 2: release causes io/sleep/lock/join/pass, "stacks"; 3: one finding per cause (about, threads),
+      # ranked by explains_wait_ns (wait_share of all GVL wait), kinds hand_off and gc
+      SCHEMA_VERSION = 3
 
       def write(io)
         io << JSON.pretty_generate(to_h) << "\n"

@@ -78,15 +78,21 @@ module GVLScope
 
       private
 
+      SHOWN_FINDINGS = 5 # the causes worth reading first; --json lists them all
+
+      # Each finding with the wait it explains, most first (Report#findings), the first five.
       def findings(fixes: true)
         list = @subject.findings
-        return ["No findings: no convoy, hog or contention in this trace."] if list.empty?
+        return ["No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace."] if list.empty?
 
-        lines = ["Findings (#{list.size}):"]
-        list.each_with_index do |finding, index|
-          lines << "#{index + 1}. #{finding.title}"
+        lines = ["Findings (#{list.size}), by the GVL wait each explains:"]
+        list.first(SHOWN_FINDINGS).each_with_index do |finding, index|
+          lines << format("%d. [%s, %d%% of all wait] %s", index + 1, Units.ms_rounded(finding.explains_wait_ns),
+                          (100 * finding.wait_share).round, finding.title)
           lines << "   fix: #{finding.fix}" if fixes
         end
+        hidden = list.size - SHOWN_FINDINGS
+        lines << "(#{hidden} more finding#{'s' if hidden > 1}: gvlscope report --json lists them all)" if hidden.positive?
         lines
       end
     end

@@ -4,6 +4,7 @@ require "json"
 require_relative "format"
 require_relative "../vocabulary"
 require_relative "../version"
+require_relative "../model/scan"
 
 module GVLScope
   module Formats
@@ -49,6 +50,13 @@ module GVLScope
         timeline.each_thread do |thread|
           # A thread known only from the thread table has nothing to draw; an empty profile would
           # only add a blank page to speedscope's list.
+          if timeline.is_a?(Model::Scan)
+            next unless timeline.drawn?(thread.serial)
+
+            name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
+            write_streamed_profile(name, thread.serial)
+            next
+          end
           next unless thread.intervals.any? { |interval| interval.end_ns > interval.start_ns }
 
           name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
@@ -95,6 +103,18 @@ module GVLScope
           ids[stack] ||= "[#{stack.reverse_each.map { |f| frame(f.label, f.path, f.line) }.join(',')}]"
         end.join(",")
         @out << %(],"weights":[#{runs.map(&:last).join(',')}]})
+      end
+
+      # The same from a Model::Scan: the engine writes the events (ext/gvlscope_engine/output.c),
+      # with the frames interned here in the order the thread first used them.
+      def write_streamed_profile(name, serial)
+        begin_profile("evented", name, "events")
+        frames = []
+        timeline.speedscope_names(serial).each { |code, slice| frames[code] = frame(slice) }
+        @io << @out
+        @out.clear
+        engine_write(@io, :speedscope_events, serial, frames)
+        @out << "]}"
       end
 
       # One open ("O") and one close ("C") event per interval, an interval per line. A thread's

@@ -33,7 +33,7 @@ module GVLScope
     ms = ->(value) { format("%.1f ms", value) }
     two_cores = ->(m) { m.fetch(:cores) >= 2 ? nil : "needs 2 or more cores (this machine has #{m.fetch(:cores)})" }
     finding = lambda do |report, kind, thread|
-      report.findings.find { |f| f.kind == kind && f.thread == thread }
+      report.findings.find { |f| f.kind == kind && f.about.include?(thread) }
     end
     median_wait_ms = lambda do |timeline, prefix|
       waits = timeline.threads.values.select { |t| t.label.start_with?(prefix) }.flat_map do |thread|

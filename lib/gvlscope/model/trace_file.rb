@@ -68,8 +68,21 @@ module GVLScope
         new(path).tap(&:read)
       end
 
+      # The file's header, thread table, stacks and end record, and an index of its event chunks
+      # (#chunk_index), without reading a single event: what Model::Scan needs before the native
+      # engine reads the events (twice: GVLScope::Engine::Index, then a Pass). The same checks
+      # and messages as #read, in the same order, but for the records' kinds (the engine's).
+      def self.index(path)
+        new(path).tap(&:index)
+      end
+
+      # Event chunks as the engine reads them: "Q<Q<Q<" per chunk (offset of its records, base_ns,
+      # count | native serial << 32), in file order. nil for a file #read whole.
+      attr_reader :chunk_index
+
       def initialize(path)
         @path = path
+        @base = 0 # the file offset of @data's first byte
         @thread_info = {}
         @native_tids = {}
         @warnings = []
@@ -85,6 +98,9 @@ module GVLScope
       def stacks? = @flags.anybits?(FLAG_STACKS)
 
       def stack(id) = @stacks[id]
+
+      # The ids of the stacks the trace holds.
+      def stack_ids = @stacks.keys
 
       # A trace built from another tool's events (model/gvl_tracing.rb): the same arrays as a
       # .gvl file gives, already in time order.
@@ -108,7 +124,7 @@ module GVLScope
       end
 
       def size
-        @times.size
+        @events || @times.size
       end
 
       # Records read: the events and, with stacks, the site and sample records (what the
@@ -118,12 +134,59 @@ module GVLScope
       end
 
       def duration_ns
-        @end_ns || @times.last || 0
+        @end_ns || (@chunk_index ? @last_time : @times.last) || 0
+      end
+
+      # After the engine's first pass over an indexed file: what it counted. +serials+: the
+      # threads seen in events, in order of their first event (they get a ThreadInfo, as #read
+      # gives them); +bad_kind+: [kind, byte] of the first unknown event kind in time order.
+      def indexed(events:, stack_records:, last_time:, serials:, bad_kind:)
+        corrupt!(bad_kind[1], "unknown event kind #{bad_kind[0]}") if bad_kind
+        @events = events
+        @stack_records = stack_records if stacks?
+        @last_time = last_time
+        serials.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
+        self
+      end
+
+      def index
+        File.open(@path, "rb") do |io|
+          size = io.size
+          read_header(io.pread([size, HEADER_BYTES + 8].min, 0), size)
+          @chunk_index = +"".b
+          offset = @header_bytes
+          while offset < size
+            if offset + 8 > size
+              warn_truncated(offset)
+              break
+            end
+            type, payload_bytes = io.pread(8, offset).unpack("L<L<")
+            payload_start = offset + 8
+            if payload_start + payload_bytes > size
+              warn_truncated(offset)
+              break
+            end
+            # Only this chunk is in memory, at its place in the file: the checks name file offsets.
+            @base = offset
+            if type == CHUNK_EVENTS
+              @data = io.pread(8 + [payload_bytes, EVENTS_HEADER_BYTES].min, offset)
+              index_events(offset, payload_bytes)
+            else
+              @data = io.pread(8 + payload_bytes, offset)
+              read_chunk(type, @data, offset, payload_bytes, nil, nil)
+            end
+            offset = payload_start + payload_bytes
+          end
+          @data = nil
+          @base = 0
+        end
+        @dropped = @end_dropped if @end_dropped
+        self
       end
 
       def read
-        data = File.binread(@path)
-        read_header(data)
+        data = @data = File.binread(@path)
+        read_header(data, data.bytesize)
         times = []
         metas = []
         offset = @header_bytes
@@ -138,15 +201,10 @@ module GVLScope
             warn_truncated(offset)
             break
           end
-          case type
-          when CHUNK_EVENTS then read_events(data, offset, payload_bytes, times, metas)
-          when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
-          when CHUNK_END then read_end(data, offset, payload_bytes)
-          when CHUNK_STACKS then read_stacks(data, offset, payload_bytes)
-          else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
-          end
+          read_chunk(type, data, offset, payload_bytes, times, metas)
           offset = payload_start + payload_bytes
         end
+        @data = nil
         @raw_samples.sort_by!(&:first)
         sort_events(times, metas)
         @dropped = @end_dropped if @end_dropped
@@ -156,19 +214,30 @@ module GVLScope
 
       private
 
-      def read_header(data)
-        raise FormatError, "#{@path}: empty file, not a gvlscope trace" if data.empty?
+      def read_chunk(type, data, offset, payload_bytes, times, metas)
+        case type
+        when CHUNK_EVENTS then read_events(data, offset, payload_bytes, times, metas)
+        when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
+        when CHUNK_END then read_end(data, offset, payload_bytes)
+        when CHUNK_STACKS then read_stacks(data, offset, payload_bytes)
+        else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
+        end
+      end
+
+      # +data+: the file's first bytes (the whole file for #read), +size+: the file's size.
+      def read_header(data, size)
+        raise FormatError, "#{@path}: empty file, not a gvlscope trace" if size.zero?
         unless data.start_with?(MAGIC)
           raise FormatError, "#{@path}: not a gvlscope trace (no #{MAGIC} magic at the start)"
         end
-        raise FormatError, "#{@path}: truncated in its header (#{data.bytesize} bytes)" if data.bytesize < HEADER_BYTES
+        raise FormatError, "#{@path}: truncated in its header (#{size} bytes)" if size < HEADER_BYTES
 
         _magic, version, @header_bytes, _mono, @start_realtime_ns, @pid, timeslice_us = data.unpack(HEADER)
         if version > VERSION
           raise FormatError, "#{@path}: format version #{version} is newer than this gvlscope reads (#{VERSION}); " \
                              "upgrade gvlscope"
         end
-        raise FormatError, "#{@path}: bad header size #{@header_bytes}" if @header_bytes < HEADER_BYTES || @header_bytes > data.bytesize
+        raise FormatError, "#{@path}: bad header size #{@header_bytes}" if @header_bytes < HEADER_BYTES || @header_bytes > size
 
         @timeslice_ns = timeslice_us * 1000
         @flags = data.unpack1("L<", offset: HEADER_BYTES) if version >= 2 && @header_bytes >= HEADER_BYTES + 4
@@ -186,7 +255,7 @@ module GVLScope
       def read_events(data, offset, bytes, times, metas)
         start = offset + 8
         corrupt!(offset, "event chunk of #{bytes} bytes, shorter than its header") if bytes < EVENTS_HEADER_BYTES
-        native, tid, base, count, dropped_before = data.unpack("L<L<Q<L<L<", offset: start)
+        native, tid, base, count, dropped_before = data.unpack("L<L<Q<L<L<", offset: start - @base)
         if EVENTS_HEADER_BYTES + count * 8 != bytes
           corrupt!(offset, "event chunk of #{bytes} bytes claims #{count} records")
         end
@@ -195,12 +264,28 @@ module GVLScope
         (@record_offsets ||= []) << [times.size, start + EVENTS_HEADER_BYTES] # to name a bad record's byte
         @native_tids[native] = tid
         @dropped += dropped_before
-        records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES)
+        records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES - @base)
         native_bits = native << 28
         return read_events_with_stacks(records, base, native_bits, times, metas) if stacks?
 
         times.concat(records.map { |record| base + (record >> 28) })
         metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
+      end
+
+      # #read_events for #index: the same checks; the chunk joins the index, its records stay in
+      # the file.
+      def index_events(offset, bytes)
+        start = offset + 8
+        corrupt!(offset, "event chunk of #{bytes} bytes, shorter than its header") if bytes < EVENTS_HEADER_BYTES
+        native, tid, base, count, dropped_before = @data.unpack("L<L<Q<L<L<", offset: start - @base)
+        if EVENTS_HEADER_BYTES + count * 8 != bytes
+          corrupt!(offset, "event chunk of #{bytes} bytes claims #{count} records")
+        end
+        corrupt!(offset, "event chunk starts at #{base} ns (over 146 years)") if base >= MAX_TIME_NS
+
+        @native_tids[native] = tid
+        @dropped += dropped_before
+        @chunk_index << [start + EVENTS_HEADER_BYTES, base, count | native << 32].pack("Q<Q<Q<")
       end
 
       # The same, taking out the records that are not events: an ARG belongs to the record before
@@ -237,7 +322,7 @@ module GVLScope
         start = chunk_offset + 8
         finish = start + bytes
         corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes, shorter than its header") if bytes < STACKS_HEADER_BYTES
-        locations, stacks, sites, samples, dropped, unreadable = data.unpack("L<L<Q<Q<Q<Q<", offset: start)
+        locations, stacks, sites, samples, dropped, unreadable = data.unpack("L<L<Q<Q<Q<Q<", offset: start - @base)
         # A location takes 12 bytes or more, a stack 4 or more.
         if STACKS_HEADER_BYTES + 12 * locations + 4 * stacks > bytes
           corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes claims #{locations} locations and #{stacks} stacks")
@@ -247,19 +332,19 @@ module GVLScope
         frames = [nil]
         locations.times do
           corrupt!(offset, "code location cut short by the end of its chunk") if offset + 12 > finish
-          line, label_bytes, path_bytes = data.unpack("L<L<L<", offset: offset)
+          line, label_bytes, path_bytes = data.unpack("L<L<L<", offset: offset - @base)
           offset += 12
           corrupt!(offset, "code location's text runs past the end of its chunk") if offset + label_bytes + path_bytes > finish
-          label = utf8(data.byteslice(offset, label_bytes))
-          path = utf8(data.byteslice(offset + label_bytes, path_bytes))
+          label = utf8(data.byteslice(offset - @base, label_bytes))
+          path = utf8(data.byteslice(offset + label_bytes - @base, path_bytes))
           offset += label_bytes + path_bytes
           frames << Frame.new(label.empty? ? "(unknown)" : label, path.empty? ? nil : path, line).freeze
         end
         (1..stacks).each do |id|
           corrupt!(offset, "stack cut short by the end of its chunk") if offset + 4 > finish
-          depth = data.unpack1("L<", offset: offset)
+          depth = data.unpack1("L<", offset: offset - @base)
           corrupt!(offset, "stack of #{depth} frames runs past the end of its chunk") if offset + 4 + 4 * depth > finish
-          ids = data.unpack("L<#{depth}", offset: offset + 4)
+          ids = data.unpack("L<#{depth}", offset: offset + 4 - @base)
           @stacks[id] = ids.map do |location|
             frames[location] || corrupt!(offset, "stack #{id} refers to location #{location} of #{locations}")
           end.freeze
@@ -274,13 +359,13 @@ module GVLScope
         fixed = @version >= 2 ? THREAD_RECORD_BYTES + 4 : THREAD_RECORD_BYTES # version 2 adds created_at_bytes
         while offset < finish
           corrupt!(offset, "thread record cut short by the end of its chunk") if offset + fixed > finish
-          serial, ractor_id, flags, name_bytes, site_bytes = data.unpack("L<L<L<L<L<", offset: offset)
+          serial, ractor_id, flags, name_bytes, site_bytes = data.unpack("L<L<L<L<L<", offset: offset - @base)
           site_bytes = 0 if fixed == THREAD_RECORD_BYTES
           if offset + fixed + name_bytes + site_bytes > finish
             corrupt!(offset, "thread name of #{name_bytes + site_bytes} bytes runs past the end of its chunk")
           end
-          name = utf8(data.byteslice(offset + fixed, name_bytes))
-          site = utf8(data.byteslice(offset + fixed + name_bytes, site_bytes))
+          name = utf8(data.byteslice(offset + fixed - @base, name_bytes))
+          site = utf8(data.byteslice(offset + fixed + name_bytes - @base, site_bytes))
           @thread_info[serial] = ThreadInfo.new(serial: serial, name: name.empty? ? nil : name, ractor_id: ractor_id,
                                                 main: flags.anybits?(1), exited: flags.anybits?(2),
                                                 created_at: site.empty? ? nil : site)
@@ -290,7 +375,7 @@ module GVLScope
 
       def read_end(data, offset, bytes)
         corrupt!(offset, "end record of #{bytes} bytes, not #{END_BYTES}") if bytes < END_BYTES
-        @end_ns, _events, @end_dropped = data.unpack("Q<Q<Q<", offset: offset + 8)
+        @end_ns, _events, @end_dropped = data.unpack("Q<Q<Q<", offset: offset + 8 - @base)
         corrupt!(offset, "the trace ends at #{@end_ns} ns (over 146 years)") if @end_ns >= MAX_TIME_NS
       end
 

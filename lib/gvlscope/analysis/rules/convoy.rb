@@ -7,66 +7,72 @@ module GVLScope
     module Rules
       # Convoy: a thread's waits after blocking calls last about a timeslice. A wait of a quarter
       # timeslice after a blocking call happens only when another thread kept the GVL that long;
-      # at a quarter of a thread's blocking calls, it is what that thread's time goes to.
+      # at a quarter of a thread's blocking calls, it is what that thread's time goes to. Threads
+      # in a convoy behind the same holder (one that held the GVL for half their waiting or more)
+      # are one finding, and so are those with no such holder (they hold it for one another).
       class Convoy < Rule
         MIN_WAITS = 3
         SLOW_SHARE = 0.25
+        CULPRIT_SHARE = 0.5
 
         def findings
-          @timeline.threads.values.filter_map { |thread| convoy(thread) }
+          convoys = @rows.each_value.select { |row| convoy?(row) }
+          convoys.group_by { |row| culprit(row) }.map { |culprit, group| convoy(group, culprit) }
         end
 
         private
 
-        def convoy(thread)
-          return if @rows[thread.serial].longest_wait_ns < @timeslice_ns / 4
+        def convoy?(row)
+          slow = row.slow_blocking_waits
+          slow >= MIN_WAITS && slow >= SLOW_SHARE * row.blocking_waits
+        end
 
-          waits = waits_after_blocking(thread)
-          return if waits.size < MIN_WAITS
+        # The thread that held the GVL for half or more of +row+'s waiting after blocking calls (a
+        # serial), or nil.
+        def culprit(row)
+          holders = @report.blame.after_blocking.fetch(row.serial, {})
+          serial, ns = holders.reject { |holder, _| holder == Blame::HAND_OFF }.max_by { |_, held| held }
+          serial if ns && ns >= CULPRIT_SHARE * holders.values.sum
+        end
 
-          slow = waits.select { |wait| wait.duration_ns >= @timeslice_ns / 4 }
-          return if slow.size < MIN_WAITS || slow.size < SLOW_SHARE * waits.size
-
-          holder_shares = shares(@report.blame.after_blocking[thread.serial])
-          culprit = holder_shares.find { |holder, _| holder != Blame::HAND_OFF }&.first
-          total = waits.sum(&:duration_ns)
-          longest = slow.max_by(&:duration_ns)
+        def convoy(group, culprit)
+          held_by = Hash.new(0)
+          group.each { |row| @report.blame.after_blocking.fetch(row.serial, {}).each { |holder, ns| held_by[holder] += ns } }
+          holder_shares = shares(held_by)
+          waits = group.sum(&:blocking_waits)
+          slow = group.sum(&:slow_blocking_waits)
+          medians = group.map(&:median_slow_blocking_wait_ns)
           code = @report.code_locations
-          holders = code.holders_while_waiting(thread.serial)
-          sites = code.release_sites(threads: [thread.serial])
-          Finding.new(
-            kind: :convoy,
-            threads: [thread.label, *holder_shares.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys],
-            title: format("Convoy: %s waited for the GVL after %d of its %d blocking calls, median %s " \
-                          "(timeslice %s), %s in all; the GVL was held by %s%s",
-                          quote(thread.label), slow.size, waits.size, ms(median(slow.map(&:duration_ns))),
-                          ms(@timeslice_ns), ms(total), describe_shares(holder_shares),
-                          code_sentences(holder_code(holders, "The holder was"), describe_sites(sites))),
-            evidence: { blocking_calls: waits.size, slow_waits: slow.size, median_wait_ns: median(slow.map(&:duration_ns)),
-                        wait_after_blocking_ns: total, holders: holder_shares, **code_evidence(holders, sites) },
+          holders = merged_profile(group.map { |row| code.holders_while_waiting(row.serial) })
+          sites = code.release_sites(threads: group.map(&:serial))
+          alone = group.size == 1
+          finding(
+            kind: :convoy, about: group,
+            others: holder_shares.select { |holder, share| holder.is_a?(String) && share >= 0.01 }.keys,
+            # The wait another thread's hold caused; the hand-off itself is no convoy's doing.
+            explains_wait_ns: held_by.sum { |holder, ns| holder == Blame::HAND_OFF ? 0 : ns },
+            title: format("Convoy: %s waited for the GVL after %d of %s %d blocking calls, %s (timeslice %s), %s in " \
+                          "all; the GVL was held by %s%s",
+                          alone ? quote(group.first.label) : "#{group.size} threads (#{list(group.map(&:label))})",
+                          slow, alone ? "its" : "their", waits, describe_medians(medians), ms(@timeslice_ns),
+                          ms(group.sum(&:blocking_wait_ns)), describe_shares(holder_shares),
+                          code_sentences(holder_code(holders, "The holder was"),
+                                         describe_sites(sites, whose: alone ? "Its" : "Their"))),
+            evidence: { blocking_calls: waits, slow_waits: slow, median_wait_ns: Analysis.median(medians),
+                        wait_after_blocking_ns: group.sum(&:blocking_wait_ns), holders: holder_shares,
+                        **code_evidence(holders, sites) },
             fix: "each blocking call (IO, sleep) gives the GVL away and getting it back costs up to a timeslice " \
-                 "while #{culprit ? quote(culprit) : 'another thread'} runs Ruby code: move that CPU-bound work to " \
-                 "another process or a Ractor, lower its Thread#priority, or shorten the timeslice " \
+                 "while #{culprit ? quote(@labels[culprit]) : 'another thread'} runs Ruby code: move that CPU-bound " \
+                 "work to another process or a Ractor, lower its Thread#priority, or shorten the timeslice " \
                  "(RUBY_THREAD_TIMESLICE, Ruby 3.4+)",
-            focus_ns: [longest.start_ns, longest.end_ns]
+            focus_ns: group.filter_map(&:longest_slow_blocking_wait).max_by { |start_ns, end_ns| end_ns - start_ns }
           )
         end
 
-        # "Its top release sites: `IO#read` at app.rb:12 (2104 ms of waiting after 21), ..." (the
-        # waits that followed them); nil without sites.
-        def describe_sites(sites)
-          shown = sites.first(3).select { |row| row.weight.positive? }
-          return if shown.empty?
-
-          "Its top release sites: #{shown.map { |row| "#{row.name} (#{ms(row.weight)} of waiting after #{row.count})" }.join(', ')}"
-        end
-
-        def waits_after_blocking(thread)
-          intervals = thread.intervals
-          (1...intervals.size).filter_map do |index|
-            wait = intervals[index]
-            wait if wait.state == :wait && intervals[index - 1].state == :idle
-          end
+        # "median 101 ms", or for several threads whose medians differ "medians 98-105 ms".
+        def describe_medians(medians)
+          low, high = medians.minmax.map { |ns| ms(ns) }
+          low == high ? "median #{low}" : "medians #{low.delete_suffix(' ms')}-#{high}"
         end
       end
     end

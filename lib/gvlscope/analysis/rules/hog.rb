@@ -5,45 +5,71 @@ require_relative "../rule"
 module GVLScope
   module Analysis
     module Rules
-      # Hog: a thread released the GVL mostly at the end of its timeslice while others wanted it.
+      # Hog: a thread released the GVL mostly at the end of its timeslice (Rule#cpu_bound?) while
+      # others waited a timeslice or more for it. Hogs that waited a quarter timeslice for each
+      # other took turns on one GVL: one finding, "N CPU-bound threads share one GVL" (a wait that
+      # long happens only while another thread keeps the GVL, as in Convoy).
       class Hog < Rule
-        MIN_PREEMPTIONS = 2
-        PREEMPTED_SHARE = 0.5
-
         def findings
-          @timeline.threads.values.filter_map { |thread| hog(thread) }
+          hogs = @rows.each_value.select { |row| hog?(row) }.map(&:serial)
+          connected(hogs, @report.blame.all_waits, @timeslice_ns / 4).map do |serials|
+            serials.size == 1 ? alone(@rows[serials.first]) : shared(serials.map { |serial| @rows[serial] })
+          end
         end
 
         private
 
-        def hog(thread)
-          released = @rows[thread.serial].released_by
-          preempted = released[:preempted]
-          releases = released.sum { |cause, count| cause == :exit ? 0 : count }
-          return if preempted < MIN_PREEMPTIONS || preempted < PREEMPTED_SHARE * releases
+        def hog?(row) = cpu_bound?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns
 
-          victims = @report.blame.victims_of(thread.serial)
+        def alone(row)
+          victims = @report.blame.victims_of(row.serial)
           waited = victims.values.sum
-          return if waited < @timeslice_ns
-
-          held = thread.intervals.sum { |interval| %i[run gc].include?(interval.state) ? interval.duration_ns : 0 }
-          longest = thread.intervals.select { |interval| interval.state == :run }.max_by(&:duration_ns)
-          top = victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }
-          holders = @report.code_locations.holder_profile(thread: thread.serial)
-          Finding.new(
-            kind: :hog,
-            threads: [thread.label, *victims.keys.map { |serial| @labels[serial] }],
+          held = row.run_ns + row.gc_ns
+          holders = @report.code_locations.holder_profile(thread: row.serial)
+          finding(
+            kind: :hog, about: [row], others: victims.keys.map { |serial| @labels[serial] }, explains_wait_ns: waited,
             title: format("Hog: %s gave up the GVL at the end of its timeslice %d of %d times (held it %s, %d%% of " \
                           "the trace) while other threads waited %s for it (%s)%s",
-                          quote(thread.label), preempted, releases, ms(held), percent(held), ms(waited), top.join(", "),
-                          code_sentences(holder_code(holders, "It was"))),
-            evidence: { preempted: preempted, releases: releases, held_ns: held, others_waited_ns: waited,
-                        victims: victims.to_h { |serial, ns| [@labels[serial], ns] }, **code_evidence(holders, []) },
+                          quote(row.label), row.released_by[:preempted], releases(row), ms(held), percent(held), ms(waited),
+                          top_victims(victims), code_sentences(holder_code(holders, "It was"))),
+            evidence: { preempted: row.released_by[:preempted], releases: releases(row), held_ns: held,
+                        others_waited_ns: waited, victims: victims.to_h { |serial, ns| [@labels[serial], ns] },
+                        **code_evidence(holders, []) },
             fix: "it runs Ruby code without blocking, so every other thread waits a timeslice per turn: if it " \
                  "produces work for others (a Queue), bound the queue with a SizedQueue so it blocks when they " \
                  "fall behind; otherwise lower its Thread#priority, or move the work to a Ractor or another process",
-            focus_ns: [longest.start_ns, longest.end_ns]
+            focus_ns: row.longest_run
           )
+        end
+
+        def shared(group)
+          victims = Hash.new(0)
+          group.each { |row| @report.blame.victims_of(row.serial).each { |serial, ns| victims[serial] += ns } }
+          waited = victims.values.sum
+          held = group.sum { |row| row.run_ns + row.gc_ns }
+          preempted = group.sum { |row| row.released_by[:preempted] }
+          releases = group.sum { |row| releases(row) }
+          holders = merged_profile(group.map { |row| @report.code_locations.holder_profile(thread: row.serial) })
+          members = group.map(&:label)
+          finding(
+            kind: :hog, about: group, others: victims.keys.map { |serial| @labels[serial] }, explains_wait_ns: waited,
+            title: format("Hog: %d CPU-bound threads share one GVL (%s): they gave up the GVL at the end of their " \
+                          "timeslice %d of %d times and held it %s (%d%% of the trace) while threads waited %s for " \
+                          "them, each other included%s",
+                          group.size, list(members), preempted, releases, ms(held), percent(held), ms(waited),
+                          code_sentences(holder_code(holders, "They were"))),
+            evidence: { sharing_threads: group.size, preempted: preempted, releases: releases, held_ns: held,
+                        others_waited_ns: waited, victims: victims.to_h { |serial, ns| [@labels[serial], ns] },
+                        **code_evidence(holders, []) },
+            fix: "they run Ruby code in turns, one timeslice each, so #{group.size} threads get no more done than one: " \
+                 "run the CPU-bound work in Ractors or processes (about one per core) instead of threads; if it " \
+                 "produces work for others (a Queue), bound the queue with a SizedQueue",
+            focus_ns: group.filter_map(&:longest_run).max_by { |start_ns, end_ns| end_ns - start_ns }
+          )
+        end
+
+        def top_victims(victims)
+          victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
         end
       end
     end

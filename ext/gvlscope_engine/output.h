@@ -1,0 +1,38 @@
+// The exports' per-interval writers (output.c).
+#ifndef GVLSCOPE_ENGINE_OUTPUT_H
+#define GVLSCOPE_ENGINE_OUTPUT_H
+
+#include "pass.h"
+
+// Hands a full buffer over (to a Ruby block); non-zero stops the writer.
+typedef int (*eng_flush)(void *context, const char *data, size_t size);
+
+typedef struct {
+    char *data;
+    size_t size, capacity;
+    eng_flush flush;
+    void *context;
+} eng_out;
+
+// The words of the outputs, by name code (a state, or ST_COUNT + reason for an idle interval:
+// Vocabulary.slice_name) and by reason code.
+typedef struct {
+    const char *names[ST_COUNT + R_COUNT];
+    size_t name_sizes[ST_COUNT + R_COUNT];
+    const char *reasons[R_COUNT];
+    size_t reason_sizes[R_COUNT];
+} eng_vocabulary;
+
+void eng_out_init(eng_out *out, eng_flush flush, void *context);
+int eng_out_flush(eng_out *out);
+void eng_out_free(eng_out *out);
+
+int eng_chrome_slices(eng_engine *engine, uint32_t at, int64_t pid, const eng_vocabulary *words, eng_out *out);
+int eng_chrome_native(eng_engine *engine, uint32_t at, const char *prefix, size_t prefix_size, eng_out *out);
+int eng_chrome_counter(eng_engine *engine, const char *prefix, size_t prefix_size, eng_out *out);
+int eng_perfetto_slices(eng_engine *engine, uint32_t at, uint64_t track, const eng_vocabulary *words, eng_out *out);
+int eng_perfetto_native(eng_engine *engine, uint32_t at, const char *name, size_t name_size, eng_out *out);
+int eng_perfetto_counter(eng_engine *engine, eng_out *out);
+int eng_speedscope_events(eng_engine *engine, uint32_t at, const int64_t *frames, eng_out *out);
+
+#endif

@@ -1,0 +1,284 @@
+# frozen_string_literal: true
+
+require "tmpdir"
+require_relative "../errors"
+require_relative "../vocabulary"
+require_relative "trace_file"
+require_relative "gvl_tracing"
+require_relative "timeline"
+
+module GVLScope
+  module Model
+    # A trace read by the native report engine (ext/gvlscope_engine, docs/architecture.md): the
+    # same answers as a Timeline, but no interval is kept. A first pass over the records
+    # (Engine::Index) learns what the second needs before it starts; the second (Engine::Pass)
+    # replays Timeline's state machine rule for rule and sums what the report reads as intervals
+    # close: per-thread rows, histograms, the blame, code locations, the HTML overview, and for
+    # the exports a compact copy of each thread's intervals in a temporary file. Memory grows
+    # with threads, stacks and samples, not with events.
+    #
+    # It answers Timeline's questions (file, threads, ractors, duration_ns, stacks?,
+    # waiters_at_acquire, samples, shared_native_threads?), so the analysis and the formats take
+    # either. A thread's +intervals+ are not kept: asking for them runs one more pass that
+    # collects them all (what a Timeline holds; for small traces and old callers only).
+    class Scan
+      # The engine's numbering (ext/gvlscope_engine/engine.h).
+      STATES = [nil, :started, :wait, :run, :gc, :idle, :exited, :gone].freeze
+      REASONS = [nil, :io, :sleep, :lock, :join, :pass, :blocking, :preempted, :exit, :io_sleep, :unknown].freeze
+      KIND_CODES = Vocabulary::EVENT_KINDS.each_with_index.to_h.freeze
+      # Work between two calls back into Ruby (progress, interrupts).
+      STEP_BYTES = 4 << 20
+      ALL = (2**62).freeze
+
+      # True when the engine's extension loads (the gem's, or a checkout's compiled with `rake
+      # compile`); false where it was not built (TraceFile and Timeline, plain Ruby, then read).
+      def self.available?
+        return @available unless @available.nil?
+
+        @available = begin
+          load_engine
+          Engine.vocabulary(NAMES, REASONS.map(&:to_s))
+          true
+        rescue LoadError => e
+          # A checkout shared by two Rubies: lib/gvlscope/gvlscope_engine.so was compiled by the other one.
+          if e.message.include?("incompatible") || e.message.include?("undefined symbol")
+            raise Error, "gvlscope's report engine does not match this Ruby (#{RUBY_VERSION}): #{e.message}. " \
+                         "In a checkout, rebuild it with `bundle exec rake clobber compile`."
+          end
+          false
+        end
+      end
+
+      # By load path (an installed gem keeps it in its extension directory), else beside lib/gvlscope
+      # (a checkout run as exe/gvlscope, lib not on the load path).
+      def self.load_engine
+        require "gvlscope/gvlscope_engine"
+      rescue LoadError
+        require_relative "../gvlscope_engine"
+      end
+
+      # The name of an interval in the exports, by the engine's name code: a state, or
+      # STATES.size + the reason of an idle interval (Vocabulary.slice_name).
+      NAMES = (STATES.map { |state| state.to_s } +
+               REASONS.map { |reason| Vocabulary.slice_name(:idle, reason) }).freeze
+
+      def self.name_code(state, reason) = state == :idle ? STATES.size + REASONS.index(reason) : STATES.index(state)
+
+      # Reads the trace at +path+ (a .gvl trace, or gvl-tracing JSON) in the engine's two passes.
+      # +bins+: the overview's bins (the HTML report's); +spill+: keep the intervals for an export.
+      # +progress+: a GVLScope::Progress (or anything with #advance_to), told how far each pass got.
+      def self.open(path, bins: nil, spill: false, progress: nil)
+        new(read(path), bins: bins, spill: spill, progress: progress).run
+      end
+
+      # What the engine reads of the trace at +path+ before its passes: a TraceFile.index (or a
+      # gvl-tracing import, whose events are in memory).
+      def self.read(path) = GVLTracing.json?(path) ? GVLTracing.read(path) : TraceFile.index(path)
+
+      attr_reader :file, :bins
+
+      # +file+: a TraceFile from TraceFile.index, or one holding its events in memory (a
+      # gvl-tracing import, TraceFile.from_events; not a .gvl file read whole, which has stacks).
+      # The first pass runs here (an unknown event kind raises here, as TraceFile#read would);
+      # the second at #run or on the first question.
+      #
+      # Medians (ThreadStats::Row#median_wait_ns, Report#all_waits_median_ns) are exact while the
+      # wait durations fit +exact_medians+ values in all (64 MB by default: some 30M events), then
+      # come from a log-linear histogram, within 1 %.
+      def initialize(file, bins: nil, spill: false, progress: nil, exact_medians: nil)
+        raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
+
+        @file = file
+        @exact_medians = exact_medians
+        @bins = bins
+        @spilled = spill
+        @progress = progress
+        @index = index_of(file)
+        @overviews = {}
+      end
+
+      # Runs the main pass now (before an output file is opened: a read error leaves none).
+      def run
+        pass
+        self
+      end
+
+      def duration_ns = @file.duration_ns
+      def timeslice_ns = @file.timeslice_ns
+
+      # True when the trace recorded code locations (see Timeline#stacks?).
+      def stacks? = @file.respond_to?(:stacks?) && @file.stacks?
+
+      # serial => ThreadTimeline, in the order Timeline gives (first event or sample, then the
+      # thread table); their intervals come from another pass, on first use.
+      def threads
+        @threads ||= begin
+          threads = {}
+          thread_rows.each_key { |serial| threads[serial] = thread(serial) }
+          @file.thread_info.each_key { |serial| threads[serial] ||= thread(serial) }
+          threads
+        end
+      end
+
+      def each_thread(&block) = threads.each_value(&block)
+      def ractors = threads.values.group_by(&:ractor_id)
+      def waiters_at_acquire = pass.waiters_at_acquire
+      def shared_native_threads? = pass.shared_natives?
+
+      # The engine's per-thread sums: serial => [see Engine::Pass#threads], in order of appearance.
+      def thread_rows = @thread_rows ||= pass.threads.to_h { |row| [row[0], row] }
+
+      def all_waits_median_ns = pass.all_waits_median
+
+      # [hold_ns counts, wait_ns counts] of the threads with these serials (all when nil).
+      def histograms(serials = nil) = pass.histograms(serials&.to_h { |serial| [serial, true] })
+
+      def blame_rows = pass.blame
+
+      # Code locations: see Engine::Pass#code and #release_sites.
+      def code_rows(kind) = (@code_rows ||= {})[kind] ||= pass.code(kind)
+      def release_site_rows = @release_site_rows ||= pass.release_sites
+
+      # The holders' samples (Model::Sample), kept while threads waited: at most ~100 a second.
+      def samples
+        @samples ||= pass.samples.each_slice(4).map do |time, serial, stack, waiters|
+          Sample.new(time, serial, @file.stack(stack), waiters)
+        end
+      end
+
+      def sample_count = pass.sample_count
+
+      # serial => Array of bins * 4 Integers (Analysis::Overview#lane) for +bins+ bins; another
+      # pass when the first had other bins.
+      def overview_lanes(bins)
+        return pass.overview if bins == @bins
+
+        @overviews[bins] ||= run_pass(bins: bins).overview
+      end
+
+      # The intervals (Timeline::Interval) of every thread that overlap each window [start_ns,
+      # end_ns), at most +limit+ each, in time order (Analysis::Report#detail): one more pass.
+      def details(windows, limit:)
+        window_rows(windows, limit).map { |found| found.map { |row| interval(*row) } }
+      end
+
+      def detail(start_ns, end_ns, limit:) = details([[start_ns, end_ns]], limit: limit).first
+
+      # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
+      # trace's threads, not its events).
+      def peak_bytes = @index.memory[1] + pass.memory[1]
+
+      # Bytes of intervals in the exports' temporary file.
+      def spill_bytes = pass.memory[2]
+
+      # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb), each into
+      # +target+: a file descriptor, written directly; or nil: pieces of up to ~1 MB are yielded,
+      # in one String refilled each time (write or copy it in the block). They read the pass that
+      # kept the intervals (made on first use).
+      def chrome_slices(serial, pid, target, &block) = spilled.chrome_slices(serial, pid, target, &block)
+      def chrome_native(serial, prefix, target, &block) = spilled.chrome_native(serial, prefix, target, &block)
+      def chrome_counter(prefix, target, &block) = spilled.chrome_counter(prefix, target, &block)
+      def perfetto_slices(serial, track, target, &block) = spilled.perfetto_slices(serial, track, target, &block)
+      def perfetto_native(serial, name, target, &block) = spilled.perfetto_native(serial, name, target, &block)
+      def perfetto_counter(target, &block) = spilled.perfetto_counter(target, &block)
+      def speedscope_events(serial, frames, target, &block) = spilled.speedscope_events(serial, frames, target, &block)
+
+      # [[name code, name], ...] of the thread's drawn intervals, in order of first use.
+      def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
+
+      # True when the thread has an interval with end > start (speedscope draws it).
+      def drawn?(serial) = thread_rows[serial]&.[](DRAWN) || false
+
+      DRAWN = 22 # the column of Engine::Pass#threads
+
+      # All intervals of a thread, collected by one more pass (once, for all threads).
+      def intervals_of(serial)
+        @all_intervals ||= window_rows([[-ALL, ALL]], ALL).first.group_by(&:first).transform_values do |rows|
+          rows.sort_by!(&:last).map { |row| interval(*row) }
+        end
+        @all_intervals.fetch(serial, [])
+      end
+
+      private
+
+      # A ThreadTimeline whose intervals are collected on first use.
+      class LazyThread < Timeline::ThreadTimeline
+        def initialize(serial, info, scan)
+          super(serial, info, nil)
+          @scan = scan
+        end
+
+        def intervals = self[:intervals] ||= @scan.intervals_of(serial)
+      end
+
+      def thread(serial) = LazyThread.new(serial, @file.thread_info[serial] || ThreadInfo.new(serial: serial, ractor_id: 0), self)
+
+      # [[serial, state, reason, start, end, native, site, index in its thread], ...] per window.
+      def window_rows(windows, limit)
+        run_pass(windows: windows.map { |start_ns, end_ns| [start_ns, end_ns, limit] }, windows_only: true).windows
+      end
+
+      def interval(serial, state, reason, start_ns, end_ns, native, site, _listed)
+        Timeline::Interval.new(serial, STATES[state], start_ns, end_ns, REASONS[reason], native,
+                               site.zero? ? nil : @file.stack(site))
+      end
+
+      def pass
+        @pass ||= run_pass(bins: @bins, blame: true, code: stacks?, spill: @spilled)
+      end
+
+      def spilled
+        @spilled_pass ||= @spilled ? pass : run_pass(spill: true)
+      end
+
+      def index_of(file)
+        index = if file.chunk_index
+                  Engine::Index.open(file.path, file.stacks?, file.chunk_index)
+                else
+                  Engine::Index.imported(file.times.pack("q<*"), file.kinds.map { |kind| KIND_CODES.fetch(kind) }.pack("C*"),
+                                         file.threads.pack("L<*"))
+                end
+        phase("reading #{file.path}")
+        advance(index) until index.step(STEP_BYTES)
+        return index unless file.chunk_index
+
+        summary = index.summary
+        file.indexed(events: summary[:events], stack_records: summary[:stack_records], last_time: summary[:last_time],
+                     serials: index.serials, bad_kind: summary[:bad_kind])
+        index
+      end
+
+      def run_pass(bins: nil, blame: false, code: false, spill: false, windows: nil, windows_only: false)
+        pass = Engine::Pass.create(
+          @index,
+          { timeslice_ns: @file.timeslice_ns, duration_ns: duration_ns, stack_causes: stack_causes,
+            threads: @file.thread_info.flat_map { |serial, info| [serial, info.ractor_id] }.pack("L<*"),
+            bins: bins, blame: blame, code: code, spill: spill, spill_dir: Dir.tmpdir, windows: windows,
+            windows_only: windows_only, median_budget: @exact_medians }
+        )
+        phase("analysing #{@file.path}")
+        advance(pass) until pass.step(STEP_BYTES)
+        pass
+      end
+
+      # A byte per stack id: the release cause its top frame tells (Vocabulary.release_cause), 0
+      # for an id the trace has no stack for.
+      def stack_causes
+        @stack_causes ||= begin
+          ids = stacks? ? @file.stack_ids : []
+          causes = "\0".b * (ids.max.to_i + 1)
+          ids.each { |id| causes.setbyte(id, REASONS.index(Vocabulary.release_cause(@file.stack(id)))) }
+          causes
+        end
+      end
+
+      def phase(label)
+        @progress.phase(label, @file.chunk_index ? File.size(@file.path) : nil) if @progress.respond_to?(:phase)
+      end
+
+      def advance(reader)
+        @progress&.advance_to(reader.bytes_done)
+      end
+    end
+  end
+end

@@ -1,0 +1,186 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "gvlscope/analysis"
+require "gvlscope/formats"
+require "support/synthetic_trace"
+
+# The report engine (ext/gvlscope_engine, Model::Scan) against the model it replaces
+# (Model::Timeline and the analysis of its intervals): on traces of real programs, each reader's
+# every answer and every output must be the same, byte for byte. And its memory must not grow
+# with the trace's events.
+class EngineTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # Programs whose traces cover the state machine's rules: convoys and hogs (preemptions), the
+  # hand-off thrash, GC inside holds, locks, queues, joins and sleeps, threads created and
+  # exiting all along, and M:N threads (native threads shared: the exports' native lanes).
+  PROGRAMS = {
+    "convoy" => 'GVLWorkloads.cpu_beside_reader("cpu", 12)',
+    "thrash" => <<~RUBY,
+      4.times.map do |n|
+        Thread.new { File.open("/dev/zero") { |zero| 3000.times { zero.sysread(16) } } }
+      end.each(&:join)
+    RUBY
+    "gc" => <<~RUBY,
+      6.times.map do
+        Thread.new { 40.times { Array.new(20_000) { |i| "s\#{i}" }; Thread.pass } }
+      end.each(&:join)
+    RUBY
+    "locks" => <<~RUBY,
+      queue = Queue.new
+      lock = Mutex.new
+      total = 0
+      consumers = 3.times.map { Thread.new { while (item = queue.pop); lock.synchronize { total += item }; end } }
+      200.times { |i| queue << i; sleep 0.0002 if (i % 20).zero?; Thread.new { lock.synchronize { total += 1 } }.join if (i % 25).zero? }
+      3.times { queue << nil }
+      consumers.each(&:join)
+    RUBY
+  }.freeze
+
+  def setup
+    @dir = Dir.mktmpdir("gvlscope-engine")
+  end
+
+  def teardown
+    FileUtils.rm_rf(@dir)
+  end
+
+  def test_the_engine_agrees_with_the_timeline_on_traced_programs
+    PROGRAMS.each do |name, program|
+      path = File.join(@dir, "#{name}.gvl")
+      trace_program(path, program)
+      assert_same_answers(path)
+    end
+  end
+
+  # Under M:N threads several Ruby threads run on one native thread: the exports add native lanes.
+  def test_the_engine_agrees_on_an_mn_threads_trace
+    path = File.join(@dir, "mn.gvl")
+    _out, err, status = run_ruby(<<~RUBY, path, env: { "RUBY_MN_THREADS" => "1" })
+      require "gvlscope"
+      GVLScope.trace(ARGV[0]) do
+        8.times.map { Thread.new { 20.times { sleep 0.0005; 2000.times.sum } } }.each(&:join)
+      end
+    RUBY
+    assert status.success?, err
+    assert_same_answers(path)
+  end
+
+  def test_the_engine_agrees_on_the_recorded_fixtures_and_an_import
+    Dir[File.join(ROOT, "test/fixtures/traces/*.{gvl,json}")].each { |path| assert_same_answers(path) }
+  end
+
+  def test_the_engine_agrees_on_a_synthetic_trace
+    path = File.join(@dir, "synthetic.gvl")
+    SyntheticTrace.write(path, events: 150_000)
+    assert_same_answers(path)
+  end
+
+  # Report#detail's windows: every interval that overlaps each, first by start, then thread order.
+  def test_detail_windows_are_the_timelines_intervals_in_the_window
+    path = File.join(ROOT, "test/fixtures/traces/mixed.gvl")
+    timeline = GVLScope::Model.timeline(path)
+    scan = GVLScope::Model::Scan.open(path)
+    duration = timeline.duration_ns
+    windows = [[0, duration / 10], [duration / 3, duration / 2], [duration - 1, duration], [duration, duration * 2]]
+    [5, 1_000_000].each do |limit|
+      expected = windows.map { |start_ns, end_ns| window(timeline, start_ns, end_ns, limit) }
+      assert_equal expected, scan.details(windows, limit: limit).map { |found| found.map(&:to_a) }, "limit #{limit}"
+    end
+    assert_operator expected_size = window(timeline, 0, duration, 1_000_000).size, :>, 100
+    assert_equal expected_size, scan.detail(0, duration, limit: 1_000_000).size
+  end
+
+  # The engine's own allocations (GVLScope::Engine counts every byte) are the same for a trace 10x
+  # longer: per-thread sums, bounded buffers; medians exact up to a budget, a histogram beyond.
+  # Ruby objects made for the report do not grow with it either.
+  def test_memory_does_not_grow_with_the_events
+    small = File.join(@dir, "small.gvl")
+    large = File.join(@dir, "large.gvl")
+    small_events = SyntheticTrace.write(small, events: 300_000)
+    large_events = SyntheticTrace.write(large, events: 3_000_000)
+    assert_operator large_events, :>=, 9 * small_events
+
+    small_bytes, small_objects = measure(small)
+    large_bytes, large_objects = measure(large)
+    # What grows: the holder samples, 24 bytes each (at most ~100 a second of trace; here one per
+    # ~24,000 events).
+    assert_operator large_bytes, :<=, small_bytes + 64 * 1024,
+                    "engine bytes: #{small_bytes} for #{small_events} events, #{large_bytes} for #{large_events}"
+    assert_operator large_objects, :<=, small_objects * 1.5 + 5_000,
+                    "Ruby objects: #{small_objects} for #{small_events} events, #{large_objects} for #{large_events}"
+  end
+
+  private
+
+  # [peak bytes of the engine, Ruby objects allocated] for a report and an export of +path+.
+  def measure(path)
+    objects = GC.stat(:total_allocated_objects)
+    file = GVLScope::Model::Scan.read(path)
+    scan = GVLScope::Model::Scan.new(file, spill: true, exact_medians: 10_000).run
+    report = GVLScope::Analysis::Report.new(scan)
+    GVLScope::Formats::ReportText.new(report).to_s
+    GVLScope::Formats::ReportJSON.new(report).to_s
+    File.open(File::NULL, "wb") { |io| GVLScope::Formats::ChromeJSON.new(scan).write(io) }
+    [scan.peak_bytes, GC.stat(:total_allocated_objects) - objects]
+  end
+
+  # Report#detail from a Timeline's intervals.
+  def window(timeline, start_ns, end_ns, limit)
+    found = []
+    timeline.each_thread do |thread|
+      found.concat(thread.intervals.select { |i| (i.end_ns > start_ns || i.start_ns >= start_ns) && i.start_ns < end_ns })
+    end
+    found.each_with_index.sort_by { |interval, index| [interval.start_ns, index] }.map(&:first).first(limit).map(&:to_a)
+  end
+
+  def assert_same_answers(path)
+    name = File.basename(path)
+    timeline = GVLScope::Model.timeline(path)
+    scan = GVLScope::Model::Scan.open(path, spill: true)
+    assert_equal timeline.threads.keys, scan.threads.keys, "#{name}: threads"
+    timeline.each_thread do |thread|
+      assert_equal thread.intervals.map(&:to_a), scan.threads[thread.serial].intervals.map(&:to_a), "#{name}: intervals of #{thread.label}"
+    end
+    assert_equal timeline.samples.map(&:to_a), scan.samples.map(&:to_a), "#{name}: samples"
+    assert_equal timeline.shared_native_threads?, scan.shared_native_threads?, "#{name}: shared native threads"
+    old = GVLScope::Analysis::Report.new(timeline)
+    new = GVLScope::Analysis::Report.new(scan)
+    assert_equal old.all_rows.map(&:to_h), new.all_rows.map(&:to_h), "#{name}: rows"
+    assert_equal old.all_waits_median_ns, new.all_waits_median_ns, "#{name}: median wait"
+    assert_equal old.histograms, new.histograms, "#{name}: histograms"
+    %i[all_waits after_blocking during_gc].each do |matrix|
+      assert_equal old.blame.public_send(matrix).to_a, new.blame.public_send(matrix).to_a, "#{name}: blame #{matrix}"
+    end
+    code = [old.code_locations, new.code_locations]
+    assert_equal(*code.map { |c| c.holder_profile.map(&:to_h) }, "#{name}: holders")
+    assert_equal(*code.map { |c| c.release_sites.map(&:to_h) }, "#{name}: release sites")
+    old.all_rows.each do |row|
+      assert_equal(*code.map { |c| c.holder_profile(thread: row.serial).map(&:to_h) }, "#{name}: holder #{row.label}")
+      assert_equal(*code.map { |c| c.holders_while_waiting(row.serial).map(&:to_h) }, "#{name}: waiting #{row.label}")
+      assert_equal(*code.map { |c| c.release_sites(threads: [row.serial]).map(&:to_h) }, "#{name}: sites #{row.label}")
+    end
+    [1, 7, 2000].each do |bins|
+      overviews = [old, new].map { |report| report.overview(bins: bins) }
+      assert_equal(*overviews.map { |overview| [overview.bin_ns, overview.serials] }, "#{name}: overview of #{bins} bins")
+      overviews.first.serials.each do |serial|
+        assert_equal(*overviews.map { |overview| overview.lane(serial) }, "#{name}: overview lane #{serial}, #{bins} bins")
+      end
+    end
+    duration = timeline.duration_ns
+    windows = [[0, duration], [duration / 4, duration / 3], [duration / 2, duration / 2 + 1_000_000]]
+    assert_equal(*[old, new].map { |report| report.details(windows, limit: 500).map { |found| found.map(&:to_a) } },
+                 "#{name}: detail windows")
+    %w[text json html].each do |format|
+      entry = GVLScope::Formats.fetch(format, command: "report")
+      assert_equal entry.format_class.new(old).to_s, entry.format_class.new(new).to_s, "#{name}: report --format #{format}"
+    end
+    GVLScope::Formats.for_command("export").each do |entry|
+      next if entry.stacks && !timeline.stacks?
+
+      assert entry.format_class.new(timeline).to_s.b == entry.format_class.new(scan).to_s.b, "#{name}: export #{entry.name}"
+    end
+  end
+end
