@@ -27,7 +27,7 @@ require "support/synthetic_trace"
 
 ROOT = File.expand_path("..", __dir__)
 TMP = File.join(ROOT, "tmp")
-SIZES = ENV.fetch("EVENTS", "1000000,10000000").split(",").map { |count| Integer(count.delete("_")) }
+SIZES = ENV["TRACE"] ? [nil] : ENV.fetch("EVENTS", "1000000,10000000").split(",").map { |count| Integer(count.delete("_")) }
 SOURCE = ENV.fetch("SOURCE", "synthetic")
 TIME = "/usr/bin/time"
 abort "bench/report.rb needs GNU time (apt-get install time)" unless File.executable?(TIME)
@@ -106,7 +106,7 @@ SIZES.each do |wanted|
         next
       end
       puts format("| %s (%.0f MB) | %d | %s | %s | %.2f | %.2f | %.0f | %s | %s |", File.basename(trace), File.size(trace) / 1e6,
-                  events, name, checkout, wall, cpu, rss, size.positive? ? format("%.0f", size) : "-",
+                  events, name, checkout, wall, cpu, rss, size.positive? ? format("%.1f", size) : "-",
                   format("%.1fM", events / wall / 1e6))
       $stdout.flush
     end

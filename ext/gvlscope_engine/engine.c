@@ -166,7 +166,8 @@ static VALUE option(VALUE options, const char *name) { return rb_hash_aref(optio
 
 // Pass.new(index, options): timeslice_ns:, duration_ns:, stack_causes: (a byte per stack id, 0:
 // none), threads: ("L<L<" serial, Ractor id), bins:, blame:, code:, spill:, spill_dir:,
-// windows: [[start, end, limit], ...], windows_only:, median_budget: (values medians keep exactly)
+// windows: [[start, end, limit], ...], windows_only:, median_budget: (values medians keep exactly),
+// stats: (false: no rows, histograms nor release sites: an export's pass)
 static VALUE pass_new(VALUE klass, VALUE index, VALUE options) {
     index_box *ibox = get_index(index);
     Check_Type(options, T_HASH);
@@ -200,6 +201,7 @@ static VALUE pass_new(VALUE klass, VALUE index, VALUE options) {
     engine->code = RTEST(option(options, "code"));
     engine->spill = RTEST(option(options, "spill"));
     engine->windows_only = RTEST(option(options, "windows_only"));
+    if (option(options, "stats") == Qfalse) engine->stats = false;
     VALUE budget = option(options, "median_budget");
     if (!NIL_P(budget)) engine->median_budget = NUM2SIZET(budget);
     VALUE dir = option(options, "spill_dir");

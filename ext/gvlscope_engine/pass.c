@@ -449,6 +449,7 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
     uint8_t state = interval->state;
     uint64_t listed = thread->listed++;
     if (engine->windows_only) goto windows;
+    if (!engine->stats) goto exports;
     thread->totals[state] += duration;
     if (state == ST_RUN) {
         if (thread->previous_state != ST_GC) thread->holds++; // a GC inside a hold splits it, it is still one hold
@@ -511,6 +512,7 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
         thread->release_reason = interval->reason;
         thread->release_waited = 0;
     }
+exports:
     if (interval->end != interval->start) {
         if (interval->end > interval->start) thread->drawn = 1;
         uint8_t name = state == ST_IDLE ? (uint8_t)(ST_COUNT + interval->reason) : state;
@@ -967,6 +969,7 @@ eng_engine *eng_pass_new(eng_index *index) {
     engine->index = index;
     engine->spill_fd = -1;
     engine->median_budget = (size_t)8 << 20; // exact values over all medians: 64 MB
+    engine->stats = true;
     vec_init(&engine->threads, sizeof(eng_thread));
     vec_init(&engine->order, sizeof(uint32_t));
     vec_init(&engine->cursor_order, sizeof(uint32_t));
@@ -1069,6 +1072,23 @@ static void finish(eng_engine *engine) {
     eng_windows_sorted(engine);
 }
 
+// A pass that only collects windows can stop once nothing can add to them: every thread's
+// current state and every interval not final yet begins after the last window ends.
+static bool windows_settled(eng_engine *engine) {
+    int64_t last_end = INT64_MIN;
+    for (size_t i = 0; i < engine->window_count; i++) {
+        if (engine->windows[i].end > last_end) last_end = engine->windows[i].end;
+    }
+    if (engine->now < last_end) return false;
+    for (size_t at = 0; at < engine->threads.size; at++) {
+        eng_thread *thread = THREAD(engine, at);
+        bool open = thread->state != ST_NONE && thread->state != ST_GONE;
+        if (open && thread->since < last_end) return false;
+        if (thread->pending_size > 0 && thread->pending[0].start < last_end) return false;
+    }
+    return true;
+}
+
 int eng_pass_step(eng_engine *engine, uint64_t budget_bytes, bool *done) {
     *done = false;
     if (engine->finished) {
@@ -1111,6 +1131,12 @@ int eng_pass_step(eng_engine *engine, uint64_t budget_bytes, bool *done) {
         }
         for (size_t i = 0; i < engine->group_size; i++) {
             if (engine->group[i].kind != EV_SAMPLE) process_event(engine, &engine->group[i]);
+        }
+        if (engine->windows_only && (++engine->groups & 4095) == 0 && windows_settled(engine)) {
+            engine->finished = true;
+            eng_windows_sorted(engine);
+            *done = true;
+            return 0;
         }
     }
     return 0;

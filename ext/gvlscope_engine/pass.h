@@ -131,6 +131,7 @@ struct eng_engine {
     uint32_t bins;
     int64_t bin_ns;
     bool blame, code, spill, windows_only;
+    bool stats;               // rows, histograms and release sites (an export needs none)
     // threads and Ractors
     eng_vec threads;          // eng_thread
     eng_map thread_of;        // serial -> index
@@ -181,6 +182,7 @@ struct eng_engine {
     eng_item *group;
     size_t group_size, group_capacity;
     bool started, finished;
+    uint64_t groups;          // times processed so far
     int64_t now;
     uint64_t bytes_done;
     // spill file

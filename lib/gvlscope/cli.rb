@@ -133,7 +133,8 @@ module GVLScope
     # passes that keep no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the
     # intervals for an export), or, where the engine is not compiled, whole into a Model::Timeline.
     # +checked+: a truncated trace is an error unless --partial, and warnings are printed.
-    def timeline_of(path, bins: nil, spill: false, checked: true)
+    # +analyse+: false when only an export is made of it (a lighter pass).
+    def timeline_of(path, bins: nil, spill: false, checked: true, analyse: true)
       raise UsageError, "missing trace FILE" unless path
       raise Error, "#{path}: no such file" unless File.exist?(path)
       raise Error, "#{path}: is a directory, not a trace" if File.directory?(path)
@@ -141,7 +142,7 @@ module GVLScope
       progress("reading #{path}", File.size(path))
       require_relative "model"
       if Model::Scan.available?
-        scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress)
+        scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress, analyse: analyse)
       end
       file = scan ? scan.file : read_trace(path)
       if checked && file.truncated? && !@partial
@@ -215,7 +216,7 @@ module GVLScope
       path, = parser.parse(argv)
       raise UsageError, "export needs --format (#{EXPORT_FORMATS.join(' or ')})" unless format
 
-      export_timeline(timeline_of(path, spill: true), path, format, output)
+      export_timeline(timeline_of(path, spill: true, analyse: false), path, format, output)
       0
     end
 

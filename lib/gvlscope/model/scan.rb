@@ -85,10 +85,14 @@ module GVLScope
       # Medians (ThreadStats::Row#median_wait_ns, Report#all_waits_median_ns) are exact while the
       # wait durations fit +exact_medians+ values in all (64 MB by default: some 30M events), then
       # come from a log-linear histogram, within 1 %.
-      def initialize(file, bins: nil, spill: false, progress: nil, exact_medians: nil)
+      #
+      # +analyse+: false for a pass that only feeds an export (no rows, blame, histograms nor code
+      # locations: asking for them runs another pass).
+      def initialize(file, bins: nil, spill: false, progress: nil, exact_medians: nil, analyse: true)
         raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
 
         @file = file
+        @analyse = analyse
         @exact_medians = exact_medians
         @bins = bins
         @spilled = spill
@@ -99,7 +103,7 @@ module GVLScope
 
       # Runs the main pass now (before an output file is opened: a read error leaves none).
       def run
-        pass
+        @analyse ? pass : spilled
         self
       end
 
@@ -114,7 +118,7 @@ module GVLScope
       def threads
         @threads ||= begin
           threads = {}
-          thread_rows.each_key { |serial| threads[serial] = thread(serial) }
+          any_pass.threads.each { |row| threads[row[0]] = thread(row[0]) }
           @file.thread_info.each_key { |serial| threads[serial] ||= thread(serial) }
           threads
         end
@@ -122,8 +126,8 @@ module GVLScope
 
       def each_thread(&block) = threads.each_value(&block)
       def ractors = threads.values.group_by(&:ractor_id)
-      def waiters_at_acquire = pass.waiters_at_acquire
-      def shared_native_threads? = pass.shared_natives?
+      def waiters_at_acquire = any_pass.waiters_at_acquire
+      def shared_native_threads? = any_pass.shared_natives?
 
       # The engine's per-thread sums: serial => [see Engine::Pass#threads], in order of appearance.
       def thread_rows = @thread_rows ||= pass.threads.to_h { |row| [row[0], row] }
@@ -141,12 +145,12 @@ module GVLScope
 
       # The holders' samples (Model::Sample), kept while threads waited: at most ~100 a second.
       def samples
-        @samples ||= pass.samples.each_slice(4).map do |time, serial, stack, waiters|
+        @samples ||= any_pass.samples.each_slice(4).map do |time, serial, stack, waiters|
           Sample.new(time, serial, @file.stack(stack), waiters)
         end
       end
 
-      def sample_count = pass.sample_count
+      def sample_count = any_pass.sample_count
 
       # serial => Array of bins * 4 Integers (Analysis::Overview#lane) for +bins+ bins; another
       # pass when the first had other bins.
@@ -166,10 +170,10 @@ module GVLScope
 
       # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
       # trace's threads, not its events).
-      def peak_bytes = @index.memory[1] + pass.memory[1]
+      def peak_bytes = @index.memory[1] + any_pass.memory[1]
 
       # Bytes of intervals in the exports' temporary file.
-      def spill_bytes = pass.memory[2]
+      def spill_bytes = spilled.memory[2]
 
       # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb), each into
       # +target+: a file descriptor, written directly; or nil: pieces of up to ~1 MB are yielded,
@@ -187,7 +191,7 @@ module GVLScope
       def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
 
       # True when the thread has an interval with end > start (speedscope draws it).
-      def drawn?(serial) = thread_rows[serial]&.[](DRAWN) || false
+      def drawn?(serial) = (@drawn ||= spilled.threads.to_h { |row| [row[0], row[DRAWN]] })[serial] || false
 
       DRAWN = 22 # the column of Engine::Pass#threads
 
@@ -223,13 +227,21 @@ module GVLScope
                                site.zero? ? nil : @file.stack(site))
       end
 
+      # The pass that analysed the trace (rows, blame, histograms, code locations, overview).
       def pass
-        @pass ||= run_pass(bins: @bins, blame: true, code: stacks?, spill: @spilled)
+        @pass ||= run_pass(bins: @bins, blame: true, code: stacks?, spill: @spilled && @analyse)
       end
 
+      # The pass that kept the intervals for the exports.
       def spilled
-        @spilled_pass ||= @spilled ? pass : run_pass(spill: true)
+        return @spilled_pass ||= pass if @spilled && @analyse
+
+        @spilled_pass ||= run_pass(spill: true, stats: false)
       end
+
+      # Whichever pass ran: every pass knows the threads, their order, the samples and the native
+      # threads.
+      def any_pass = @pass || @spilled_pass || pass
 
       def index_of(file)
         index = if file.chunk_index
@@ -248,13 +260,13 @@ module GVLScope
         index
       end
 
-      def run_pass(bins: nil, blame: false, code: false, spill: false, windows: nil, windows_only: false)
+      def run_pass(bins: nil, blame: false, code: false, spill: false, windows: nil, windows_only: false, stats: true)
         pass = Engine::Pass.create(
           @index,
           { timeslice_ns: @file.timeslice_ns, duration_ns: duration_ns, stack_causes: stack_causes,
             threads: @file.thread_info.flat_map { |serial, info| [serial, info.ractor_id] }.pack("L<*"),
             bins: bins, blame: blame, code: code, spill: spill, spill_dir: Dir.tmpdir, windows: windows,
-            windows_only: windows_only, median_budget: @exact_medians }
+            windows_only: windows_only, median_budget: @exact_medians, stats: stats }
         )
         phase("analysing #{@file.path}")
         advance(pass) until pass.step(STEP_BYTES)
