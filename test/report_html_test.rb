@@ -148,7 +148,7 @@ class ReportHTMLTest < Minitest::Test
     index = report.findings.index { |finding| finding.kind == :hog }
     refute_nil index, "no hog finding: #{report.findings.map(&:title)}"
     tiny = GVLScope::Formats::ReportHTML::BUDGET.to_h.merge(embed_all_intervals: 0)
-    no_windows = GVLScope::Formats::ReportHTML::Budget.new(**tiny, windows: 0)
+    no_windows = GVLScope::Formats::ReportHTML::Budget.new(**tiny, windows: 0, detail_intervals: 0)
     html = write_html(report, budget: no_windows)
     data = page_data(html)
     assert_equal "windows", data["timeline"]["mode"]
@@ -174,6 +174,31 @@ class ReportHTMLTest < Minitest::Test
     assert_operator from, :<=, focus[0]
     assert_operator to, :>=, focus[1]
     assert_operator zoomed["intervals-drawn"].to_i, :>, 0, "the finding's intervals were not drawn"
+  end
+
+  # Without findings, the intervals budget goes to where the threads waited most: a window
+  # around the overview's slice with the most wait, sized by the trace's mean density.
+  def test_without_findings_the_intervals_go_where_the_threads_waited_most
+    report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(File.join(ROOT, "test/fixtures/traces/mixed.gvl")))
+    assert_empty report.findings
+    budget = GVLScope::Formats::ReportHTML::Budget.new(**GVLScope::Formats::ReportHTML::BUDGET.to_h, embed_all_intervals: 0,
+                                                          detail_intervals: 600, bins: 50)
+    data = page_data(write_html(report, budget: budget))
+    assert_match(/\ANo findings: no convoy/, data["noFindings"])
+    assert_includes GVLScope::Formats::ReportText.new(report).to_s.lines.map(&:chomp), data["noFindings"], "the text report's words"
+    timeline = data["timeline"]
+    overview = report.overview(bins: 50)
+    waits = (0...50).map { |bin| report.all_rows.sum { |row| overview.lane(row.serial)[4 * bin + 1] } }
+    peak = waits.index(waits.max)
+    from, to = timeline["busiest"]
+    assert_equal [[from, to]], timeline["windows"]
+    assert_operator from, :<=, (peak + 0.5) * overview.bin_ns
+    assert_operator to, :>, (peak + 0.5) * overview.bin_ns
+    # 930 events in 0.3 s: 300 (half the budget) take ~96 ms.
+    assert_in_delta 300 * report.duration_ns / report.file.size, to - from, overview.bin_ns
+    all = report.timeline.threads.values.flat_map(&:intervals)
+    inside = all.count { |i| i.start_ns < to && (i.end_ns > from || i.start_ns >= from) }
+    assert_equal inside, timeline["intervals"]
   end
 
   # The page of a 100M-event trace of 2,000 threads stays under 25 MB: at most Budget#lanes lanes

@@ -408,7 +408,7 @@ module GVLScope
     def report_of(timeline, thread: nil)
       require_relative "analysis"
       progress("analysing")
-      Analysis::Report.new(timeline, thread: thread)
+      Analysis::Report.new(timeline, thread: thread).tap(&:findings) # the rules run now, under "analysing"
     end
 
     def write_html(report, path)

@@ -104,7 +104,10 @@ module GVLScope
         return @timeline.detail(start_ns, end_ns, limit: limit) if @timeline.is_a?(Model::Scan)
 
         found = []
+        threads = @timeline.threads.size
+        rank = {}
         @timeline.each_thread do |thread|
+          rank[thread.serial] = rank.size
           intervals = thread.intervals
           # A thread's intervals follow one another: their ends are in order.
           first = intervals.bsearch_index { |interval| interval.end_ns > start_ns || interval.start_ns >= start_ns }
@@ -118,7 +121,11 @@ module GVLScope
             taken += 1
           end
         end
-        found.sort_by!.with_index { |interval, index| [interval.start_ns, index] }
+        # One Integer a key (no Array per interval): by start, a moment (started, exited) before
+        # what starts with it, then the thread's rank.
+        found.sort_by! do |interval|
+          ((2 * interval.start_ns + (interval.end_ns > interval.start_ns ? 1 : 0)) * threads) + rank[interval.thread]
+        end
         found.first(limit)
       end
 

@@ -20,9 +20,10 @@ module GVLScope
     # trace of any length (docs/report.md, "HTML"):
     # - the overview (Analysis::Overview): each thread's run, wait, idle and gc time in each of
     #   Budget#bins slices of the trace, what the viewer draws zoomed out;
-    # - the intervals themselves, packed binary (base64), 9 bytes each: all of them for a trace of
-    #   up to Budget#embed_all_intervals; otherwise those in a window around each finding
-    #   (Budget#detail_intervals in all), which the viewer draws when zoomed into one.
+    # - the intervals themselves, packed binary (base64), 3-4 bytes each: all of them for a trace
+    #   of up to Budget#embed_all_intervals events; otherwise those in a window around each finding
+    #   and one where the threads waited most (Budget#detail_intervals in all), which the viewer
+    #   draws where the view meets them.
     # At most Budget#lanes threads get a lane of their own (those that ran and waited most, and
     # those a finding names); the others share one lane of their average.
     #
@@ -44,8 +45,10 @@ module GVLScope
       THREAD_PROFILE_NODES = 500
       RELEASE_SITES = 10 # rows of the release-site table
 
-      # What the page may hold. The defaults keep it under ~20 MB for any trace: intervals take 12
-      # bytes each in base64 (12 MB at most), an overview lane bins * 4 * 2 bytes * 4/3 (21 KB).
+      # What the page may hold. The defaults keep it under ~21 MB for any trace: an interval takes
+      # 3-4 bytes (ReportHTML#lane), 11 at most, so 1,000,000 take 15 MB at most in base64; an
+      # overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201 lanes); the
+      # table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
       # embed_all_intervals: a trace of at most this many events has all its intervals on the page
       # detail_intervals:    otherwise, the intervals of all the windows around findings, together
       # windows:             the findings that get a window (the first, in the report's order)
@@ -92,10 +95,15 @@ module GVLScope
           labels: CODES.keys.map { |code| label(code) },
           summary: "#{ReportText.new(report).header.join("\n")}\n",
           findings: findings.map do |finding|
+            explains_ns = finding.to_h[:explains_wait_ns] # findings that say which share of the wait they explain
             { kind: finding.kind, thread: finding.thread, title: finding.title, fix: finding.fix,
-              focus_ns: finding.focus_ns, holder: holder_of(finding) }
+              focus_ns: finding.focus_ns, holder: holder_of(finding),
+              explains: explains_ns && format("%s, %d%% of all wait", Units.ms_rounded(explains_ns),
+                                              (100 * finding.to_h[:wait_share]).round) }
           end,
           findingsTotal: report.findings.size,
+          # The text report's own sentence, which names the findings it looks for.
+          noFindings: report.findings.empty? ? ReportText.new(report).short.lines.find { |line| line.start_with?("No findings") }&.chomp : nil,
           table: table,
           histograms: histograms,
           stacks: stacks(findings),
@@ -108,30 +116,35 @@ module GVLScope
         report = @subject
         shown, others = split_lanes(rows, findings)
         events = report.file.size
-        if events + rows.size <= @budget.embed_all_intervals # a thread's intervals: at most its events + 1
-          mode = "all"
-          windows = [[0, report.duration_ns]]
-          intervals = report.detail(0, report.duration_ns, limit: @budget.embed_all_intervals)
-        else
-          mode = "windows"
-          windows, intervals = finding_details(findings)
-        end
+        mode = events + rows.size <= @budget.embed_all_intervals ? "all" : "windows" # a thread: its events + 1 intervals at most
         # The overview is drawn wherever intervals are not: everywhere zoomed out, unless every
         # interval of every lane is on the page.
         overview = report.overview(bins: @budget.bins) if mode == "windows" || others.any?
+        others_bins = overview.sum(others.map(&:serial)) unless others.empty?
+        busiest = nil
+        if mode == "all"
+          windows = [[0, report.duration_ns]]
+          intervals = report.detail(0, report.duration_ns, limit: @budget.embed_all_intervals)
+        else
+          pieces = finding_details(findings)
+          busiest = busiest_detail(overview, shown, others_bins, pieces)
+          pieces << busiest if busiest
+          windows, intervals = join(pieces)
+        end
         by_thread = intervals.group_by(&:thread)
         lanes = shown.map do |row|
           lane(row, by_thread.fetch(row.serial, []), unit_ns, mode == "windows" ? overview : nil)
         end
-        unless others.empty?
+        if others_bins
           lanes << { label: "#{others.size} other threads (average)", serial: nil, ractor: nil, count: 0, others: others.size,
-                     codes: "", times: "", bins: bins(overview.sum(others.map(&:serial)), overview.bin_ns * others.size) }
+                     codes: "", times: "", bins: bins(others_bins, overview.bin_ns * others.size) }
         end
         {
           threads: lanes,
           timeline: {
             mode: mode, events: events, intervals: lanes.sum { |lane| lane[:count] }, windows: windows,
-            binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size, lanesShown: shown.size,
+            busiest: busiest&.take(2), binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size,
+            lanesShown: shown.size,
           },
         }
       end
@@ -148,13 +161,14 @@ module GVLScope
       end
 
       # Around each finding's focus, a window of its intervals; Budget#detail_intervals shared
-      # among them. Returns [the windows covered, [ns, ns] each, the intervals in time order].
+      # among them. Returns the windows as [from_ns, to_ns, intervals in time order], [from, to)
+      # the time they hold every interval of.
       # A window is the focus and twice its length on each side (1 ms at least); if its share of
       # intervals ends before the focus does, the focus and half its length on each side (what the
       # finding's link shows); if still too many, from its start up to the last interval that fits.
       def finding_details(findings)
         focuses = findings.filter_map(&:focus_ns).first(@budget.windows)
-        return [[], []] if focuses.empty?
+        return [] if focuses.empty?
 
         duration = @subject.duration_ns
         wanted = focuses.map do |from, to|
@@ -170,20 +184,57 @@ module GVLScope
             all << window.dup
           end
         end
-        limit = @budget.detail_intervals / merged.size
-        windows = []
-        intervals = []
-        merged.each do |from, to, focus_from, focus_to|
-          found = @subject.detail(from, to, limit: limit)
-          to = found.last.start_ns if found.size >= limit # every interval that starts before it is here
+        limit = [@budget.detail_intervals / merged.size, 1].max
+        merged.map do |from, to, focus_from, focus_to|
+          from, to, found = detail(from, to, limit)
           if to < focus_to # cut short before the end of a focus: the focus with less around it
             half = (focus_to - focus_from) / 2
-            from = [focus_from - half, 0].max
-            to = [focus_to + half, duration].min
-            found = @subject.detail(from, to, limit: limit)
-            to = found.last.start_ns if found.size >= limit # every interval that starts before it is here
+            from, to, found = detail([focus_from - half, 0].max, [focus_to + half, duration].min, limit)
           end
-          # A long interval that reaches into the window before was taken with it: once is enough.
+          [from, to, found]
+        end
+      end
+
+      # What the findings' windows leave of Budget#detail_intervals goes to where the threads
+      # waited most: around the overview's slice with the most wait (the most run if none), as long
+      # as the trace's mean density puts about half of what is left in it, and clear of the other
+      # windows (none if one holds that slice). So a trace without findings shows intervals too.
+      def busiest_detail(overview, shown, others_bins, pieces)
+        remaining = @budget.detail_intervals - pieces.sum { |_from, _to, found| found.size }
+        return nil if remaining <= 0 || remaining < @budget.detail_intervals / 10
+
+        totals = overview.sum(shown.map(&:serial))
+        totals = totals.zip(others_bins).map(&:sum) if others_bins
+        peak = (0...overview.bins).max_by { |bin| [totals[4 * bin + 1], totals[4 * bin]] }
+        centre = overview.start_ns + peak * overview.bin_ns + overview.bin_ns / 2
+        duration = @subject.duration_ns
+        per_ns = [@subject.file.size, 1].max.fdiv([duration, 1].max)
+        length = [(remaining / 2 / per_ns).to_i, overview.bin_ns].max
+        from = [centre - length / 2, 0].max
+        to = [from + length, duration].min
+        pieces.each do |window_from, window_to, _found|
+          return nil if window_from <= centre && centre < window_to
+
+          from = [from, window_to].max if window_to <= centre
+          to = [to, window_from].min if window_from > centre
+        end
+        detail(from, to, remaining)
+      end
+
+      # [from, to, intervals]: the window's intervals, and its end moved back to the start of the
+      # last one when there were +limit+ (every interval that starts before it is there).
+      def detail(from, to, limit)
+        found = @subject.detail(from, to, limit: limit)
+        to = found.last.start_ns if found.size >= limit
+        [from, to, found]
+      end
+
+      # The windows in time order ([from, to] each) and their intervals in time order, each once:
+      # a long interval that reaches into the window before was taken with it.
+      def join(pieces)
+        windows = []
+        intervals = []
+        pieces.sort_by(&:first).each do |from, to, found|
           covered_before = windows.last&.last
           found = found.drop_while { |interval| interval.start_ns < covered_before } if covered_before
           windows << [from, to]
@@ -191,6 +242,7 @@ module GVLScope
         end
         [windows, intervals]
       end
+
       # The thread whose code a finding is about when it held the GVL: a hog itself, a convoy's
       # main holder; nil for contention (everyone's), which then shows all threads' profile.
       def holder_of(finding)

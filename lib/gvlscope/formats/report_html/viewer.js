@@ -98,12 +98,12 @@ function renderStatic() {
   text("summary", REPORT.summary);
   text("table", REPORT.table.join("\n"));
   const findings = document.getElementById("findings");
-  if (REPORT.findings.length === 0) findings.textContent = "No findings: no convoy, hog or contention in this trace.";
+  if (REPORT.findings.length === 0) findings.textContent = REPORT.noFindings || "No findings.";
   REPORT.findings.forEach((f, index) => {
     const box = document.createElement("div");
     box.className = "finding";
     const title = document.createElement("div");
-    title.textContent = f.title;
+    title.textContent = (f.explains ? "[" + f.explains + "] " : "") + f.title;
     const fix = document.createElement("div");
     fix.className = "fix";
     fix.textContent = "Fix: " + f.fix;
@@ -135,6 +135,12 @@ function renderStatic() {
   REPORT.states.forEach((s, code) => swatch(COLORS[s], REPORT.labels[code]));
   if (lanes.some((lane) => lane.sums)) swatch(SUMMARY_IDLE, "idle (summaries: any reason)");
   text("timeline-note", timelineNote());
+  if (TIMELINE.busiest) {
+    const link = document.createElement("a");
+    link.href = "#focus=" + TIMELINE.busiest.join(",");
+    link.textContent = " Show where the threads waited most.";
+    document.getElementById("timeline-note").append(link);
+  }
   const histograms = document.getElementById("histograms");
   REPORT.histograms.forEach((lines) => {
     const pre = document.createElement("pre");
@@ -149,7 +155,8 @@ function timelineNote() {
   if (TIMELINE.mode === "windows") {
     notes.push(`This trace has ${TIMELINE.events.toLocaleString("en")} events: zoomed out, each lane shows the share ` +
       `of run, gc, wait and idle in each pixel (summaries of ${formatNs(TIMELINE.binNs)}, stacked from the top). ` +
-      `The intervals themselves are on the page around the findings (${windows.length} ` +
+      `The intervals themselves are on the page around the findings` +
+      (TIMELINE.busiest ? " and where the threads waited most" : "") + ` (${windows.length} ` +
       `window${windows.length === 1 ? "" : "s"}, marked blue on the time axis, ` +
       `${TIMELINE.intervals.toLocaleString("en")} intervals): zoom into one, or follow a finding's link, to see them.`);
   }
