@@ -113,6 +113,27 @@ class EngineTest < Minitest::Test
                     "Ruby objects: #{small_objects} for #{small_events} events, #{large_objects} for #{large_events}"
   end
 
+  # Between chunks each pass tells GVLScope::Progress how far it got in the file (the bar of a
+  # command that reads a big trace).
+  def test_each_pass_tells_the_progress_how_far_it_got
+    path = File.join(@dir, "progress.gvl")
+    SyntheticTrace.write(path, events: 1_000_000) # ~11 MB: several steps of 4 MB per pass
+    calls = []
+    progress = Object.new
+    progress.define_singleton_method(:phase) { |label, total| calls << [label, total] }
+    progress.define_singleton_method(:advance_to) { |bytes| calls.last << bytes }
+    GVLScope::Model::Scan.open(path, progress: progress)
+    assert_equal ["reading #{path}", "analysing #{path}"], calls.map(&:first)
+    size = File.size(path)
+    calls.each do |label, total, *advances|
+      assert_equal size, total, label
+      assert_operator advances.size, :>=, 2, label
+      assert_equal advances.sort, advances, "#{label}: forward only"
+      assert_operator advances.last, :<=, size, label
+      assert_operator advances.last, :>=, size * 0.9, "#{label}: the whole file at the end"
+    end
+  end
+
   private
 
   # [peak bytes of the engine, Ruby objects allocated] for a report and an export of +path+.

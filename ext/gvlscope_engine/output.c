@@ -50,14 +50,27 @@ static inline void put_byte(eng_out *out, uint8_t byte) {
     out->data[out->size++] = (char)byte;
 }
 
+static const char DIGIT_PAIRS[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                     "8081828384858687888990919293949596979899";
+
+// Decimal digits, two at a time (this runs twice per interval in the JSON exports).
 static void put_int(eng_out *out, int64_t value) {
     char digits[24];
     int at = sizeof(digits);
     uint64_t magnitude = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
-    do {
-        digits[--at] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude);
+    while (magnitude >= 100) {
+        unsigned pair = (unsigned)(magnitude % 100) * 2;
+        magnitude /= 100;
+        digits[--at] = DIGIT_PAIRS[pair + 1];
+        digits[--at] = DIGIT_PAIRS[pair];
+    }
+    if (magnitude >= 10) {
+        digits[--at] = DIGIT_PAIRS[magnitude * 2 + 1];
+        digits[--at] = DIGIT_PAIRS[magnitude * 2];
+    } else {
+        digits[--at] = (char)('0' + magnitude);
+    }
     if (value < 0) digits[--at] = '-';
     put(out, digits + at, sizeof(digits) - at);
 }

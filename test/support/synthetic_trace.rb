@@ -59,16 +59,17 @@ module SyntheticTrace
       threads.times do |thread|
         serial = thread + 1
         hold = 1_000 + 250 * ((round + thread) % 9)
-        lane = records[thread]
-        lane << [time, :resumed, serial]
+        turn = [[time, :resumed, serial]]
         if thread.zero? && (round % 64).zero?
-          lane << [time + hold / 3, :gc_enter, serial] << [time + 2 * hold / 3, :gc_exit, serial]
+          turn << [time + hold / 3, :gc_enter, serial] << [time + 2 * hold / 3, :gc_exit, serial]
         end
-        lane << [time + hold / 2, :sample, serial] << [time + hold / 2, :arg, SAMPLE_STACK] if stacks && round == PERIOD_ROUNDS / 2 && thread.zero?
-        lane << [time + hold, :suspended, serial]
-        lane << [time + hold, :arg, SITE_STACK] if stacks
+        turn << [time + hold / 2, :sample, serial] << [time + hold / 2, :arg, SAMPLE_STACK] if stacks && round == PERIOD_ROUNDS / 2 && thread.zero?
+        turn << [time + hold, :suspended, serial]
+        turn << [time + hold, :arg, SITE_STACK] if stacks
         blocking = 500 + 100 * (round % 5) # shorter than the others' turns: it waits for its next one
-        lane << [time + hold + blocking, :ready, serial]
+        turn << [time + hold + blocking, :ready, serial]
+        # In time order, as a recorder writes a lane (an ARG keeps its place right after its record).
+        records[thread].concat(turn.each_with_index.sort_by { |(at, _, _), index| [at, index] }.map(&:first))
         time += hold + 300 + 40 * (round % 3) # the hand-off: the next thread wakes up
       end
     end

@@ -62,8 +62,6 @@ module GVLScope
       NAMES = (STATES.map { |state| state.to_s } +
                REASONS.map { |reason| Vocabulary.slice_name(:idle, reason) }).freeze
 
-      def self.name_code(state, reason) = state == :idle ? STATES.size + REASONS.index(reason) : STATES.index(state)
-
       # Reads the trace at +path+ (a .gvl trace, or gvl-tracing JSON) in the engine's two passes.
       # +bins+: the overview's bins (the HTML report's); +spill+: keep the intervals for an export.
       # +progress+: a GVLScope::Progress (or anything with #advance_to), told how far each pass got.
@@ -251,7 +249,7 @@ module GVLScope
                                          file.threads.pack("L<*"))
                 end
         phase("reading #{file.path}")
-        advance(index) until index.step(STEP_BYTES)
+        step(index)
         return index unless file.chunk_index
 
         summary = index.summary
@@ -269,7 +267,7 @@ module GVLScope
             windows_only: windows_only, median_budget: @exact_medians, stats: stats }
         )
         phase("analysing #{@file.path}")
-        advance(pass) until pass.step(STEP_BYTES)
+        step(pass)
         pass
       end
 
@@ -288,8 +286,13 @@ module GVLScope
         @progress.phase(label, @file.chunk_index ? File.size(@file.path) : nil) if @progress.respond_to?(:phase)
       end
 
-      def advance(reader)
-        @progress&.advance_to(reader.bytes_done)
+      # Runs a pass in steps, telling the progress how far it got after each.
+      def step(reader)
+        loop do
+          done = reader.step(STEP_BYTES)
+          @progress&.advance_to(reader.bytes_done)
+          break if done
+        end
       end
     end
   end
