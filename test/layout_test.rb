@@ -62,8 +62,8 @@ class LayoutTest < Minitest::Test
   # Each stage has its folder; the top level holds the live API and the public require paths.
   def test_stages_have_their_folders
     top = Dir[File.join(LIB, "gvlscope/*.rb")].map { |f| File.basename(f, ".rb") }.sort
-    assert_equal %w[analysis autorun cli errors flight_recorder fork formats lab metrics model native probe rack
-                    request_timing trace units version vocabulary], top
+    assert_equal %w[analysis autorun breakdown cli errors flight_recorder fork formats lab metrics model native probe rack
+                    request_timing sidekiq trace units version vocabulary], top
     %w[model analysis analysis/rules formats integrations lab].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end
