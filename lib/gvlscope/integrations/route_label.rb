@@ -12,7 +12,11 @@ module GVLScope
   #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
   # Labels repeat, so they are kept: the common case allocates nothing.
   class RouteLabel
-    ID_SEGMENT = /\A(?:\d+(?:-.*)?|\h{8}-\h{4}-\h{4}-\h{4}-\h{12}|(?=\h*\d)\h{8,}|.*\d{3,}.*|(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{16,})\z/i
+    # Only a segment with a digit can be an id; its part before any "." is tested.
+    DIGIT_SEGMENT = %r{[^/]*\d[^/]*}
+    NUMBER_OR_RUN = /\A\d+(?:-|\z)|\d{3}/ # "42", "42-my-title", "INV-2024-001"
+    HEX_OR_UUID = /\A(?:\h+|\h{8}-\h{4}-\h{4}-\h{4}-\h{12})\z/
+    TOKEN = /\A[\w-]+\z/
     MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
     NOT_FOUND = " (not found)"
 
@@ -73,13 +77,19 @@ module GVLScope
     end
 
     def template_path(path)
-      path.split("/", -1).map! do |segment|
+      path.gsub(DIGIT_SEGMENT) do |segment|
         stem, dot, extension = segment.partition(".")
-        stem = segment if stem.empty? # ".well-known"
-        if ID_SEGMENT.match?(stem) then stem.equal?(segment) ? ":id" : ":id#{dot}#{extension}"
-        else segment
+        if stem.empty? || !id?(stem) then segment # ".well-known", or no id
+        else dot.empty? ? ":id" : ":id.#{extension}"
         end
-      end.join("/")
+      end
+    end
+
+    def id?(stem)
+      return false unless stem.match?(/\d/)
+
+      stem.match?(NUMBER_OR_RUN) || (stem.length >= 8 && stem.match?(HEX_OR_UUID)) ||
+        (stem.length >= 16 && stem.match?(TOKEN) && stem.match?(/[a-z]/i))
     end
 
     # "admin/user_profiles" => "Admin::UserProfiles", as Rails names the controller class.
