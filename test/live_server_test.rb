@@ -276,4 +276,44 @@ class LiveServerTest < Minitest::Test
       assert_match(/\Agvlscope: pid (\d+) is live: gvlscope top \1\n\z/, err)
     end
   end
+
+  def test_the_socket_goes_under_xdg_runtime_dir_and_a_client_without_it_finds_it
+    Dir.mktmpdir("gvlscope-xdg") do |runtime|
+      File.chmod(0o700, runtime)
+      with_target(env: { "XDG_RUNTIME_DIR" => runtime }) do |pid, path|
+        assert_equal File.join(runtime, "gvlscope", "#{pid}.sock"), path
+        assert_equal 0o700, File.stat(File.join(runtime, "gvlscope")).mode & 0o777
+        # This process's environment has another runtime dir (or none): /proc/PID/environ tells.
+        assert_equal pid, GVLScope::Live::Client.for_pid(pid).snapshot.pid
+      end
+    end
+  end
+
+  def test_a_socket_directory_that_is_not_ours_is_refused
+    skip "needs root to give a directory away" unless Process.euid.zero? && nobody
+
+    Dir.mktmpdir("gvlscope-theirs") do |dir|
+      File.chown(nobody.uid, nobody.gid, dir)
+      error = assert_raises(GVLScope::Error) { GVLScope::Live::Paths.check_private!(dir) }
+      assert_equal "gvlscope live: #{dir} belongs to uid #{nobody.uid}, not to us (uid 0)", error.message
+    end
+    Dir.mktmpdir("gvlscope-open") do |dir|
+      File.chmod(0o777, dir)
+      GVLScope::Live::Paths.check_private!(dir)
+      assert_equal 0o700, File.stat(dir).mode & 0o777, "an open directory of ours is made private"
+    end
+  end
+
+  def test_sockets_of_dead_processes_are_cleaned_up
+    dead = Process.spawn("true")
+    Process.wait(dead)
+    stale = File.join(GVLScope::Live::Paths.own_dir, "#{dead}.sock")
+    UNIXServer.new(stale).close
+    assert File.socket?(stale)
+    with_target do |_pid, _path|
+      refute File.exist?(stale), "a dead process's socket is left"
+    end
+  ensure
+    File.unlink(stale) if stale && File.exist?(stale)
+  end
 end

@@ -38,7 +38,7 @@ module GVLScope
         --partial             read a truncated trace (a killed process's) up to its last whole chunk
 
       Exit status: 0 success, 1 error (unreadable trace, failed write...), 2 bad usage;
-      `run` exits with the program's own status.
+      `run` and `top -- COMMAND` exit with the program's own status.
     TEXT
 
     class UsageError < StandardError; end

@@ -26,7 +26,9 @@ module GVLScope
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
     # gc_ns: holding the GVL in GC.
-    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS, keyword_init: true) do
+    # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
+    # arguments cost 5 us a row.)
+    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS) do
       def held_ns = run_ns + gc_ns
       def releases = released_blocking + released_preempted + released_exit
     end
@@ -203,8 +205,7 @@ module GVLScope
         threads.each_with_index.map do |thread, i|
           serial, ractor_id, state, exited, *counters = numbers[i * ROW_FIELDS, ROW_FIELDS]
           name = thread ? self.class.thread_label(thread, serial) : "(exited threads)"
-          ThreadRow.new(name: name, serial: serial, ractor_id: ractor_id, state: STATES[state], exited: exited == 1,
-                        **COUNTERS.zip(counters).to_h).freeze
+          ThreadRow.new(name, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
         end.freeze
       end
 

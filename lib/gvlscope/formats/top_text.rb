@@ -100,7 +100,7 @@ module GVLScope
           site = row.code && row.code["released_at"]
           at = row.code && row.code["at"]
           place = site ? " after #{site}" : (at ? " at #{at}" : "")
-          "'#{row.label}' #{Units.ms_rounded(row.wait_ns)} in #{row.waits} waits#{place}"
+          "'#{row.label}' #{Units.ms_rounded(row.wait_ns)} in #{row.waits} wait#{'s' unless row.waits == 1}#{place}"
         end
         "top waiters: #{text.empty? ? 'none' : text.join('; ')}"
       end

@@ -68,7 +68,11 @@ module GVLScope
         attempts = 0
         begin
           socket = connect
-          socket.write(JSON.generate({ "get" => what, **options }), "\n")
+          begin
+            socket.write(JSON.generate({ "get" => what, **options }), "\n")
+          rescue Errno::EPIPE, Errno::ECONNRESET
+            nil # the server may have answered and closed before reading (a refusal): read what it said
+          end
           answer = read_line(socket)
         rescue Errno::EPIPE, Errno::ECONNRESET, EOFError
           close

@@ -154,6 +154,8 @@ module GVLScope
               return @once && program ? finished(program, wait: true) : 0 if @once
             end
           end
+        rescue Interrupt # Ctrl-C while reading: the same as q
+          stop_program(program)
         ensure
           view&.close
           source.close

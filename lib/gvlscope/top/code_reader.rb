@@ -15,7 +15,8 @@ module GVLScope
 
       attr_reader :note
 
-      def initialize
+      def initialize(max_bytes: MAX_BYTES)
+        @max_bytes = max_bytes
         @path = nil
         @read_at = nil
         @size = nil
@@ -30,8 +31,8 @@ module GVLScope
 
         size = File.size?(path)
         return @codes if size.nil? || (path == @path && size == @size)
-        if size > MAX_BYTES
-          @note = "code: the trace #{path} passed #{MAX_BYTES >> 20} MB; locations as of then"
+        if size > @max_bytes
+          @note = "code: the trace #{path} passed #{@max_bytes >> 20} MB; locations as of then"
           return @codes
         end
 
