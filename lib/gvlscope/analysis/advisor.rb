@@ -134,8 +134,9 @@ module GVLScope
           end
           lines << if sensitivity[:without_cpu_wait]
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
-                       "of its time (Linux's run-queue wait), most of it counted as idle here; with that wait out of the idle " \
-                       "time, #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                       "of its time (Linux's run-queue wait), counted here as idle (back from IO, every core busy) or as run; " \
+                       "were all of it idle, the answer without it would be #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')} " \
+                       "(the least it can be)."
                    else
                      "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
                        "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
