@@ -118,6 +118,15 @@ class AdviseTest < Minitest::Test
                  "5 threads x 30 % run: the measured held share is the pool's (no other thread)")
   end
 
+  # 99 % idle needs ~140 threads for 95 %: --max-threads caps it, and says so.
+  def test_max_threads_caps_the_count
+    advice = advise_on(pool_snapshot(threads: 5, run: 0.01, wait: 0.0, idle: 0.99), cores: 1, max_threads: 32)
+    assert_equal [32, :max_threads], [advice.threads, advice.limited_by]
+    assert_operator advice.point(32).busy, :<, 0.95
+    assert_match(/That many threads are past --max-threads 32: 32 threads keep the GVL busy 32 %/, advice.reasoning.join("\n"))
+    refute_match(/the fewest to reach/, advice.reasoning.join("\n"))
+  end
+
   # Other threads' holds (a reactor) are GVL time the requests need: charged to the pool.
   def test_other_threads_holds_are_charged_to_the_pool
     wall = 10_000 * MS
@@ -442,7 +451,7 @@ class AdviseTest < Minitest::Test
       advice = Advisor.new(workload, cores: 1).advice
       expected = Advisor.curve(1.0, 15.0 / 4).find { |p| p.busy >= 0.95 }.threads
       assert_equal expected, advice.sensitivity[:without_cpu_wait]
-      assert_match(/the pool waited for a core 5\.0 % of its time .* with that wait out of the idle time, #{expected} threads/,
+      assert_match(/the pool waited for a core 5\.0 % of its time .* the answer without it would be #{expected} threads/,
                    advice.what_would_change.join("\n"))
       assert_match(/waiting for a CPU core \(Linux run-queue wait\): 5\.0 % of the pool's time/,
                    GVLScope::Formats::AdviceText.new(advice).to_s)
