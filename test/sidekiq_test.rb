@@ -194,8 +194,9 @@ class SidekiqTest < Minitest::Test
     samples = wait_for_executions(sidekiq, "FastJob", 2, seconds: 40)
 
     assert_equal 2, executions(samples, "FastJob")
-    # Sidekiq reports the lost connection itself (its fetchers log it, with a backtrace).
-    assert_match(/Connection refused .*\(RedisClient::CannotConnectError\)/, during[0, 20_000])
+    # Sidekiq reports the lost connection itself (its fetchers log it, with a backtrace): refused
+    # when it reconnects, or reset when a fetcher was blocked in a read as Redis died.
+    assert_match(/Connection (refused|reset by peer).*\(RedisClient::\w+Error\)/, during[0, 20_000])
     assert_operator during.scan(/gvlscope sidekiq pid #{sidekiq.pid}:/).size, :>=, 2, during
     gvlscope_warnings = sidekiq.log.lines.grep(/gvlscope: GVLScope::Sidekiq|gvlscope:.*(could not|stopped|raised)/)
     assert_operator gvlscope_warnings.size, :<=, 1, gvlscope_warnings.join
