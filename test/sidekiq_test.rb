@@ -155,7 +155,13 @@ class SidekiqTest < Minitest::Test
       whole = samples[["gvlscope_job_duration_seconds_total", { "job" => "FastJob", "queue" => "default" }]] +
               samples[["gvlscope_job_pickup_wait_seconds_total", { "job" => "FastJob", "queue" => "default" }]]
       assert_in_delta whole, parts, 1e-6
-      assert_operator samples[["gvlscope_job_seconds_total", { "job" => "HardJob", "queue" => "default", "state" => "run" }]], :>=, 1.8
+      # The CPU job spins until 2 s have passed: all of them are its thread's, running or waiting
+      # for the GVL while the fast jobs' threads take their turns. gvlscope's clock is the TSC,
+      # calibrated against CLOCK_MONOTONIC over 2 ms at load (ext/gvlscope/clock.c): its rate is
+      # off by up to a few tenths of a percent, hence 1 % of slack.
+      hard = %w[run wait idle gc].to_h { |state| [state, samples[["gvlscope_job_seconds_total", { "job" => "HardJob", "queue" => "default", "state" => state }]]] }
+      assert_operator hard.values.sum, :>=, 2.0 * 0.99, hard.inspect
+      assert_operator hard["run"], :>=, 1.0, hard.inspect
 
       log = sidekiq.log
       # The threshold's lines: only jobs that waited >= 20 ms, none of the ones alone.

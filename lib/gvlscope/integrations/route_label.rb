@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../native"
+
 module GVLScope
   # The route of a Rack request, for GVLScope::Rack's per-route numbers, read after the app ran:
   #   Rails      "UsersController#show" (the controller that handled it, or the router's
@@ -12,11 +14,6 @@ module GVLScope
   #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
   # Labels repeat, so they are kept: the common case allocates nothing.
   class RouteLabel
-    # Only a segment with a digit can be an id; its part before any "." is tested.
-    DIGIT_SEGMENT = %r{[^/]*\d[^/]*}
-    NUMBER_OR_RUN = /\A\d+(?:-|\z)|\d{3}/ # "42", "42-my-title", "INV-2024-001"
-    HEX_OR_UUID = /\A(?:\h+|\h{8}-\h{4}-\h{4}-\h{4}-\h{12})\z/
-    TOKEN = /\A[\w-]+\z/
     MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
     NOT_FOUND = " (not found)"
 
@@ -66,30 +63,16 @@ module GVLScope
     end
 
     # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS.
+    # The template is made in C (Native.route_template, ext/gvlscope/breakdown.c).
     def label_of_path(by_path, method, path)
-      return -"#{method} #{template_path(path)}" if path.match?(/\d/)
+      template = Native.route_template(method, path)
+      return template if template
 
       label = -"#{method} #{path}"
       return label if @cached_paths >= MAX_CACHED_PATHS
 
       @cached_paths += 1
       by_path[path.frozen? ? path : -path] = label
-    end
-
-    def template_path(path)
-      path.gsub(DIGIT_SEGMENT) do |segment|
-        stem, dot, extension = segment.partition(".")
-        if stem.empty? || !id?(stem) then segment # ".well-known", or no id
-        else dot.empty? ? ":id" : ":id.#{extension}"
-        end
-      end
-    end
-
-    def id?(stem)
-      return false unless stem.match?(/\d/)
-
-      stem.match?(NUMBER_OR_RUN) || (stem.length >= 8 && stem.match?(HEX_OR_UUID)) ||
-        (stem.length >= 16 && stem.match?(TOKEN) && stem.match?(/[a-z]/i))
     end
 
     # "admin/user_profiles" => "Admin::UserProfiles", as Rails names the controller class.
