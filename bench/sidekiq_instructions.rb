@@ -8,7 +8,13 @@
 # has run. ROUNDS rounds, the minimum per setup and job. The count covers all of Sidekiq's work for
 # the jobs: fetching from Redis, parsing, logging, the middleware chain, the job, acknowledging.
 #
-#   bundle exec ruby -Ilib bench/sidekiq_instructions.rb     (JOBS=1000 ROUNDS=3; needs valgrind, redis-server)
+# Beside a no-op job's ~290,000 instructions, the middleware's share is within the noise of
+# Sidekiq's own work (its heartbeat and poller threads run in some windows), so PART=chain counts
+# it alone: Sidekiq's middleware chain invoked CALLS times in-process, empty and with
+# GVLScope::Sidekiq (the difference over CALLS, start-up cancelled by a run of none), exact.
+#
+#   bundle exec ruby -Ilib bench/sidekiq_instructions.rb     (JOBS=1000 ROUNDS=3 CALLS=20000; needs valgrind, redis-server)
+#   PART=chain or PART=sidekiq: one of the two
 require "json"
 require "rbconfig"
 require "securerandom"
@@ -18,6 +24,8 @@ require_relative "../test/support/redis_server"
 
 ROOT = File.expand_path("..", __dir__)
 JOBS = Integer(ENV.fetch("JOBS", 1000))
+CALLS = Integer(ENV.fetch("CALLS", 20_000))
+PART = ENV.fetch("PART", "both")
 ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
 SETUPS = %w[plain middleware].freeze
 KINDS = { "NoopJob" => [], "ReportJob" => [42] }.freeze
@@ -40,6 +48,43 @@ def run_jobs(redis, klass, args, count)
 end
 
 def totals(dump) = Integer(File.read(dump)[/^(?:summary|totals): (\d+)/, 1])
+
+CHAIN_PROGRAM = <<~'RUBY'
+  require "sidekiq"
+  require "gvlscope/sidekiq"
+  setup, calls = ARGV[0], Integer(ARGV[1])
+  config = Sidekiq::Config.new
+  config.logger = Logger.new(nil)
+  # trivial: a middleware that only yields, what any middleware costs Sidekiq's chain
+  trivial = Class.new { def call(*) = yield }
+  config.server_middleware { |chain| chain.add GVLScope::Sidekiq, stats_every: nil } if setup == "middleware"
+  config.server_middleware { |chain| chain.add trivial } if setup == "trivial"
+  GVLScope::Sidekiq.startup(config)
+  chain = config.server_middleware
+  job = { "class" => "NoopJob", "args" => [], "jid" => "0123456789abcdef01234567", "queue" => "default" }
+  instance = Object.new
+  1000.times { chain.invoke(instance, job, "default") { nil } }
+  GC.start
+  calls.times { chain.invoke(instance, job, "default") { nil } }
+RUBY
+
+def chain_instructions(setup, calls)
+  out = IO.popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", RbConfig.ruby, "-I", File.join(ROOT, "lib"),
+                  "-rbundler/setup", "-e", CHAIN_PROGRAM, setup, calls.to_s], err: %i[child out], &:read)
+  Integer(out[/refs:\s+([\d,]+)/, 1].delete(","))
+end
+
+if PART != "sidekiq"
+  per_call = %w[plain trivial middleware].to_h do |setup|
+    [setup, (chain_instructions(setup, CALLS) - chain_instructions(setup, 0)).fdiv(CALLS)]
+  end
+  puts "ruby #{RUBY_VERSION}, sidekiq #{Gem.loaded_specs['sidekiq']&.version}: Sidekiq's server middleware chain, " \
+       "#{CALLS} invocations in-process under callgrind, instructions per job"
+  puts format("empty chain %.0f; a middleware that only yields %.0f (%+.0f); GVLScope::Sidekiq %.0f (%+.0f; %+.0f over " \
+              "the yielding one)", per_call["plain"], per_call["trivial"], per_call["trivial"] - per_call["plain"],
+              per_call["middleware"], per_call["middleware"] - per_call["plain"], per_call["middleware"] - per_call["trivial"])
+  exit if PART == "chain"
+end
 
 redis = RedisServer.new
 results = Hash.new { |h, k| h[k] = [] }

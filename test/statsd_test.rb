@@ -39,7 +39,17 @@ class StatsDTest < Minitest::Test
     receiver.bind("127.0.0.1", 0)
     yield receiver, receiver.addr[1]
   ensure
+    GVLScope::StatsD.stop # its last flush goes to the receiver, not to a closed port
     receiver&.close
+  end
+
+  # The real server, stopped after the exporter (whose last flush it then still receives).
+  def with_statsd_server
+    StatsDServer.run(self) do |server|
+      yield server
+    ensure
+      GVLScope::StatsD.stop
+    end
   end
 
   def datagrams(receiver, wait: 2)
@@ -127,7 +137,7 @@ class StatsDTest < Minitest::Test
   # The real server: it parses every line (no bad lines), aggregates the counters (scaling the
   # sampled ones), keeps the tags in its keys (statsd 0.9 turns DogStatsD tags into ";tag=value").
   def test_a_real_statsd_server_aggregates_what_is_sent
-    StatsDServer.run(self) do |server|
+    with_statsd_server do |server|
       exporter = GVLScope::StatsD.start(port: server.port, every: 3600)
       record_requests
       GVLScope::Breakdown.record(:job, "SampledJob", SHOW, { queue: "low" }, 0.5)
@@ -149,7 +159,7 @@ class StatsDTest < Minitest::Test
   end
 
   def test_without_tags_the_labels_go_into_the_names_for_a_plain_statsd
-    StatsDServer.run(self) do |server|
+    with_statsd_server do |server|
       exporter = GVLScope::StatsD.start(port: server.port, every: 3600, tags: false)
       record_requests
       lines = exporter.flush
@@ -165,7 +175,7 @@ class StatsDTest < Minitest::Test
 
   # The thread flushes by itself every `every` seconds, and stop sends what is left and ends it.
   def test_the_thread_flushes_periodically_and_stops_cleanly
-    StatsDServer.run(self) do |server|
+    with_statsd_server do |server|
       GVLScope::StatsD.start(port: server.port, every: 0.1)
       assert GVLScope::StatsD.running?
       error = assert_raises(GVLScope::Error) { GVLScope::StatsD.start(port: server.port) }

@@ -27,6 +27,7 @@ module GVLScope
     OTHER = "other"
     NO_TAGS = {}.freeze
     DEFAULT_MAX_LABELS = 100
+    MAX_IDENTITIES = 8 # tags objects remembered per label: a producer making a new Hash per call is not
     BUCKETS = Log2::BUCKETS
 
     # Where each number sits in a series' to_a (Native::BreakdownSeries, ext/gvlscope/breakdown.c:
@@ -80,8 +81,13 @@ module GVLScope
       # { queue: "default" }) are part of the key; +sample_rate+ is the producer's (1.0 when
       # everything is recorded).
       def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
-        # Untagged series (routes) are found without the lock: String and Symbol keys, C lookups.
-        series = (@untagged[kind]&.[](label) if tags.equal?(NO_TAGS)) || series_for(kind, label, tags)
+        # Found without the lock where the keys hash in C without calling Ruby: untagged series
+        # (routes) by label, tagged ones by label and the very tags object a producer passed
+        # before (Sidekiq's per-queue Hash), frozen. Anything else: under the lock.
+        series = if tags.equal?(NO_TAGS) then @untagged[kind]&.[](label)
+                 else @by_identity[kind]&.[](label)&.[](tags)
+                 end
+        series ||= series_for(kind, label, tags)
         unless series.add(timing, sample_rate)
           series.add_values(timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns,
                             timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0, sample_rate)
@@ -133,6 +139,7 @@ module GVLScope
         @lock = Mutex.new # a forked child must not inherit a lock some parent thread held
         @series = KINDS.to_h { |kind| [kind, {}] }   # kind => label => tags => series
         @untagged = KINDS.to_h { |kind| [kind, {}] } # kind => label => its series with NO_TAGS
+        @by_identity = KINDS.to_h { |kind| [kind, {}] } # kind => label => tags object (identity) => series
         @sizes = KINDS.to_h { |kind| [kind, 0] }
         nil
       end
@@ -146,7 +153,7 @@ module GVLScope
             raise Error, "GVLScope::Breakdown: kind must be one of #{KINDS.inspect}, got #{kind.inspect}"
           end
           found = by_label[label]&.[](tags)
-          next found if found
+          next remember_identity(kind, label, tags, found) if found
 
           if @sizes[kind] >= @max_labels[kind]
             label = OTHER
@@ -160,8 +167,17 @@ module GVLScope
           tags = tags.empty? ? NO_TAGS : (tags.frozen? ? tags : tags.dup.freeze)
           series = Native::BreakdownSeries.new
           @untagged[kind][label] = series if tags.equal?(NO_TAGS)
+          remember_identity(kind, label, tags, series)
           (by_label[label] ||= {})[tags] = series
         end
+      end
+
+      def remember_identity(kind, label, tags, series)
+        return series unless tags.frozen? && !tags.equal?(NO_TAGS)
+
+        identities = (@by_identity[kind][label] ||= {}.compare_by_identity)
+        identities[tags] = series if identities.size < MAX_IDENTITIES
+        series
       end
     end
 

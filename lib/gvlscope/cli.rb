@@ -486,7 +486,7 @@ module GVLScope
         opts.on("--interval SECONDS", Float, "time between the two live reads (default 5)") { |s| options[:interval] = s }
         opts.on("--cores N", Integer, "CPU cores the processes share (default: this machine's, #{Etc.nprocessors})") { |n| options[:cores] = n }
         opts.on("--processes N", Integer, "processes running this work now (default 1, or the workers a --url shows)") { |n| options[:processes] = n }
-        opts.on("--threads REGEX", "the worker threads (default: the same-named threads that held the GVL longest)") { |r| options[:threads] = r }
+        opts.on("--threads REGEX", "the worker threads (default: the same-named threads, 2 or more, that held the GVL longest)") { |r| options[:threads] = r }
         opts.on("--current-threads N", Integer, "threads per process now (for --url, which has no per-thread numbers)") { |n| options[:current_threads] = n }
         opts.on("--max-wait-ms MS", Float, "the most GVL wait per request you accept (per-request numbers only)") { |ms| options[:max_wait_ms] = ms }
         opts.on("--max-threads N", Integer, "the most threads considered (default #{Analysis_MAX_THREADS})") { |n| options[:max_threads] = n }

@@ -42,7 +42,16 @@ class StatsDServer
     @pid = Process.spawn(node, File.join(package, "stats.js"), config, out: writer, err: writer)
     writer.close
     @reader = Thread.new { @out.each_line { |line| take(line) } }
-    wait_for("statsd to listen") { @log.include?("server is up") }
+    wait_for("statsd to start") { @log.include?("server is up") }
+    # "server is up" can come before the UDP socket is bound: probe until a packet arrives.
+    probe = UDPSocket.new
+    probe.connect("127.0.0.1", @port)
+    wait_for("statsd to receive") do
+      probe.send("gvlscope_test.probe:1|c", 0) rescue nil # rubocop:disable Style/RescueModifier -- refused until bound
+      @packets.any?
+    end
+    probe.close
+    @lock.synchronize { @packets.clear }
   end
 
   # Blocks until the block (called with self, under the lock) is truthy; raises after +timeout+ s.

@@ -88,10 +88,15 @@ module GVLScope
           lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
                    "what threads add). With no collisions, (D + Z) / D = 1 / run share = #{format('%.1f', no_collision_threads)}: " \
                    "that many threads keep the GVL busy, each idle while the others hold it."]
-          lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
-                   "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
-                   "the fewest to reach #{pct.(target)} of what one GVL allows."
-          if limited_by == :wait
+          unless limited_by == :max_threads
+            lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
+                     "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
+                     "the fewest to reach #{pct.(target)} of what one GVL allows."
+          end
+          if limited_by == :max_threads
+            lines << "That many threads are past --max-threads #{curve.size}: #{Advisor.count(threads, 'thread')} keep the GVL busy " \
+                     "#{pct.(chosen.busy)}; the rest is IO that more processes can overlap as well as more threads."
+          elsif limited_by == :wait
             lines << "Lowered to #{threads} by --max-wait-ms #{format('%g', max_wait_ns / 1e6)}: one more thread would " \
                      "raise the GVL wait per #{unit_name} to #{Units.ms(wait_ns_at(threads + 1))}."
           elsif threads < curve.size
@@ -134,8 +139,9 @@ module GVLScope
           end
           lines << if sensitivity[:without_cpu_wait]
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
-                       "of its time (Linux's run-queue wait), most of it counted as idle here; with that wait out of the idle " \
-                       "time, #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                       "of its time (Linux's run-queue wait), counted here as idle (back from IO, every core busy) or as run; " \
+                       "were all of it idle, the answer without it would be #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')} " \
+                       "(the least it can be)."
                    else
                      "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
                        "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
@@ -214,9 +220,8 @@ module GVLScope
         demand = w.held_ns * w.charge / per
         idle = w.idle_ns / per
         curve = Advisor.curve(demand, idle, @max_threads)
-        best = curve.map(&:busy).max
-        threads = curve.find { |p| p.busy >= @target * best }.threads
-        limited_by = :throughput
+        threads = threads_on(curve)
+        limited_by = curve[threads - 1].busy >= @target ? :throughput : :max_threads
         max_wait_ns = @max_wait_ms && @max_wait_ms * 1e6
         if max_wait_ns
           within = curve.select { |p| p.wait_per_demand * demand <= max_wait_ns }.map(&:threads).max || 1
@@ -236,12 +241,11 @@ module GVLScope
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
       def processes_for = [@cores, @processes].max
 
+      # The fewest threads whose GVL busy share reaches the target, or the most considered.
+      def threads_on(curve) = (curve.find { |p| p.busy >= @target } || curve.last).threads
+
       # The recommendation for other idle times per request: how much the answer hangs on the IO.
-      def threads_for(demand, idle)
-        curve = Advisor.curve(demand, idle, @max_threads)
-        best = curve.map(&:busy).max
-        curve.find { |p| p.busy >= @target * best }.threads
-      end
+      def threads_for(demand, idle) = threads_on(Advisor.curve(demand, idle, @max_threads))
     end
   end
 end

@@ -23,7 +23,8 @@ module GVLScope
       def pool_key(label) = label.to_s.sub(/\s*\(.*\)\z/, "").gsub(/\d+/, "#")
 
       # [the pool's rows, its name, the other rows]. +pattern+ (a regexp source, --threads)
-      # chooses the pool; by default it is the group of same-named threads that held the GVL longest.
+      # chooses the pool; by default it is the group of same-named threads (two or more) that held
+      # the GVL longest.
       def pick_pool(rows, pattern, source)
         raise Error, "#{source}: no threads in it" if rows.empty?
 
@@ -41,7 +42,10 @@ module GVLScope
           return [pool, "/#{pattern}/", rows - pool]
         end
 
-        name, pool = rows.group_by { |row| pool_key(row.label) }.max_by { |_name, group| group.sum(&:held_ns) }
+        # A pool is several threads of one name; a lone thread (main) only when there is no such group.
+        groups = rows.group_by { |row| pool_key(row.label) }
+        pools = groups.select { |_name, group| group.size >= 2 }
+        name, pool = (pools.empty? ? groups : pools).max_by { |_name, group| group.sum(&:held_ns) }
         [pool, name, rows - pool]
       end
 

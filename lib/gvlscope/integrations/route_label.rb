@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../native"
+
 module GVLScope
   # The route of a Rack request, for GVLScope::Rack's per-route numbers, read after the app ran:
   #   Rails      "UsersController#show" (the controller that handled it, or the router's
@@ -12,7 +14,6 @@ module GVLScope
   #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
   # Labels repeat, so they are kept: the common case allocates nothing.
   class RouteLabel
-    ID_SEGMENT = /\A(?:\d+(?:-.*)?|\h{8}-\h{4}-\h{4}-\h{4}-\h{12}|(?=\h*\d)\h{8,}|.*\d{3,}.*|(?=[\w-]*\d)(?=[\w-]*[a-z])[\w-]{16,})\z/i
     MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
     NOT_FOUND = " (not found)"
 
@@ -62,24 +63,16 @@ module GVLScope
     end
 
     # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS.
+    # The template is made in C (Native.route_template, ext/gvlscope/breakdown.c).
     def label_of_path(by_path, method, path)
-      return -"#{method} #{template_path(path)}" if path.match?(/\d/)
+      template = Native.route_template(method, path)
+      return template if template
 
       label = -"#{method} #{path}"
       return label if @cached_paths >= MAX_CACHED_PATHS
 
       @cached_paths += 1
       by_path[path.frozen? ? path : -path] = label
-    end
-
-    def template_path(path)
-      path.split("/", -1).map! do |segment|
-        stem, dot, extension = segment.partition(".")
-        stem = segment if stem.empty? # ".well-known"
-        if ID_SEGMENT.match?(stem) then stem.equal?(segment) ? ":id" : ":id#{dot}#{extension}"
-        else segment
-        end
-      end.join("/")
     end
 
     # "admin/user_profiles" => "Admin::UserProfiles", as Rails names the controller class.

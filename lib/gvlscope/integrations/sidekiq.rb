@@ -179,14 +179,20 @@ module GVLScope
     NO_OPTIONS = {}.freeze
 
     @setups = {}
+    @by_identity = {}.compare_by_identity
     @lock = Mutex.new
     # Setup failures at job time (where no startup checked them): warned, the jobs run untouched.
     @warning = RequestHooks::Warning.new { |line| ::Sidekiq.logger.warn(line) }
 
     class << self
-      # The Setup of these options, made once.
+      # The Setup of these options, made once. Sidekiq passes the same options Hash for every job
+      # (its chain entry's): found by identity first, which does not hash the Hash.
       def setup_for(options)
-        @setups[options] || @lock.synchronize { @setups[options] ||= Setup.new(options.dup.freeze) }
+        @by_identity[options] || @lock.synchronize do
+          setup = @setups[options] ||= Setup.new(options.dup.freeze)
+          @by_identity[options] = setup if @by_identity.size < 16 # a caller making new Hashes is not remembered without end
+          setup
+        end
       end
 
       # Sidekiq's :startup (registered below): the middleware of the server chain is built once
@@ -209,6 +215,7 @@ module GVLScope
       def reset!
         shutdown
         @setups = {}
+        @by_identity = {}.compare_by_identity
       end
 
       attr_reader :warning

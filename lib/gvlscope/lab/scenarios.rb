@@ -282,7 +282,7 @@ module GVLScope
     define "thread-sweep", file: "thread_sweep.rb", seconds: 150,
            summary: "Puma under wrk -c 32: CPU-heavy, IO-heavy and mixed endpoints swept over 1-16 threads, beside " \
                     "`gvlscope advise` on a trace at Puma's default 5 threads",
-           source: "gvlscope's own (issue #20): does the advisor pick the thread count a load test would?",
+           source: "gvlscope's own (issue #20): `gvlscope advise` against a load test",
            details: lambda { |m|
              lines = []
              if (low, mean, high = m[:load_average])
