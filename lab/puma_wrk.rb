@@ -9,9 +9,7 @@ require_relative "lab_helper"
 include LabHelper
 
 begin
-  require "puma"
-  require "puma/configuration"
-  require "puma/launcher"
+  require_relative "puma_boot"
 rescue LoadError
   say "skipped: the puma gem is not installed (it is in gvlscope's Gemfile: run under `bundle exec`)"
   result(skipped: "puma gem not installed")
@@ -25,32 +23,13 @@ unless wrk
 end
 
 app = ->(_env) { [200, { "content-type" => "text/html" }, ["Hello World!"]] }
-port = TCPServer.open("127.0.0.1", 0) { |probe| probe.addr[1] }
-config = Puma::Configuration.new do |c|
-  c.bind "tcp://127.0.0.1:#{port}"
-  c.threads 0, 16
-  c.workers 0
-  c.app app
-  c.log_requests false
-  c.quiet
-end
-launcher = Puma::Launcher.new(config, log_writer: Puma::LogWriter.null)
-server = Thread.new { launcher.run }
-deadline = now + 10
-begin
-  TCPSocket.new("127.0.0.1", port).close
-rescue Errno::ECONNREFUSED
-  raise "puma did not start" if now > deadline
-
-  sleep 0.05
-  retry
-end
+server = PumaBoot.start(app, min_threads: 0, max_threads: 16, timeout_s: 10)
+port = server.port
 
 duration = size(tiny: 1, small: 3, full: 10)
 say "wrk -c 20 -d #{duration} -t 10 http://127.0.0.1:#{port}/"
 output = IO.popen([wrk, "-c", "20", "-d", duration.to_s, "-t", "10", "--latency", "http://127.0.0.1:#{port}/"], &:read)
-launcher.stop
-server.join(10)
+server.stop
 requests_per_s = output[/Requests\/sec:\s+([\d.]+)/, 1].to_f
 say output.lines.grep(/Requests\/sec|Latency  /).join
 result(requests_per_s: requests_per_s, wrk_seconds: duration, puma_threads: 16, connections: 20)

@@ -7,9 +7,7 @@
 # (a read from the delay server, which answers after the asked milliseconds: a database or
 # HTTP call's round trip without its CPU).
 require "socket"
-require "puma"
-require "puma/configuration"
-require "puma/launcher"
+require_relative "puma_boot"
 require_relative "thread_sweep_mixes"
 
 threads = Integer(ARGV.fetch(0))
@@ -39,29 +37,10 @@ app = lambda do |_env|
   [200, { "content-type" => "text/plain" }, [endpoint[:name]]]
 end
 
-port = TCPServer.open("127.0.0.1", 0) { |probe| probe.addr[1] }
-config = Puma::Configuration.new do |c|
-  c.bind "tcp://127.0.0.1:#{port}"
-  c.threads threads, threads
-  c.workers 0
-  c.app app
-  c.log_requests false
-  c.quiet
-end
-launcher = Puma::Launcher.new(config, log_writer: Puma::LogWriter.null)
-server = Thread.new { launcher.run }
-deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
-begin
-  TCPSocket.new("127.0.0.1", port).close
-rescue Errno::ECONNREFUSED
-  raise "puma did not start" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-
-  sleep 0.02
-  retry
-end
+server = PumaBoot.start(app, min_threads: threads, max_threads: threads)
+port = server.port
 puts "port #{port}"
 stop = Queue.new
 trap(:TERM) { stop << true }
 stop.pop
-launcher.stop
-server.join(10)
+server.stop
