@@ -474,7 +474,8 @@ module GVLScope
       return unless window && held_to < window.last
 
       say "gvlscope: warning: --window #{Units.seconds(window.first)}..#{Units.seconds(window.last)} holds more than " \
-          "#{Formats::ReportHTML::BUDGET.detail_intervals} intervals: the page has every one up to #{Units.seconds(held_to)}"
+          "#{Formats::ReportHTML::BUDGET.detail_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
+          "up to #{Units.seconds(held_to)}"
     end
 
     def summary(argv)
