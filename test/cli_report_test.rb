@@ -142,7 +142,8 @@ class CLIReportTest < Minitest::Test
       assert status.success?, err
       assert_match(/^Findings/, out) # the text report, as with --html alone
       assert_equal "gvlscope: wrote #{html}\n", err
-      data = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1].gsub("<\\/", "</"))
+      page_data = -> { JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1].gsub("<\\/", "</")) }
+      data = page_data.call
       from, to = 250_000_000, 400_500_000
       assert_equal ["windows", [[from, to]], [from, to], 2000],
                    data["timeline"].values_at("mode", "windows", "asked", "bins"), "the range, and the overview"
@@ -170,7 +171,7 @@ class CLIReportTest < Minitest::Test
       # Its end past the trace's: cut to the trace's end.
       _out, err, status = gvlscope("report", trace, "--html", html, "--window", "1s..30s")
       assert status.success?, err
-      assert_equal [[1_000_000_000, timeline.duration_ns]], JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1])["timeline"]["windows"]
+      assert_equal [[1_000_000_000, timeline.duration_ns]], page_data.call["timeline"]["windows"]
 
       File.delete(html)
       {

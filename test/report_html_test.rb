@@ -298,6 +298,23 @@ class ReportHTMLTest < Minitest::Test
     assert_operator opened["intervals-drawn"].to_i, :>, 0
   end
 
+  # A --window range fuller than the page takes: the page holds its first intervals, and says up
+  # to where.
+  def test_a_window_fuller_than_the_page_holds_its_first_intervals
+    report = GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000))
+    page = GVLScope::Formats::ReportHTML.new(report, budget: windows_budget(300), window: [1_000_000, report.duration_ns])
+    html = File.join(@dir, "w.html")
+    File.write(html, page.to_s)
+    first = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)).detail(1_000_000, report.duration_ns, limit: 300)
+    assert_equal [1_000_000, first.last.start_ns], page.window_held
+    data = page_data(html)
+    assert_equal [[1_000_000, first.last.start_ns]], data["timeline"]["windows"]
+    assert_equal 300, data["timeline"]["intervals"]
+    dom, shown = render(html)
+    assert_equal [1_000_000, report.duration_ns].join(","), shown["view"]
+    assert_includes dom, "(the range held more than a page takes: it has every one up to #{format('%.6g', first.last.start_ns / 1e6)} ms)"
+  end
+
   # The page of a 100M-event trace of 2,000 threads stays under 25 MB: at most Budget#lanes lanes
   # (the busiest and those findings name) and one for the rest, the findings' windows filled up
   # to Budget#detail_intervals, the table cut, and it renders: lanes, and a finding's intervals.

@@ -202,13 +202,18 @@ module GVLScope
 
           half = (focus_to - focus_from) / 2 # cut short before the end of a focus: the focus with less around it
           again[index] = [[focus_from - half, 0].max, [focus_to + half, duration].min, share]
+          nil
         end
+        first = nil # the intervals of the windows fetched again are garbage now
+        # Cut before the second pass: the rest of the longest window is garbage too.
+        busiest = if widest_piece
+                    remaining = @budget.detail_intervals - pieces.each_with_index.sum { |piece, index| piece ? piece[2].size : share }
+                    span = busiest_span(centre, remaining, pieces.each_with_index.map { |piece, index| piece || again[index] }, overview)
+                    span && inside(widest_piece, *span, remaining)
+                  end
+        widest_piece = nil
         again.keys.zip(details(again.values)).each { |index, piece| pieces[index] = piece }
-        return [pieces, nil] unless widest_piece
-
-        remaining = @budget.detail_intervals - pieces.each_with_index.sum { |piece, index| again.key?(index) ? share : piece[2].size }
-        span = busiest_span(centre, remaining, pieces.each_with_index.map { |piece, index| again[index] || piece }, overview)
-        [pieces, span && inside(widest_piece, *span, remaining)]
+        [pieces, busiest]
       end
 
       # The findings' windows, merged where they meet: [[from, to, first focus's start, last focus's end], ...].

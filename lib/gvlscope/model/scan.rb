@@ -167,7 +167,9 @@ module GVLScope
       # end_ns), at most +limit+ each (or the window's own: [start_ns, end_ns, limit]), in time
       # order (Analysis::Report#detail): one more pass, whatever the number of windows.
       def details(windows, limit:)
-        window_rows(windows, limit).map { |found| found.map { |row| interval(*row) } }
+        found = window_rows(windows, limit)
+        # In place, window by window: each one's rows are garbage once its intervals are made.
+        found.each_index { |index| found[index] = found[index].map { |row| interval(*row) } }
       end
 
       def detail(start_ns, end_ns, limit:) = details([[start_ns, end_ns]], limit: limit).first

@@ -159,8 +159,8 @@ function timelineNote() {
       `${formatNs(TIMELINE.binNs)}, stacked from the top). `;
     if (TIMELINE.asked) {
       const [from, to] = windows[0] || TIMELINE.asked.map((ns) => ns / REPORT.unitNs);
-      const cut = to * REPORT.unitNs < TIMELINE.asked[1] ? ` (it held more than ${TIMELINE.detailLimit.toLocaleString("en")}: ` +
-        `the page has them up to ${formatNs(to * REPORT.unitNs, 6)})` : "";
+      const cut = to * REPORT.unitNs < TIMELINE.asked[1] ? ` (the range held more than a page takes: it has every one up to ` +
+        `${formatNs(to * REPORT.unitNs, 6)})` : "";
       notes.push(`A page for ${formatNs(TIMELINE.asked[0], 6)} - ${formatNs(TIMELINE.asked[1], 6)} of this trace ` +
         `(--window): its ${TIMELINE.intervals.toLocaleString("en")} intervals are on the page${cut}, marked blue on the ` +
         `time axis; elsewhere, ` + summaries);
