@@ -207,7 +207,7 @@ module GVLScope
         first = nil # the intervals of the windows fetched again are garbage now
         # Cut before the second pass: the rest of the longest window is garbage too.
         busiest = if widest_piece
-                    remaining = @budget.detail_intervals - pieces.each_with_index.sum { |piece, index| piece ? piece[2].size : share }
+                    remaining = @budget.detail_intervals - pieces.sum { |piece| piece ? piece[2].size : share }
                     span = busiest_span(centre, remaining, pieces.each_with_index.map { |piece, index| piece || again[index] }, overview)
                     span && inside(widest_piece, *span, remaining)
                   end
