@@ -3,6 +3,8 @@
 require "test_helper"
 require "tmpdir"
 require "json"
+require "gvlscope/model"
+require "gvlscope/formats/report_html"
 
 # `gvlscope report`: text, JSON and HTML of a trace, gvl-tracing traces, and one clear line
 # (no backtrace) for every kind of bad input.
@@ -126,6 +128,67 @@ class CLIReportTest < Minitest::Test
       _out, err, status = gvlscope("report", "--debug", text)
       refute status.success?
       assert_match(/trace_file\.rb:\d+/, err, "--debug shows the backtrace")
+    end
+  end
+
+  # `--html OUT --window FROM..TO`: a page whose intervals are every one of that range (one pass
+  # of the engine), the same the Ruby Timeline has there, and the overview elsewhere; a bad range
+  # is one line and exit 1 (before the trace is read, when it does not parse).
+  def test_html_window_holds_every_interval_of_the_range_and_bad_ranges_are_one_line
+    trace = File.join(ROOT, "test/fixtures/traces/hog.gvl")
+    Dir.mktmpdir("gvlscope-cli-window") do |dir|
+      html = File.join(dir, "w.html")
+      out, err, status = gvlscope("report", trace, "--html", html, "--window", "250..400.5ms")
+      assert status.success?, err
+      assert_match(/^Findings/, out) # the text report, as with --html alone
+      assert_equal "gvlscope: wrote #{html}\n", err
+      page_data = -> { JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1].gsub("<\\/", "</")) }
+      data = page_data.call
+      from, to = 250_000_000, 400_500_000
+      assert_equal ["windows", [[from, to]], [from, to], 2000],
+                   data["timeline"].values_at("mode", "windows", "asked", "bins"), "the range, and the overview"
+      timeline = GVLScope::Model.timeline(trace)
+      unit = data["unitNs"]
+      codes = GVLScope::Formats::ReportHTML::CODES
+      expected = timeline.threads.values.to_h do |thread|
+        inside = thread.intervals.select { |i| i.start_ns < to && (i.end_ns > from || i.start_ns >= from) }
+        [thread.serial, inside.map { |i| [i.state == :idle ? (i.reason || :unknown) : i.state, i.start_ns / unit, i.end_ns / unit] }]
+      end
+      assert_operator expected.values.sum(&:size), :>, 5, "the range holds intervals"
+      shown = data["threads"].to_h do |lane|
+        last_end = 0
+        times = lane["times"].unpack1("m0").unpack("w*").each_slice(2).map do |gap, length|
+          start = last_end + gap
+          last_end = start + length
+          [start, last_end]
+        end
+        states = lane["codes"].unpack1("m0").unpack("C*").map { |code| codes.key(code) }
+        [lane["serial"], states.zip(times).map(&:flatten)]
+      end
+      assert_equal expected, shown
+      assert_equal expected.values.sum(&:size), data["timeline"]["intervals"]
+
+      # Its end past the trace's: cut to the trace's end.
+      _out, err, status = gvlscope("report", trace, "--html", html, "--window", "1s..30s")
+      assert status.success?, err
+      assert_equal [[1_000_000_000, timeline.duration_ns]], page_data.call["timeline"]["windows"]
+
+      File.delete(html)
+      {
+        "2s..1s" => "gvlscope: --window 2s..1s: the range is empty or reversed (FROM must be before TO)",
+        "5ms..5ms" => "gvlscope: --window 5ms..5ms: the range is empty or reversed (FROM must be before TO)",
+        "20s..21s" => "gvlscope: --window 20s..21s: starts after the trace ended (it lasts 1.10087s)",
+        "1.5" => %(gvlscope: --window "1.5": not a time range: give FROM..TO since the trace began, with a unit (ns, us, ms or s), e.g. 12.5s..12.7s or 300..450ms),
+        "1s..2" => %(gvlscope: --window "1s..2": not a time range: give FROM..TO since the trace began, with a unit (ns, us, ms or s), e.g. 12.5s..12.7s or 300..450ms),
+        "-1s..2s" => %(gvlscope: --window "-1s..2s": not a time range: give FROM..TO since the trace began, with a unit (ns, us, ms or s), e.g. 12.5s..12.7s or 300..450ms),
+      }.each do |range, line|
+        out, err, status = gvlscope("report", trace, "--html", html, "--window", range)
+        assert_equal [1, "#{line}\n", ""], [status.exitstatus, err, out], range
+        refute File.exist?(html), "#{range}: no page"
+      end
+      _out, err, status = gvlscope("report", trace, "--window", "1s..2s")
+      assert_equal 2, status.exitstatus
+      assert_match(/\Agvlscope: --window chooses the HTML's intervals: it goes with --html OUT\n/, err)
     end
   end
 

@@ -201,6 +201,120 @@ class ReportHTMLTest < Minitest::Test
     assert_equal inside, timeline["intervals"]
   end
 
+  THRASH = File.join(ROOT, "test/fixtures/traces/thrash.gvl") # 12,056 events in 53 ms
+
+  # +report+ with +count+ made-up findings spread over the trace, each focused on +focus_ns+.
+  def with_findings(report, count, focus_ns)
+    made = (1..count).map do |index|
+      at = report.duration_ns / (count + 1) * index
+      GVLScope::Analysis::Finding.new(kind: :convoy, about: ["reader 0"], threads: ["reader 0"], title: "made up #{index}",
+                                      evidence: {}, fix: "-", focus_ns: [at, at + focus_ns], explains_wait_ns: 0, wait_share: 0.0)
+    end
+    report.define_singleton_method(:findings) { made }
+    report
+  end
+
+  def windows_budget(detail_intervals, windows: 20)
+    GVLScope::Formats::ReportHTML::Budget.new(**GVLScope::Formats::ReportHTML::BUDGET.to_h, embed_all_intervals: 0,
+                                                 detail_intervals: detail_intervals, windows: windows)
+  end
+
+  # The page's intervals come from one pass of the engine over the trace for all the findings'
+  # windows and the busiest one: the same page the Ruby Timeline gives (whose Report#detail reads
+  # each window on its own), every interval of each window.
+  def test_all_the_windows_cost_one_pass_of_the_engine
+    scan = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000)), 5, 100_000)
+    old = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)), 5, 100_000)
+    passes = scan.timeline.passes
+    html = write_html(scan, budget: windows_budget(20_000))
+    assert_equal 1, scan.timeline.passes - passes, "passes for the page's intervals"
+    data = page_data(html)
+    windows = data["timeline"]["windows"]
+    assert_equal 6, windows.size, "5 findings' windows and the busiest: #{windows}"
+    refute_nil data["timeline"]["busiest"]
+    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(20_000))), "the Ruby Timeline's page"
+    expected = old.timeline.threads.values.sum do |thread|
+      thread.intervals.count { |i| windows.any? { |from, to| i.start_ns < to && (i.end_ns > from || i.start_ns >= from) } }
+    end
+    assert_equal expected, data["timeline"]["intervals"]
+    old.findings.each do |finding|
+      focus_from, focus_to = finding.focus_ns
+      assert_includes windows, [focus_from - 1_000_000, focus_to + 1_000_000], "its window, whole: the focus and 1 ms on each side"
+    end
+  end
+
+  # Windows whose share of intervals ends before their focus does are fetched again, narrower, all
+  # in one more pass: two in all, where there was one a window and one more per window cut short.
+  def test_windows_cut_short_cost_one_more_pass_together
+    scan = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000)), 5, 1_000_000)
+    old = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)), 5, 1_000_000)
+    passes = scan.timeline.passes
+    html = write_html(scan, budget: windows_budget(1000))
+    assert_equal 2, scan.timeline.passes - passes, "passes for the page's intervals"
+    data = page_data(html)
+    windows = data["timeline"]["windows"]
+    assert_equal 5, windows.size, windows.inspect
+    assert_nil data["timeline"]["busiest"], "the findings took every interval"
+    fetched_again = old.findings.zip(windows).count do |finding, (from, to)|
+      focus_from, focus_to = finding.focus_ns
+      next false if from == focus_from - 2 * (focus_to - focus_from) && to >= focus_to # its share held the focus
+
+      assert_equal focus_from - (focus_to - focus_from) / 2, from, "fetched again: the focus and half its length before it"
+      true
+    end
+    assert_operator fetched_again, :>=, 3
+    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(1000))), "the Ruby Timeline's page"
+  end
+
+  # Zoomed into summaries, the page shows the command that writes a page with every interval of
+  # the view (`gvlscope report --window`); that page holds them, and opens on them, without a hint.
+  def test_zoomed_into_summaries_the_page_gives_the_command_for_full_detail
+    report = GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000))
+    focus = "#{report.duration_ns / 2},#{report.duration_ns / 2 + 2_000_000}"
+    html = write_html(report, budget: windows_budget(0, windows: 0), extra_script: %(location.hash = "focus=#{focus}";))
+    assert_equal [], page_data(html)["timeline"]["windows"]
+    dom, zoomed = render(html)
+    hint = dom[%r{<div id="detail-hint">(.*?)</div>}m, 1]
+    refute_nil hint, "no hint shown: #{dom[/<div id="detail-hint"[^>]*>/]}"
+    command = CGI.unescapeHTML(hint[%r{<code id="detail-command">(.*?)</code>}, 1])
+    from, to = zoomed["view"].split(",").map(&:to_i)
+    range = "#{format('%.6f', (from / 1000) / 1e6).sub(/0+\z/, '')}s..#{format('%.6f', -(-to / 1000) / 1e6).sub(/0+\z/, '')}s"
+    assert_equal "gvlscope report #{THRASH} --html thrash-window.html --window #{range}", command
+    assert_includes hint, "(up to 1,000,000 intervals)" # what --window takes, whatever this page's budget
+
+    _out, whole = render(write_html(report, budget: windows_budget(0, windows: 0)))
+    refute_match(/<div id="detail-hint">/, whole.to_s, "not zoomed in: no hint")
+    _out, err, status = gvlscope(*command.split.drop(1), chdir: @dir)
+    assert status.success?, err
+    page = File.join(@dir, "thrash-window.html")
+    timeline = page_data(page)["timeline"]
+    first, last = timeline["windows"].first
+    assert_operator first, :<=, from
+    assert_operator last, :>=, to
+    assert_operator timeline["intervals"], :>, 100
+    dom, opened = render(page)
+    assert_equal timeline["asked"].join(","), opened["view"], "it opens on the range"
+    assert_includes dom, '<div id="detail-hint" hidden="">'
+    assert_operator opened["intervals-drawn"].to_i, :>, 0
+  end
+
+  # A --window range fuller than the page takes: the page holds its first intervals, and says up
+  # to where.
+  def test_a_window_fuller_than_the_page_holds_its_first_intervals
+    report = GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000))
+    page = GVLScope::Formats::ReportHTML.new(report, budget: windows_budget(300), window: [1_000_000, report.duration_ns])
+    html = File.join(@dir, "w.html")
+    File.write(html, page.to_s)
+    first = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)).detail(1_000_000, report.duration_ns, limit: 300)
+    assert_equal [1_000_000, first.last.start_ns], page.window_held
+    data = page_data(html)
+    assert_equal [[1_000_000, first.last.start_ns]], data["timeline"]["windows"]
+    assert_equal 300, data["timeline"]["intervals"]
+    dom, shown = render(html)
+    assert_equal [1_000_000, report.duration_ns].join(","), shown["view"]
+    assert_includes dom, "(the range held more than a page takes: it has every one up to #{format('%.6g', first.last.start_ns / 1e6)} ms)"
+  end
+
   # The page of a 100M-event trace of 2,000 threads stays under 25 MB: at most Budget#lanes lanes
   # (the busiest and those findings name) and one for the rest, the findings' windows filled up
   # to Budget#detail_intervals, the table cut, and it renders: lanes, and a finding's intervals.

@@ -6,6 +6,7 @@ require_relative "version"
 require_relative "errors"
 require_relative "formats"
 require_relative "progress"
+require_relative "units"
 
 module GVLScope
   # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
@@ -19,7 +20,7 @@ module GVLScope
       Commands:
         run [options] -- COMMAND [ARGS...]
                               run a Ruby program traced from boot (no code change); print a summary
-        report FILE [--html OUT] [--json] [--thread NAME]
+        report FILE [--html OUT [--window FROM..TO]] [--json] [--thread NAME]
                               what the GVL did and why: findings, per-thread table, histograms
         export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
                               convert a trace for Perfetto UI / chrome://tracing / speedscope
@@ -412,23 +413,32 @@ module GVLScope
       html = nil
       json = false
       thread = nil
+      window = nil
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope report FILE [--html OUT] [--json] [--thread NAME]\n\n" \
+        opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO]] [--json] [--thread NAME]\n\n" \
                       "Findings (convoy, hog, contention, hand-off thrash, GC), one per cause, ranked by the GVL wait\n" \
                       "each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and histograms\n" \
                       "of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
         opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
+        opts.on("--window FROM..TO", "with --html: the timeline's intervals for this range only, every one (up to 1,000,000),",
+                "time since the trace began with a unit (ns, us, ms, s): 12.5s..12.7s, 300..450ms;",
+                "the page of a long trace shows the command for the range in view") { |range| window = range }
         opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text") { json = true }
         opts.on("--thread NAME", "only this thread's row and findings") { |name| thread = name }
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, *extra = parser.parse(argv)
       raise UsageError, "report takes one FILE (got #{extra.size + 1})" unless extra.empty?
+      raise UsageError, "--window chooses the HTML's intervals: it goes with --html OUT" if window && !html
+
+      window_text = window
+      window &&= Units.time_range_to_ns(window, "--window") # before the trace is read: a typo fails at once
 
       # The HTML's overview is summed in the same pass as the rest.
       require_relative "analysis/overview"
       bins = (Analysis::Overview::BINS if html)
       report = report_of(timeline_of(path, bins: bins), thread: thread)
+      window &&= window_in(report, window, window_text)
       progress("writing the report")
       if json
         print_out { Formats::ReportJSON.new(report).write(@out) }
@@ -436,8 +446,17 @@ module GVLScope
         text = Formats::ReportText.new(report).to_s
         print_out { @out.puts text }
       end
-      write_html(report, html) if html
+      write_html(report, html, window: window) if html
       0
+    end
+
+    # --window's [from_ns, to_ns] within the trace: its end cut to the trace's; one that starts
+    # after the trace ended is an error.
+    def window_in(report, (from, to), text)
+      duration = report.duration_ns
+      raise Error, "--window #{text}: starts after the trace ended (it lasts #{Units.seconds(duration)})" if from >= duration
+
+      [from, [to, duration].min]
     end
 
     def report_of(timeline, thread: nil)
@@ -446,10 +465,17 @@ module GVLScope
       Analysis::Report.new(timeline, thread: thread).tap(&:findings) # the rules run now, under "analysing"
     end
 
-    def write_html(report, path)
+    def write_html(report, path, window: nil)
       progress("writing #{path}")
-      File.open(path, "w") { |io| Formats::ReportHTML.new(report).write(io) }
+      page = Formats::ReportHTML.new(report, window: window)
+      File.open(path, "w") { |io| page.write(io) }
       say "gvlscope: wrote #{path}"
+      held_to = page.window_held&.last
+      return unless window && held_to < window.last
+
+      say "gvlscope: warning: --window #{Units.seconds(window.first)}..#{Units.seconds(window.last)} holds more than " \
+          "#{Formats::ReportHTML::BUDGET.detail_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
+          "up to #{Units.seconds(held_to)}"
     end
 
     def summary(argv)

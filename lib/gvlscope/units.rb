@@ -26,6 +26,28 @@ module GVLScope
 
       (ms * 1_000_000).to_i
     end
+
+    TIME_UNITS = { "ns" => 1, "us" => 1_000, "ms" => 1_000_000, "s" => 1_000_000_000 }.freeze
+    TIME_RANGE = /\A(\d+(?:\.\d+)?)(ns|us|ms|s)?\.\.(\d+(?:\.\d+)?)(ns|us|ms|s)\z/
+
+    # "12.5s..12.7s", "300ms..450ms" or "12.5..12.7s" (the end's unit for both) as [from_ns, to_ns]:
+    # the start rounded down and the end up to a nanosecond (exact decimals: no float error). A
+    # bad one raises Error naming +option+.
+    def time_range_to_ns(text, option)
+      match = TIME_RANGE.match(text.to_s)
+      unless match
+        raise Error, "#{option} #{text.to_s.inspect}: not a time range: give FROM..TO since the trace began, " \
+                     "with a unit (ns, us, ms or s), e.g. 12.5s..12.7s or 300..450ms"
+      end
+      from = Rational(match[1]) * TIME_UNITS.fetch(match[2] || match[4])
+      to = Rational(match[3]) * TIME_UNITS.fetch(match[4])
+      raise Error, "#{option} #{text}: the range is empty or reversed (FROM must be before TO)" unless from < to
+
+      [from.floor, to.ceil]
+    end
+
+    # "12.512345s": seconds to the microsecond (what --window reads back), no trailing zeros.
+    def seconds(ns) = "#{format('%.6f', ns / 1e9).sub(/\.?0+\z/, '')}s"
   end
 
   # log2 (DTrace `quantize`) buckets: bucket 0 counts zeros, bucket b >= 1 counts values in

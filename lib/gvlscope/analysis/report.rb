@@ -129,11 +129,12 @@ module GVLScope
         found.first(limit)
       end
 
-      # #detail of each window [start_ns, end_ns], in one pass over a Model::Scan's trace.
+      # #detail of each window [start_ns, end_ns] (or [start_ns, end_ns, its own limit]), in one
+      # pass over a Model::Scan's trace.
       def details(windows, limit: 200_000)
         return @timeline.details(windows, limit: limit) if @timeline.is_a?(Model::Scan)
 
-        windows.map { |start_ns, end_ns| detail(start_ns, end_ns, limit: limit) }
+        windows.map { |start_ns, end_ns, own| detail(start_ns, end_ns, limit: own || limit) }
       end
 
       def selected_threads

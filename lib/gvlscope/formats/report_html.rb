@@ -61,10 +61,17 @@ module GVLScope
                           bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
       SHARE_ONE = 0xFFFF # an overview bin's share of a state, in 1/65535 of the bin (uint16)
 
-      def initialize(subject, budget: BUDGET)
+      # +window+: [from_ns, to_ns] (`gvlscope report --window`): the page's intervals are those of
+      # that range only (one pass), the overview everywhere, and it opens on that range.
+      def initialize(subject, budget: BUDGET, window: nil)
         super(subject)
         @budget = budget
+        @window = window
       end
+
+      # Once written, with a +window+: [from_ns, to_ns] the page holds every interval of; to_ns is
+      # earlier than asked when the range held more than Budget#detail_intervals.
+      attr_reader :window_held
 
       def write(io)
         template = File.read(TEMPLATE)
@@ -116,7 +123,8 @@ module GVLScope
         report = @subject
         shown, others = split_lanes(rows, findings)
         events = report.file.size
-        mode = events + rows.size <= @budget.embed_all_intervals ? "all" : "windows" # a thread: its events + 1 intervals at most
+        # A thread: its events + 1 intervals at most.
+        mode = @window.nil? && events + rows.size <= @budget.embed_all_intervals ? "all" : "windows"
         # The overview is drawn wherever intervals are not: everywhere zoomed out, unless every
         # interval of every lane is on the page.
         overview = report.overview(bins: @budget.bins) if mode == "windows" || others.any?
@@ -125,9 +133,12 @@ module GVLScope
         if mode == "all"
           windows = [[0, report.duration_ns]]
           intervals = report.detail(0, report.duration_ns, limit: @budget.embed_all_intervals)
+        elsif @window
+          pieces = details([[*@window, @budget.detail_intervals]])
+          @window_held = pieces.first.take(2)
+          windows, intervals = join(pieces)
         else
-          pieces = finding_details(findings)
-          busiest = busiest_detail(overview, shown, others_bins, pieces)
+          pieces, busiest = finding_and_busiest_details(findings, overview, shown, others_bins)
           pieces << busiest if busiest
           windows, intervals = join(pieces)
         end
@@ -144,7 +155,7 @@ module GVLScope
           timeline: {
             mode: mode, events: events, intervals: lanes.sum { |lane| lane[:count] }, windows: windows,
             busiest: busiest&.take(2), binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size,
-            lanesShown: shown.size,
+            lanesShown: shown.size, asked: @window, detailLimit: BUDGET.detail_intervals, # what --window takes
           },
         }
       end
@@ -160,22 +171,60 @@ module GVLScope
         rows.partition { |row| kept.include?(row) }
       end
 
-      # Around each finding's focus, a window of its intervals; Budget#detail_intervals shared
-      # among them. Returns the windows as [from_ns, to_ns, intervals in time order], [from, to)
-      # the time they hold every interval of.
-      # A window is the focus and twice its length on each side (1 ms at least); if its share of
-      # intervals ends before the focus does, the focus and half its length on each side (what the
-      # finding's link shows); if still too many, from its start up to the last interval that fits.
-      def finding_details(findings)
-        focuses = findings.filter_map(&:focus_ns).first(@budget.windows)
-        return [] if focuses.empty?
+      # The intervals around the findings and where the threads waited most: one pass of the engine
+      # over the trace for all the windows (Report#details), and one more only when windows were
+      # cut short before their focus ended, all of them together. Returns the findings' windows and
+      # the busiest one (or nil) as [from_ns, to_ns, intervals in time order], [from, to) the time
+      # each holds every interval of.
+      #
+      # Around each finding's focus, a window (Budget#windows at most, those that meet merged), each
+      # with an equal share of Budget#detail_intervals: the focus and twice its length on each side
+      # (1 ms at least); if its share ends before the focus does, the focus and half its length on
+      # each side (what the finding's link shows), fetched in the second pass; if still too many,
+      # from its start up to the last interval that fits.
+      #
+      # What they leave (a window fetched again counts its whole share) goes to where the threads
+      # waited most (#busiest_span). That window is fetched in the first pass at its longest, as if
+      # the findings took nothing, and cut to what they leave once their counts are known: the
+      # intervals of a shorter window inside it are among those of the longer one.
+      def finding_and_busiest_details(findings, overview, shown, others_bins)
+        wanted = finding_windows(findings)
+        share = wanted.empty? ? 0 : [@budget.detail_intervals / wanted.size, 1].max
+        centre = busiest_centre(overview, shown, others_bins)
+        widest = busiest_span(centre, @budget.detail_intervals, [], overview)
+        first = details(wanted.map { |from, to, _focus_from, _focus_to| [from, to, share] } +
+                        (widest ? [[*widest, @budget.detail_intervals]] : []))
+        widest_piece = first.pop if widest
+        duration = @subject.duration_ns
+        again = {}
+        pieces = wanted.zip(first).each_with_index.map do |((_from, _to, focus_from, focus_to), piece), index|
+          next piece if piece[1] >= focus_to
 
+          half = (focus_to - focus_from) / 2 # cut short before the end of a focus: the focus with less around it
+          again[index] = [[focus_from - half, 0].max, [focus_to + half, duration].min, share]
+          nil
+        end
+        first = nil # the intervals of the windows fetched again are garbage now
+        # Cut before the second pass: the rest of the longest window is garbage too.
+        busiest = if widest_piece
+                    remaining = @budget.detail_intervals - pieces.sum { |piece| piece ? piece[2].size : share }
+                    span = busiest_span(centre, remaining, pieces.each_with_index.map { |piece, index| piece || again[index] }, overview)
+                    span && inside(widest_piece, *span, remaining)
+                  end
+        widest_piece = nil
+        again.keys.zip(details(again.values)).each { |index, piece| pieces[index] = piece }
+        [pieces, busiest]
+      end
+
+      # The findings' windows, merged where they meet: [[from, to, first focus's start, last focus's end], ...].
+      def finding_windows(findings)
+        focuses = findings.filter_map(&:focus_ns).first(@budget.windows)
         duration = @subject.duration_ns
         wanted = focuses.map do |from, to|
           margin = [2 * (to - from), 1_000_000].max
           [[from - margin, 0].max, [to + margin, duration].min, from, to]
         end
-        merged = wanted.sort.each_with_object([]) do |window, all|
+        wanted.sort.each_with_object([]) do |window, all|
           last = all.last
           if last && window[0] <= last[1]
             last[1] = [last[1], window[1]].max
@@ -184,50 +233,61 @@ module GVLScope
             all << window.dup
           end
         end
-        limit = [@budget.detail_intervals / merged.size, 1].max
-        merged.map do |from, to, focus_from, focus_to|
-          from, to, found = detail(from, to, limit)
-          if to < focus_to # cut short before the end of a focus: the focus with less around it
-            half = (focus_to - focus_from) / 2
-            from, to, found = detail([focus_from - half, 0].max, [focus_to + half, duration].min, limit)
-          end
-          [from, to, found]
-        end
       end
 
-      # What the findings' windows leave of Budget#detail_intervals goes to where the threads
-      # waited most: around the overview's slice with the most wait (the most run if none), as long
-      # as the trace's mean density puts about half of what is left in it, and clear of the other
-      # windows (none if one holds that slice). So a trace without findings shows intervals too.
-      def busiest_detail(overview, shown, others_bins, pieces)
-        remaining = @budget.detail_intervals - pieces.sum { |_from, _to, found| found.size }
-        return nil if remaining <= 0 || remaining < @budget.detail_intervals / 10
-
+      # The middle of the overview's slice with the most wait (the most run if none).
+      def busiest_centre(overview, shown, others_bins)
         totals = overview.sum(shown.map(&:serial))
         totals = totals.zip(others_bins).map(&:sum) if others_bins
         peak = (0...overview.bins).max_by { |bin| [totals[4 * bin + 1], totals[4 * bin]] }
-        centre = overview.start_ns + peak * overview.bin_ns + overview.bin_ns / 2
+        overview.start_ns + peak * overview.bin_ns + overview.bin_ns / 2
+      end
+
+      # [from, to] around +centre+ for +remaining+ intervals: as long as the trace's mean density
+      # puts about half of them in it, clear of +windows+ ([from, to, ...] each); nil when one holds
+      # the centre, or when less than a tenth of Budget#detail_intervals is left. So a trace
+      # without findings shows intervals too.
+      def busiest_span(centre, remaining, windows, overview)
+        return nil if remaining <= 0 || remaining < @budget.detail_intervals / 10
+
         duration = @subject.duration_ns
         per_ns = [@subject.file.size, 1].max.fdiv([duration, 1].max)
         length = [(remaining / 2 / per_ns).to_i, overview.bin_ns].max
         from = [centre - length / 2, 0].max
         to = [from + length, duration].min
-        pieces.each do |window_from, window_to, _found|
+        windows.each do |window_from, window_to|
           return nil if window_from <= centre && centre < window_to
 
           from = [from, window_to].max if window_to <= centre
           to = [to, window_from].min if window_from > centre
         end
-        detail(from, to, remaining)
+        [from, to]
       end
 
-      # [from, to, intervals]: the window's intervals, and its end moved back to the start of the
-      # last one when there were +limit+ (every interval that starts before it is there).
-      def detail(from, to, limit)
-        found = @subject.detail(from, to, limit: limit)
-        to = found.last.start_ns if found.size >= limit
-        [from, to, found]
+      # What Report#detail(from, to, limit:) gives, taken from a piece whose window holds [from, to)
+      # (no pass): its intervals are in the same order, and every one that starts before its end.
+      # (It may hold some intervals that start at its end, as a window cut short holds its last.)
+      def inside(piece, from, to, limit)
+        return nil if [to, piece[1]].min <= from
+
+        found = piece[2].select { |interval| interval.start_ns < to && (interval.end_ns > from || interval.start_ns >= from) }
+                        .first(limit)
+        [from, end_of([to, piece[1]].min, found, limit), found]
       end
+
+      # [[from, to, intervals], ...] for each [from, to, limit], in one call of Report#details (one
+      # pass of the engine).
+      def details(requests)
+        return [] if requests.empty?
+
+        @subject.details(requests, limit: nil).zip(requests).map do |found, (from, to, limit)|
+          [from, end_of(to, found, limit), found]
+        end
+      end
+
+      # A window's end, moved back to the start of its last interval when it had +limit+ (every
+      # interval that starts before it is there).
+      def end_of(to, found, limit) = found.any? && found.size >= limit ? found.last.start_ns : to
 
       # The windows in time order ([from, to] each) and their intervals in time order, each once:
       # a long interval that reaches into the window before was taken with it.

@@ -75,6 +75,10 @@ module GVLScope
 
       attr_reader :file, :bins
 
+      # The engine's passes over the trace's events so far (Engine::Pass: the main one, each
+      # overview of other bins, each call of #details, the exports' copy), the index's not counted.
+      attr_reader :passes
+
       # +file+: a TraceFile from TraceFile.index, or one holding its events in memory (a
       # gvl-tracing import, TraceFile.from_events; not a .gvl file read whole, which has stacks).
       # The first pass runs here (an unknown event kind raises here, as TraceFile#read would);
@@ -97,6 +101,7 @@ module GVLScope
         @progress = progress
         @index = index_of(file)
         @overviews = {}
+        @passes = 0
       end
 
       # Runs the main pass now (before an output file is opened: a read error leaves none).
@@ -159,9 +164,12 @@ module GVLScope
       end
 
       # The intervals (Timeline::Interval) of every thread that overlap each window [start_ns,
-      # end_ns), at most +limit+ each, in time order (Analysis::Report#detail): one more pass.
+      # end_ns), at most +limit+ each (or the window's own: [start_ns, end_ns, limit]), in time
+      # order (Analysis::Report#detail): one more pass, whatever the number of windows.
       def details(windows, limit:)
-        window_rows(windows, limit).map { |found| found.map { |row| interval(*row) } }
+        found = window_rows(windows, limit)
+        # In place, window by window: each one's rows are garbage once its intervals are made.
+        found.each_index { |index| found[index] = found[index].map { |row| interval(*row) } }
       end
 
       def detail(start_ns, end_ns, limit:) = details([[start_ns, end_ns]], limit: limit).first
@@ -217,7 +225,7 @@ module GVLScope
 
       # [[serial, state, reason, start, end, native, site, index in its thread], ...] per window.
       def window_rows(windows, limit)
-        run_pass(windows: windows.map { |start_ns, end_ns| [start_ns, end_ns, limit] }, windows_only: true).windows
+        run_pass(windows: windows.map { |start_ns, end_ns, own| [start_ns, end_ns, own || limit] }, windows_only: true).windows
       end
 
       def interval(serial, state, reason, start_ns, end_ns, native, site, _listed)
@@ -266,6 +274,7 @@ module GVLScope
             bins: bins, blame: blame, code: code, spill: spill, spill_dir: Dir.tmpdir, windows: windows,
             windows_only: windows_only, median_budget: @exact_medians, stats: stats }
         )
+        @passes += 1
         phase("analysing #{@file.path}")
         step(pass)
         pass

@@ -70,7 +70,9 @@ const lanes = REPORT.threads.map((t) => {
            sums: t.bins ? runningSums(t.bins) : null };
 });
 const stateColors = REPORT.states.map((s) => COLORS[s]);
-let view = { from: 0, to: totalUnits };
+// A page made for a range (`gvlscope report --window`) opens on it.
+let view = TIMELINE.asked ? { from: TIMELINE.asked[0] / REPORT.unitNs, to: TIMELINE.asked[1] / REPORT.unitNs }
+  : { from: 0, to: totalUnits };
 
 // The bins' time in one state from the trace's start to +time+ (units), in bins.
 function summed(sums, state, time) {
@@ -153,19 +155,50 @@ function renderStatic() {
 function timelineNote() {
   const notes = [];
   if (TIMELINE.mode === "windows") {
-    notes.push(`This trace has ${TIMELINE.events.toLocaleString("en")} events: zoomed out, each lane shows the share ` +
-      `of run, gc, wait and idle in each pixel (summaries of ${formatNs(TIMELINE.binNs)}, stacked from the top). ` +
+    const summaries = `zoomed out, each lane shows the share of run, gc, wait and idle in each pixel (summaries of ` +
+      `${formatNs(TIMELINE.binNs)}, stacked from the top). `;
+    if (TIMELINE.asked) {
+      const [from, to] = windows[0] || TIMELINE.asked.map((ns) => ns / REPORT.unitNs);
+      const cut = to * REPORT.unitNs < TIMELINE.asked[1] ? ` (the range held more than a page takes: it has every one up to ` +
+        `${formatNs(to * REPORT.unitNs, 6)})` : "";
+      notes.push(`A page for ${formatNs(TIMELINE.asked[0], 6)} - ${formatNs(TIMELINE.asked[1], 6)} of this trace ` +
+        `(--window): its ${TIMELINE.intervals.toLocaleString("en")} intervals are on the page${cut}, marked blue on the ` +
+        `time axis; elsewhere, ` + summaries);
+      return notes.concat(threadsNote()).join(" ");
+    }
+    notes.push(`This trace has ${TIMELINE.events.toLocaleString("en")} events: ` + summaries +
       `The intervals themselves are on the page around the findings` +
       (TIMELINE.busiest ? " and where the threads waited most" : "") + ` (${windows.length} ` +
       `window${windows.length === 1 ? "" : "s"}, marked blue on the time axis, ` +
       `${TIMELINE.intervals.toLocaleString("en")} intervals): zoom into one, or follow a finding's link, to see them.`);
   }
-  if (TIMELINE.threadsTotal > TIMELINE.lanesShown) {
-    notes.push(`Showing ${TIMELINE.lanesShown} of ${TIMELINE.threadsTotal.toLocaleString("en")} threads (those the ` +
-      `findings name, then those that ran and waited most); the other ` +
-      `${(TIMELINE.threadsTotal - TIMELINE.lanesShown).toLocaleString("en")} share the last lane, their average.`);
-  }
-  return notes.join(" ");
+  return notes.concat(threadsNote()).join(" ");
+}
+
+function threadsNote() {
+  if (TIMELINE.threadsTotal <= TIMELINE.lanesShown) return [];
+  return [`Showing ${TIMELINE.lanesShown} of ${TIMELINE.threadsTotal.toLocaleString("en")} threads (those the ` +
+    `findings name, then those that ran and waited most); the other ` +
+    `${(TIMELINE.threadsTotal - TIMELINE.lanesShown).toLocaleString("en")} share the last lane, their average.`];
+}
+
+// "12.512345s": what `gvlscope report --window` reads (lib/gvlscope/units.rb, Units.seconds).
+function seconds(microseconds) { return (microseconds / 1e6).toFixed(6).replace(/\.?0+$/, "") + "s"; }
+
+// A word for the shell as it is, or in single quotes.
+function shellWord(word) { return /^[\w.\/:@%+=-]+$/.test(word) ? word : "'" + word.replace(/'/g, "'\\''") + "'"; }
+
+// Zoomed into summaries (a part of the view without the intervals themselves): the command that
+// writes a page with every interval of the view, its start rounded down and its end up to a us.
+function showDetailHint(summarised) {
+  const hint = document.getElementById("detail-hint");
+  const zoomed = view.to - view.from < totalUnits;
+  hint.hidden = !(TIMELINE.mode === "windows" && binUnits && zoomed && summarised.length > 0);
+  if (hint.hidden) return;
+  const from = Math.floor(view.from * REPORT.unitNs / 1e3), to = Math.ceil(view.to * REPORT.unitNs / 1e3);
+  const out = REPORT.file.replace(/^.*\//, "").replace(/\.[^.]*$/, "") + "-window.html";
+  text("detail-command", `gvlscope report ${shellWord(REPORT.file)} --html ${shellWord(out)} --window ${seconds(from)}..${seconds(to)}`);
+  text("detail-limit", `(up to ${TIMELINE.detailLimit.toLocaleString("en")} intervals)`);
 }
 
 const canvas = document.getElementById("timeline");
@@ -309,6 +342,7 @@ function draw() {
     context.fillText(lane.label.slice(0, 24), 4, top + 15);
     if (!lane.others) detailed.forEach(([from, to]) => { drawn += drawIntervals(lane, top, from, to, scale); });
   });
+  showDetailHint(summarised);
   const mode = detailed.length === 0 ? "summaries" : summarised.length === 0 || !binUnits ? "intervals" : "intervals and summaries";
   text("view", formatNs(view.from * REPORT.unitNs) + " - " + formatNs(view.to * REPORT.unitNs) + " (" + mode + ")");
   document.body.dataset.view = Math.round(view.from * REPORT.unitNs) + "," + Math.round(view.to * REPORT.unitNs);
