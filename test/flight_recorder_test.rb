@@ -26,7 +26,7 @@ class FlightRecorderTest < Minitest::Test
 
   def test_a_dump_is_a_readable_trace_of_the_threads_that_ran
     GVLScope::FlightRecorder.start(seconds: 5, dir: @dir, signal: nil, logger: QUIET)
-    2.times.map { |n| burn("cpu#{n}", 0.3) }.each(&:join)
+    2.times.map { |n| burn("dump-cpu#{n}", 0.3) }.each(&:join)
     dump = GVLScope::FlightRecorder.dump("test")
 
     assert_equal @dir, File.dirname(dump.path)
@@ -38,11 +38,12 @@ class FlightRecorderTest < Minitest::Test
     timeline = GVLScope::Model::Timeline.new(trace)
     assert_consistent(timeline)
     labels = timeline.threads.values.map(&:label)
-    assert_includes labels, "cpu0"
-    assert_includes labels, "cpu1"
+    assert_includes labels, "dump-cpu0"
+    assert_includes labels, "dump-cpu1"
     # Two CPU threads preempt each other every timeslice: both wanted the GVL for a while.
-    # (By name: threads of earlier tests in this process, one named "cpu", are in the thread table.)
-    cpu = timeline.threads.values.select { |t| %w[cpu0 cpu1].include?(t.label) }
+    # (Names no other test uses: threads of earlier tests in this process, such as metrics_test's
+    # "cpu0" and "cpu1", can still be in the thread table.)
+    cpu = timeline.threads.values.select { |t| %w[dump-cpu0 dump-cpu1].include?(t.label) }
     assert_equal 2, cpu.size
     cpu.each { |t| assert(t.intervals.any? { |i| i.state == :wait }, "#{t.label} never waited") }
     # And `gvlscope report` reads it like any trace.
