@@ -370,7 +370,6 @@ static VALUE table_remember(VALUE self, VALUE env, VALUE response, VALUE series)
     table_forget_stale(t);
     t->rails_loaded = rb_const_defined_at(rb_cObject, id_ActionDispatch);
     t->sinatra_loaded = rb_const_defined_at(rb_cObject, id_Sinatra);
-    if (t->count >= MAX_ENTRIES) return Qfalse;
     if (!t->slots) t->slots = ZALLOC_N(route_entry, TABLE_SLOTS);
     char key[MAX_LABEL];
     long n;
@@ -378,6 +377,8 @@ static VALUE table_remember(VALUE self, VALUE env, VALUE response, VALUE series)
     route_entry *entry = request_slot(t, env, response, key, &n, &owner);
     if (!entry) return Qfalse;
     if (!entry->key) {
+        // Counted after request_slot: Rails' action_name is Ruby, another thread may have added keys meanwhile.
+        if (t->count >= MAX_ENTRIES) return Qfalse;
         t->count++;
         RB_OBJ_WRITE(self, &entry->key, rb_obj_freeze(rb_str_new(key, n)));
         RB_OBJ_WRITE(self, &entry->owner, owner);
