@@ -189,4 +189,65 @@ class RoutesTest < Minitest::Test
     assert_raises(ArgumentError) { middleware.call(env_for("/boom/12")) }
     assert_equal 1, routes["GET /boom/:id"].count
   end
+
+  # A route seen before is recorded in C (Native::RouteTable, keyed as RouteLabel names it): the
+  # same labels and counts as Ruby's for every kind of request, each label's series followed
+  # across Breakdown.reset! and a new cap (which make new series).
+  def test_routes_seen_before_count_as_the_first_request_named_them
+    show = Class.new(Struct.new(:action_name)) { def self.name = "UsersController" }
+    other = Class.new(Struct.new(:action_name)) { def self.name = "PostsController" }
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when %r{\A/rails/(\w+)/(\w+)} # the router's keys, and a controller for some
+        env["action_dispatch.request.path_parameters"] = { controller: Regexp.last_match(1), action: Regexp.last_match(2) }
+        env["action_controller.instance"] = { "users" => show, "posts" => other }[Regexp.last_match(1)]&.new(Regexp.last_match(2))
+      when %r{\A/sinatra/} then env["sinatra.route"] = "GET /sinatra/:name"
+      when "/missing" then return [404, {}, ["no"]]
+      end
+      [200, {}, ["ok"]]
+    end
+    middleware = GVLScope::Rack.new(app)
+    requests = { "/users/42" => "GET /app/users/:id", "/users/43" => "GET /app/users/:id", "/" => "GET /app/",
+                 "/missing" => "GET (not found)", "/sinatra/a" => "GET /sinatra/:name", "/sinatra/b" => "GET /sinatra/:name",
+                 "/rails/users/show" => "UsersController#show", "/rails/users/edit" => "UsersController#edit",
+                 "/rails/posts/show" => "PostsController#show", "/rails/admin_reports/index" => "AdminReportsController#index",
+                 "/caf\u00e9" => "GET /app/caf\u00e9" }
+    expected = Hash.new(0)
+    3.times do
+      requests.each do |path, label|
+        middleware.call(env_for("/").merge("SCRIPT_NAME" => "/app", "PATH_INFO" => path))
+        expected[label] += 1
+      end
+    end
+    assert_equal expected, routes.transform_values(&:count)
+
+    GVLScope::Breakdown.reset! # the table's series are gone with it
+    2.times { middleware.call(env_for("/app/users/7").merge("SCRIPT_NAME" => "/app", "PATH_INFO" => "/users/7")) }
+    assert_equal({ "GET /app/users/:id" => 2 }, routes.transform_values(&:count))
+
+    GVLScope::Breakdown.reset!
+    GVLScope::Breakdown.configure(max_routes: 1)
+    %w[/a /b /b].each { |path| middleware.call(env_for(path)) }
+    GVLScope::Breakdown.configure(max_routes: 10) # "/b" was "other"; now it can be itself
+    middleware.call(env_for("/b"))
+    assert_equal({ "GET /a" => 1, "other" => 2, "GET /b" => 1 }, routes.transform_values(&:count))
+  end
+
+  # A controller whose action_name raises: the request is not counted, a warning says why, and the
+  # response goes out, every time.
+  def test_a_controller_that_fails_to_name_its_action_is_warned_about
+    broken = Class.new { def action_name = raise(NameError, "no action") }
+    app = lambda do |env|
+      env["action_dispatch.request.path_parameters"] = { controller: "users", action: "show" }
+      env["action_controller.instance"] = broken.new
+      [200, {}, ["ok"]]
+    end
+    log = StringIO.new
+    middleware = GVLScope::Rack.new(app, logger: Logger.new(log))
+    middleware.call(env_for("/users/1")) # a route first named in Ruby: the table keys Rails' requests from now on
+    statuses = Array.new(3) { middleware.call(env_for("/users/1")).first }
+    assert_equal [200] * 3, statuses
+    assert_empty routes
+    assert_match(/could not count a request by route: NameError: no action/, log.string)
+  end
 end

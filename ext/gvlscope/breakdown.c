@@ -5,6 +5,7 @@
 #include "gvlscope.h"
 #include "histogram.h"
 #include <ruby/encoding.h>
+#include <string.h>
 
 enum { COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, SUMS };
 #define BUCKETS 64
@@ -106,35 +107,322 @@ static int is_id(const unsigned char *p, long n) {
     return n >= 16 && token == n && letters > 0;
 }
 
-// Native.route_template(method, path) -> "GET /users/:id/posts", or nil when the path has no id.
-static VALUE route_template(VALUE self, VALUE method, VALUE path) {
-    StringValue(method);
-    StringValue(path);
-    const unsigned char *p = (const unsigned char *)RSTRING_PTR(path);
-    long n = RSTRING_LEN(path);
-    VALUE out = Qnil;
-    long copied = 0;  // bytes of path already in out
+// Writes the n bytes of path p to out with each id stem replaced by ":id" (out has room for 2n + 1
+// bytes: an id stem is at least one byte and ids are "/"-separated); returns the length written.
+// *ids: how many were replaced.
+static long put_template(const unsigned char *p, long n, char *out, int *ids) {
+    long copied = 0, len = 0;  // copied: bytes of path already in out
+    *ids = 0;
     for (long start = 0; start <= n;) {
         long end = start;
         while (end < n && p[end] != '/') end++;
         long stem_end = start;
         while (stem_end < end && p[stem_end] != '.') stem_end++;
         if (stem_end > start && is_id(p + start, stem_end - start)) {
-            if (NIL_P(out)) {
-                out = rb_str_buf_new(RSTRING_LEN(method) + 1 + n);
-                rb_str_buf_append(out, method);
-                rb_str_buf_cat(out, " ", 1);
-            }
-            rb_str_buf_cat(out, (const char *)p + copied, start - copied);
-            rb_str_buf_cat(out, ":id", 3);
+            memcpy(out + len, p + copied, start - copied);
+            len += start - copied;
+            memcpy(out + len, ":id", 3);
+            len += 3;
             copied = stem_end;
+            (*ids)++;
         }
         start = end + 1;
     }
-    if (NIL_P(out)) return Qnil;
-    rb_str_buf_cat(out, (const char *)p + copied, n - copied);
-    rb_enc_associate(out, rb_enc_get(path));
-    return out;
+    memcpy(out + len, p + copied, n - copied);
+    return len + n - copied;
+}
+
+// Native.route_template(method, path) -> "GET /users/:id/posts", or nil when the path has no id.
+static VALUE route_template(VALUE self, VALUE method, VALUE path) {
+    StringValue(method);
+    StringValue(path);
+    long n = RSTRING_LEN(path);
+    VALUE buffer = 0;
+    char *out = ALLOCV(buffer, 2 * n + 1);
+    int ids;
+    long len = put_template((const unsigned char *)RSTRING_PTR(path), n, out, &ids);
+    VALUE template = Qnil;
+    if (ids) {
+        template = rb_str_buf_new(RSTRING_LEN(method) + 1 + len);
+        rb_str_buf_append(template, method);
+        rb_str_buf_cat(template, " ", 1);
+        rb_str_buf_cat(template, out, len);
+        rb_enc_associate(template, rb_enc_get(path));
+    }
+    ALLOCV_END(buffer);
+    return template;
+}
+
+// GVLScope::Rack's per-route numbers for the common request in the call that finishes its timing
+// (Native::RouteTable#finish): the built-in label is built in a stack buffer from env, as
+// GVLScope::RouteLabel builds it, looked up among the labels seen before, and the request added
+// to that label's series. In Ruby (RouteLabel, Breakdown.record: method calls, ~8 String-keyed
+// Hash lookups) this cost a hello-world request ~5,200 instructions. Anything else (a label not
+// seen yet, Rails' keys, a non-ASCII or long path, an odd env or response) is left to Ruby, which
+// then tells the table the label's series (#remember).
+enum { MAX_PATH = 1024, MAX_LABEL = 16 + 2 * MAX_PATH + 1, TABLE_SLOTS = 1024, MAX_ENTRIES = TABLE_SLOTS / 2 };
+
+typedef struct {
+    uint64_t hash;
+    VALUE key;     // frozen String, ASCII only (route_key); 0: empty slot
+    VALUE series;  // the BreakdownSeries of its label (maybe "other"'s, past the cap)
+    VALUE owner;   // the controller class a Rails key names by address (kept alive), or Qnil
+} route_entry;
+
+typedef struct {
+    route_entry *slots;  // TABLE_SLOTS, open addressing; NULL until the first #remember
+    long count;
+    unsigned long generation;  // breakdown_generation when filled: the series are that generation's
+    double sample_rate;
+    // Whether Rails (ActionDispatch) and Sinatra were loaded at the last #remember: only they set
+    // the env keys that make a label theirs, and each lookup of a key hashes it (~200
+    // instructions for Rails' 39 characters). An app loads them before its first request, whose
+    // route is always new here.
+    int rails_loaded, sinatra_loaded;
+} route_table;
+
+static ID id_ActionDispatch, id_Sinatra;
+
+// Bumped by Breakdown (reset, fork, new caps): every table's series are then stale.
+static unsigned long breakdown_generation;
+
+static void table_mark(void *ptr) {
+    route_table *t = ptr;
+    if (!t->slots) return;
+    for (long i = 0; i < TABLE_SLOTS; i++) {
+        if (!t->slots[i].key) continue;
+        rb_gc_mark(t->slots[i].key);
+        rb_gc_mark(t->slots[i].series);
+        rb_gc_mark(t->slots[i].owner);
+    }
+}
+
+static void table_free(void *ptr) {
+    route_table *t = ptr;
+    xfree(t->slots);
+    xfree(t);
+}
+
+static size_t table_size(const void *ptr) {
+    const route_table *t = ptr;
+    return sizeof(*t) + (t->slots ? TABLE_SLOTS * sizeof(route_entry) : 0);
+}
+
+static const rb_data_type_t table_type = {
+    .wrap_struct_name = "GVLScope::Native::RouteTable",
+    .function = { .dmark = table_mark, .dfree = table_free, .dsize = table_size },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY | RUBY_TYPED_WB_PROTECTED,
+};
+
+static VALUE table_alloc(VALUE klass) {
+    route_table *t;
+    VALUE obj = TypedData_Make_Struct(klass, route_table, &table_type, t);
+    t->sample_rate = 1.0;
+    return obj;
+}
+
+static route_table *table_of(VALUE self) { return rb_check_typeddata(self, &table_type); }
+
+// RouteTable.new(sample_rate)
+static VALUE table_initialize(VALUE self, VALUE sample_rate) {
+    table_of(self)->sample_rate = NUM2DBL(sample_rate);
+    return self;
+}
+
+static void table_forget_stale(route_table *t) {
+    if (t->generation == breakdown_generation) return;
+    if (t->slots) memset(t->slots, 0, TABLE_SLOTS * sizeof(route_entry));
+    t->count = 0;
+    t->generation = breakdown_generation;
+}
+
+// FNV-1a; *ascii: whether every byte is below 128 (a non-ASCII path's label is Ruby's: its
+// encoding is part of it).
+static uint64_t key_hash(const char *p, long n, int *ascii) {
+    uint64_t hash = 14695981039346656037ULL;
+    unsigned char high = 0;
+    for (long i = 0; i < n; i++) {
+        high |= (unsigned char)p[i];
+        hash = (hash ^ (unsigned char)p[i]) * 1099511628211ULL;
+    }
+    *ascii = !(high & 0x80);
+    return hash;
+}
+
+// The slot holding key, or the empty slot where it goes.
+static route_entry *table_slot(route_table *t, uint64_t hash, const char *key, long n) {
+    for (unsigned long i = hash;; i++) {
+        route_entry *entry = &t->slots[i % TABLE_SLOTS];
+        if (!entry->key) return entry;
+        if (entry->hash == hash && RSTRING_LEN(entry->key) == n && memcmp(RSTRING_PTR(entry->key), key, n) == 0)
+            return entry;
+    }
+}
+
+static VALUE key_rails, key_controller, key_sinatra, key_method, key_script_name, key_path_info;
+static VALUE sym_controller, sym_action;
+static ID id_action_name;
+
+static VALUE call_action_name(VALUE controller) { return rb_funcallv(controller, id_action_name, 0, NULL); }
+
+// A Rails request's key: the controller that handled it (its class by address, its action), as
+// "\1<class address in hex>#show"; without one, the router's parameters, "\2admin/users#show".
+// -1 when Ruby must name it.
+static long rails_key(VALUE env, VALUE params, char *out, VALUE *owner) {
+    VALUE controller = rb_hash_lookup2(env, key_controller, Qnil);
+    if (RTEST(controller)) {
+        int raised;
+        VALUE action = rb_protect(call_action_name, controller, &raised);
+        if (raised) {  // Ruby calls it again, and warns
+            rb_set_errinfo(Qnil);
+            return -1;
+        }
+        if (!RB_TYPE_P(action, T_STRING) || RSTRING_LEN(action) > MAX_PATH) return -1;
+        *owner = rb_obj_class(controller);
+        uintptr_t address = (uintptr_t)*owner;
+        long len = 0;
+        out[len++] = '\1';
+        for (int shift = 60; shift >= 0; shift -= 4) out[len++] = "0123456789abcdef"[(address >> shift) & 15];
+        out[len++] = '#';
+        memcpy(out + len, RSTRING_PTR(action), RSTRING_LEN(action));
+        return len + RSTRING_LEN(action);
+    }
+    if (!RB_TYPE_P(params, T_HASH)) return -1;
+    VALUE name = rb_hash_lookup2(params, sym_controller, Qnil);
+    VALUE action = rb_hash_lookup2(params, sym_action, Qnil);
+    if (!RB_TYPE_P(name, T_STRING) || !RB_TYPE_P(action, T_STRING) || RSTRING_LEN(name) + RSTRING_LEN(action) > MAX_PATH)
+        return -1;
+    long len = 0;
+    out[len++] = '\2';
+    memcpy(out + len, RSTRING_PTR(name), RSTRING_LEN(name));
+    len += RSTRING_LEN(name);
+    out[len++] = '#';
+    memcpy(out + len, RSTRING_PTR(action), RSTRING_LEN(action));
+    return len + RSTRING_LEN(action);
+}
+
+// The key of a request's built-in label (GVLScope::RouteLabel#call) into out (MAX_LABEL bytes):
+// the same key, the same label. For a plain Rack or Sinatra request the key is the label itself,
+// built as RouteLabel builds it; for a Rails request what its label is made from (rails_key). -1
+// when Ruby must name it. Each env lookup costs ~110 instructions (the keys are interned: hashed
+// once, compared by identity).
+static long route_key(const route_table *t, VALUE env, long status, char *out, VALUE *owner) {
+    *owner = Qnil;
+    VALUE params = t->rails_loaded ? rb_hash_lookup2(env, key_rails, Qnil) : Qnil;
+    if (RTEST(params)) return rails_key(env, params, out, owner);
+    VALUE sinatra = t->sinatra_loaded ? rb_hash_lookup2(env, key_sinatra, Qnil) : Qnil;
+    if (RTEST(sinatra)) {
+        if (!RB_TYPE_P(sinatra, T_STRING) || RSTRING_LEN(sinatra) > MAX_LABEL) return -1;
+        memcpy(out, RSTRING_PTR(sinatra), RSTRING_LEN(sinatra));
+        return RSTRING_LEN(sinatra);
+    }
+    VALUE method = rb_hash_lookup2(env, key_method, Qnil);
+    if (!RB_TYPE_P(method, T_STRING) || RSTRING_LEN(method) > 15) return -1;
+    long len = RSTRING_LEN(method);
+    memcpy(out, RSTRING_PTR(method), len);
+    if (status == 404) {
+        memcpy(out + len, " (not found)", 12);
+        return len + 12;
+    }
+    out[len++] = ' ';
+    VALUE script_name = rb_hash_lookup2(env, key_script_name, Qnil);
+    VALUE path_info = rb_hash_lookup2(env, key_path_info, Qnil);
+    if (!NIL_P(script_name) && !RB_TYPE_P(script_name, T_STRING)) return -1;
+    if (!NIL_P(path_info) && !RB_TYPE_P(path_info, T_STRING)) return -1;
+    long script_len = NIL_P(script_name) ? 0 : RSTRING_LEN(script_name);
+    long path_len = NIL_P(path_info) ? 0 : RSTRING_LEN(path_info);
+    if (script_len + path_len > MAX_PATH) return -1;
+    const char *path = path_len ? RSTRING_PTR(path_info) : "/";
+    char joined[MAX_PATH + 1];
+    if (script_len) {  // the template is of the whole path (a segment could span the two)
+        memcpy(joined, RSTRING_PTR(script_name), script_len);
+        memcpy(joined + script_len, RSTRING_PTR(path_info), path_len);
+        path = joined;
+    }
+    long n = script_len + path_len;
+    if (n == 0) n = 1;  // "/"
+    int ids;
+    return len + put_template((const unsigned char *)path, n, out + len, &ids);
+}
+
+// The request's key into key (MAX_LABEL bytes) and its slot (found, or the empty one where it
+// goes); NULL when C cannot key it.
+static route_entry *request_slot(route_table *t, VALUE env, VALUE response, char *key, long *n, VALUE *owner) {
+    if (!t->slots || !RB_TYPE_P(env, T_HASH) || !RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) < 1) return NULL;
+    VALUE status = RARRAY_AREF(response, 0);
+    if (!FIXNUM_P(status)) return NULL;
+    *n = route_key(t, env, FIX2LONG(status), key, owner);
+    if (*n < 0) return NULL;
+    int ascii;
+    uint64_t hash = key_hash(key, *n, &ascii);
+    if (!ascii) return NULL;
+    route_entry *entry = table_slot(t, hash, key, *n);
+    if (!entry->key) entry->hash = hash;  // for #remember, which fills it
+    return entry;
+}
+
+// table.remember(env, response, series): the series of the requests keyed as this one from now
+// on (until Breakdown's series change). Ruby calls it after naming the request's route itself.
+// Past MAX_ENTRIES keys, or for a request C cannot key, nothing is kept.
+static VALUE table_remember(VALUE self, VALUE env, VALUE response, VALUE series) {
+    route_table *t = table_of(self);
+    series_of(series);
+    table_forget_stale(t);
+    t->rails_loaded = rb_const_defined_at(rb_cObject, id_ActionDispatch);
+    t->sinatra_loaded = rb_const_defined_at(rb_cObject, id_Sinatra);
+    if (!t->slots) t->slots = ZALLOC_N(route_entry, TABLE_SLOTS);
+    char key[MAX_LABEL];
+    long n;
+    VALUE owner;
+    route_entry *entry = request_slot(t, env, response, key, &n, &owner);
+    if (!entry) return Qfalse;
+    if (!entry->key) {
+        // Counted after request_slot: Rails' action_name is Ruby, another thread may have added keys meanwhile.
+        if (t->count >= MAX_ENTRIES) return Qfalse;
+        t->count++;
+        RB_OBJ_WRITE(self, &entry->key, rb_obj_freeze(rb_str_new(key, n)));
+        RB_OBJ_WRITE(self, &entry->owner, owner);
+    }
+    RB_OBJ_WRITE(self, &entry->series, series);
+    return Qtrue;
+}
+
+// The series of the request's route, if the table knows the route; else NULL.
+static series *known_route(route_table *t, VALUE env, VALUE response) {
+    table_forget_stale(t);
+    if (!t->count) return NULL;
+    char key[MAX_LABEL];
+    long n;
+    VALUE owner;
+    route_entry *entry = request_slot(t, env, response, key, &n, &owner);
+    return entry && entry->key ? RTYPEDDATA_DATA(entry->series) : NULL;  // a BreakdownSeries: #remember checked
+}
+
+// table.finish(timing, env, response, add_header) -> false when the request's route is not known
+// here (its timing is finished, nothing else done: Ruby records the route and adds the header);
+// else as timing.finish_response(response, add_header).
+static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response, VALUE add_header) {
+    route_table *t = table_of(self);
+    uint64_t values[6];
+    gvls_request_timing_finish_values(timing, values);
+    series *s = known_route(t, env, response);
+    if (!s) return Qfalse;
+    add(s, values, t->sample_rate);
+    return gvls_request_timing_respond(timing, response, add_header);
+}
+
+// RouteTable.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.
+static VALUE table_forget_all(VALUE klass) {
+    breakdown_generation++;
+    return Qnil;
+}
+
+// The interned String: the very object a Rack server's frozen literal key is, so the Hash
+// compares keys by identity.
+static VALUE frozen_key(const char *name) {
+    VALUE key = rb_str_to_interned_str(rb_utf8_str_new_cstr(name));
+    rb_gc_register_mark_object(key);
+    return key;
 }
 
 void gvls_breakdown_init(VALUE mNative) {
@@ -144,4 +432,22 @@ void gvls_breakdown_init(VALUE mNative) {
     rb_define_method(cSeries, "add", series_add, 2);
     rb_define_method(cSeries, "add_values", series_add_values, -1);
     rb_define_method(cSeries, "to_a", series_to_a, 0);
+
+    VALUE cTable = rb_define_class_under(mNative, "RouteTable", rb_cObject);
+    rb_define_alloc_func(cTable, table_alloc);
+    rb_define_method(cTable, "initialize", table_initialize, 1);
+    rb_define_method(cTable, "remember", table_remember, 3);
+    rb_define_method(cTable, "finish", table_finish, 4);
+    rb_define_singleton_method(cTable, "forget_all", table_forget_all, 0);
+    key_rails = frozen_key("action_dispatch.request.path_parameters");
+    key_controller = frozen_key("action_controller.instance");
+    sym_controller = ID2SYM(rb_intern("controller"));
+    sym_action = ID2SYM(rb_intern("action"));
+    id_action_name = rb_intern("action_name");
+    key_sinatra = frozen_key("sinatra.route");
+    key_method = frozen_key("REQUEST_METHOD");
+    key_script_name = frozen_key("SCRIPT_NAME");
+    key_path_info = frozen_key("PATH_INFO");
+    id_ActionDispatch = rb_intern("ActionDispatch");
+    id_Sinatra = rb_intern("Sinatra");
 }

@@ -74,9 +74,8 @@ static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *
 }
 
 // Freezes the numbers at the end of the app call; the thread's next request measures its pickup from here.
-static VALUE timing_finish(VALUE self) {
-    request_timing *timing = timing_of(self);
-    if (timing->finished) return self;
+static void finish(request_timing *timing) {
+    if (timing->finished) return;
     uint64_t now_ns = gvls_now_ns();
     deltas_now(timing, now_ns, timing->delta);
     timing->duration_ns = minus(now_ns, timing->started_ns);
@@ -86,6 +85,10 @@ static VALUE timing_finish(VALUE self) {
         slot->request_end_known = 1;
     }
     timing->finished = 1;  // not frozen: freezing moves the object to another shape, ~150 instructions
+}
+
+static VALUE timing_finish(VALUE self) {
+    finish(timing_of(self));
     return self;
 }
 
@@ -180,9 +183,15 @@ static VALUE server_timing_key, server_timing_key_capitalized;
 // hello-world request. Returns nil when the response is not a plain, unfrozen
 // [status, Hash, body] or already holds a header value that is not a String: the Ruby side then
 // does it the general way.
+static VALUE add_server_timing(VALUE self, VALUE response);
+
 static VALUE timing_finish_response(VALUE self, VALUE response, VALUE add_header) {
     timing_finish(self);
-    if (!RTEST(add_header)) return response;
+    return RTEST(add_header) ? add_server_timing(self, response) : response;
+}
+
+// The header's part of finish_response, on a finished timing.
+static VALUE add_server_timing(VALUE self, VALUE response) {
     if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || OBJ_FROZEN(response)) return Qnil;
     VALUE headers = RARRAY_AREF(response, 1);
     if (!RB_TYPE_P(headers, T_HASH) || OBJ_FROZEN(headers)) return Qnil;
@@ -199,6 +208,21 @@ static VALUE timing_finish_response(VALUE self, VALUE response, VALUE add_header
     }
     rb_hash_aset(headers, key, value);
     return response;
+}
+
+// For breakdown.c's RouteTable#finish: finishes the timing and copies its numbers to out (as
+// gvls_request_timing_values; raises TypeError if timing is not a RequestTiming).
+void gvls_request_timing_finish_values(VALUE self, uint64_t out[6]) {
+    request_timing *timing = timing_of(self);
+    finish(timing);
+    memcpy(out, timing->delta, sizeof(timing->delta));
+    out[4] = timing->duration_ns;
+    out[5] = timing->pickup_wait_ns;
+}
+
+// Then, as finish_response does on the finished timing.
+VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header) {
+    return RTEST(add_header) ? add_server_timing(timing, response) : response;
 }
 
 void gvls_request_timing_init(VALUE mGVLScope) {

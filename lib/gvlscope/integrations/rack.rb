@@ -51,6 +51,9 @@ module GVLScope
       @route = route_option(options[:route])
       Breakdown.configure(max_routes: options[:max_routes]) if options.key?(:max_routes)
       @routes = RouteLabel.new unless options[:route] == false
+      # The built-in labels of routes seen before, and their series: most requests' route recorded
+      # in the C call that finishes their timing (ext/gvlscope/breakdown.c).
+      @route_table = Native::RouteTable.new(@sample) if @routes && !@route
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
@@ -64,10 +67,19 @@ module GVLScope
 
       timing = env[ENV_KEY] = RequestTiming.start
       response = @app.call(env)
-      # Finishes the timing and, in the common case, adds the header in C; nil when it is not the
-      # common case (a frozen response or headers, an Array value already there).
-      done = timing.finish_response(response, @server_timing)
-      record_route(env, response, timing) if @routes
+      # Finishes the timing and, in the common case, records the route and adds the header in C;
+      # nil when the header is not the common case (a frozen response or headers, an Array value
+      # already there); false when the route is not one the table knows yet (then only finished).
+      if (table = @route_table)
+        done = table.finish(timing, env, response, @server_timing)
+        unless done || done.nil? # false, without Array#== (~500 instructions)
+          record_route(env, response, timing)
+          done = timing.finish_response(response, @server_timing)
+        end
+      else
+        done = timing.finish_response(response, @server_timing)
+        record_route(env, response, timing) if @routes
+      end
       return done if done && !@after_response
 
       report(env, timing, done || response, done.nil?)
@@ -99,7 +111,8 @@ module GVLScope
     def record_route(env, response, timing)
       status = response ? response[0] : 500
       label = (route_from_option(env) if @route) || @routes.call(env, status)
-      Breakdown.record(:route, label, timing, Breakdown::NO_TAGS, @sample)
+      series = Breakdown.record(:route, label, timing, Breakdown::NO_TAGS, @sample)
+      @route_table&.remember(env, response, series)
     rescue StandardError => e
       @warning.warn("gvlscope: GVLScope::Rack could not count a request by route: #{e.class}: #{e.message}")
     end
