@@ -291,13 +291,21 @@ static bool may_be_waiting(const eng_ractor *ractor, const eng_thread *thread) {
            (thread->state == ST_IDLE && thread->reason == R_NONE && thread->resumes_at_suspend == ractor->resumes);
 }
 
-// Whether a wait that can still overlap closed holds starts strictly inside (start, end).
-static bool wait_starts_inside(eng_engine *engine, const eng_ractor *ractor, int64_t start, int64_t end) {
-    for (size_t i = 0; i < ractor->members.size; i++) {
-        const eng_thread *thread = THREAD(engine, VEC_AT(ractor->members, uint32_t, i));
-        if (may_be_waiting(ractor, thread) && thread->since > start && thread->since < end) return true;
+static int compare_times(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Whether one of the sorted +starts+ (of the waits that can still overlap closed holds) is
+// strictly inside (start, end).
+static bool wait_starts_inside(const eng_vec *starts, int64_t start, int64_t end) {
+    size_t low = 0, high = starts->size;
+    while (low < high) { // the first start after +start+
+        size_t middle = low + (high - low) / 2;
+        if (VEC_AT(*starts, int64_t, middle) > start) high = middle;
+        else low = middle + 1;
     }
-    return false;
+    return low < starts->size && VEC_AT(*starts, int64_t, low) < end;
 }
 
 static void sum_into(eng_engine *engine, eng_vec *sums, size_t run_at, uint32_t holder, int64_t ns, int64_t gc_ns) {
@@ -320,6 +328,13 @@ static void sum_into(eng_engine *engine, eng_vec *sums, size_t run_at, uint32_t 
 // at or before the run (it overlaps every hold whole: the holds closed before it will) or after it
 // (none); waits that start later overlap none. A hold some wait began inside stays as it is.
 static void fold_holds(eng_engine *engine, eng_ractor *ractor) {
+    eng_vec starts;
+    vec_init(&starts, sizeof(int64_t));
+    for (size_t i = 0; i < ractor->members.size; i++) {
+        const eng_thread *thread = THREAD(engine, VEC_AT(ractor->members, uint32_t, i));
+        if (may_be_waiting(ractor, thread)) *(int64_t *)vec_push(&engine->memory, &starts) = thread->since;
+    }
+    if (starts.size > 1) qsort(starts.data, starts.size, sizeof(int64_t), compare_times);
     eng_vec sums;
     vec_init(&sums, sizeof(eng_hold_sum));
     size_t kept = 0;
@@ -328,7 +343,7 @@ static void fold_holds(eng_engine *engine, eng_ractor *ractor) {
         eng_hold item = VEC_AT(ractor->holds, eng_hold, i);
         bool folded = item.sum_count > 0;
         if (!folded && item.end <= item.start) continue; // overlaps no wait
-        if (!folded && wait_starts_inside(engine, ractor, item.start, item.end)) {
+        if (!folded && wait_starts_inside(&starts, item.start, item.end)) {
             VEC_AT(ractor->holds, eng_hold, kept++) = item;
             run_open = false;
             continue;
@@ -337,7 +352,7 @@ static void fold_holds(eng_engine *engine, eng_ractor *ractor) {
         if (run) {
             int64_t start = item.start < run->start ? item.start : run->start;
             int64_t end = item.end > run->end ? item.end : run->end;
-            if (wait_starts_inside(engine, ractor, start, end)) run = NULL;
+            if (wait_starts_inside(&starts, start, end)) run = NULL;
             else {
                 run->start = start;
                 run->end = end;
@@ -363,6 +378,7 @@ static void fold_holds(eng_engine *engine, eng_ractor *ractor) {
     ractor->holds_head = 0;
     vec_free(&engine->memory, &ractor->hold_sums);
     ractor->hold_sums = sums;
+    vec_free(&engine->memory, &starts);
 }
 
 // Drops the closed holds no wait can overlap any more: those that ended before every wait still
