@@ -113,6 +113,28 @@ class EngineTest < Minitest::Test
                     "Ruby objects: #{small_objects} for #{small_events} events, #{large_objects} for #{large_events}"
   end
 
+  # Blame splits each wait among the holds it overlapped: a thread starved across a million holds
+  # must not keep a million of them (runs of holds fold into per-holder sums), and the numbers stay
+  # those of the Timeline (a wait that starts inside a hold, GC inside holds, two starved threads).
+  def test_blame_holds_stay_bounded_for_a_starved_thread
+    small = File.join(@dir, "starved-small.gvl")
+    SyntheticTrace.write_starved(small, holds: 20_000)
+    assert_same_answers(small)
+    blame = GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(small)).blame.all_waits.to_a.to_h
+    assert_equal({ 2 => 19_999_000, 3 => 19_999_250, hand_off: 6_002_000 }, blame.fetch(1), "thread 1 waited across all 20,000 holds")
+
+    sizes = [100_000, 1_000_000].map do |holds|
+      path = File.join(@dir, "starved-#{holds}.gvl")
+      SyntheticTrace.write_starved(path, holds: holds)
+      scan = GVLScope::Model::Scan.new(GVLScope::Model::Scan.read(path), exact_medians: 10_000).run
+      GVLScope::Analysis::Report.new(scan).blame.all_waits.to_a
+      FileUtils.rm_f(path)
+      scan.peak_bytes
+    end
+    # 900,000 more holds kept one by one would be 29 MB more (32 bytes each).
+    assert_operator sizes.last, :<=, sizes.first + 256 * 1024, "engine bytes: #{sizes.first} for 100,000 holds, #{sizes.last} for 1,000,000"
+  end
+
   # Between chunks each pass tells GVLScope::Progress how far it got in the file (the bar of a
   # command that reads a big trace).
   def test_each_pass_tells_the_progress_how_far_it_got

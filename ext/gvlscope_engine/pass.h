@@ -68,17 +68,27 @@ typedef struct {
     uint64_t listed;          // intervals listed so far (detail's order within the thread)
 } eng_thread;
 
+// A closed hold, or (sum_count > 0) a run of them folded into per-holder sums: a run whose span
+// [start, end) has no possible wait's start strictly inside overlaps each such wait either whole
+// or not at all, so the sums give blame the same numbers (see fold_holds in pass.c).
 typedef struct {
     int64_t start, end;
     uint32_t thread;
     uint8_t gc;
+    uint32_t sum_at, sum_count; // the run's eng_hold_sum entries, in order of the holders' first hold
 } eng_hold;
+
+typedef struct {
+    uint32_t holder;
+    int64_t ns, gc_ns;
+} eng_hold_sum;
 
 typedef struct {
     uint32_t id;
     int64_t waiting;          // threads in :wait as the Ruby scan counts them
     uint64_t resumes;         // RESUMED events so far (the preemption rule's generation)
     eng_vec holds;            // closed holds, in order of their end, from holds_head on
+    eng_vec hold_sums;        // eng_hold_sum: the folded runs' per-holder sums
     size_t holds_head, prune_at;
     eng_vec holders;          // uint32_t: threads holding the GVL now
     eng_vec members;          // uint32_t: its threads

@@ -46,6 +46,40 @@ module SyntheticTrace
     periods * period_events
   end
 
+  # A starved thread: threads 2 and 3 hand the GVL to each other +holds+ times (~1-3 us each,
+  # thread 2 collecting garbage in every 64th hold) while thread 1 waits from the start to the end
+  # and thread 4 from the middle of a hold halfway through (blame's buffer of holds during a wait).
+  # Returns the number of events.
+  def write_starved(path, holds:)
+    lanes = Array.new(4) { [] }
+    time = 1_000
+    holds.times do |turn|
+      serial = 2 + turn % 2
+      hold = 1_000 + 250 * (turn % 9)
+      lanes[serial - 1] << [time, :resumed]
+      lanes[serial - 1] << [time + hold / 3, :gc_enter] << [time + 2 * hold / 3, :gc_exit] if serial == 2 && (turn % 64).zero?
+      lanes[3] << [time + hold / 2, :ready] if turn == holds / 2
+      lanes[serial - 1] << [time + hold, :suspended] << [time + hold + 200 + 10 * (turn % 7), :ready]
+      time += hold + 300
+    end
+    time += 1_000
+    lanes[0] << [time, :resumed] << [time + 500, :suspended]
+    lanes[3] << [time + 600, :resumed] << [time + 1_100, :suspended]
+    File.open(path, "wb") do |io|
+      io.write(header(false))
+      lanes.each_with_index do |records, index|
+        records.each_slice(4096) do |slice|
+          base = slice.first[0]
+          payload = slice.map { |at, kind| KIND.fetch(kind) | (index + 1) << 4 | (at - base) << 28 }.pack("Q<*")
+          io.write([1, 24 + payload.bytesize, index + 1, 9000 + index, base, slice.size, 0].pack("L<L<L<L<Q<L<L<"), payload)
+        end
+      end
+      io.write(thread_chunk(4))
+      io.write([3, 24, time + 2_000, lanes.sum(&:size), 0].pack("L<L<Q<Q<Q<"))
+    end
+    lanes.sum(&:size)
+  end
+
   def header(stacks)
     ["GVLSCOPE", 2, 48, 1_000_000, 1_700_000_000_000_000_000, 4242, 100_000, stacks ? 1 : 0, 0]
       .pack("a8L<L<Q<Q<L<L<L<L<")

@@ -14,6 +14,10 @@ module GVLScope
     # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
     # which Ruby thread each native thread ran (the M:N view).
     #
+    # Bytes per slice are what bound an export of 100M events (the disk's write rate): a thread's
+    # slices carry no "cat" (the track says they are GVL states; only the native lanes' slices
+    # have one, "native") and times drop the trailing zeros of their 3 decimals.
+    #
     # From a Model::Scan (what `gvlscope export` reads) the slices and the counter are written by
     # the native engine from its copy of each thread's intervals (ext/gvlscope_engine/output.c,
     # the same bytes), streamed to the io in pieces of ~1 MB: never the whole document in memory.
@@ -64,11 +68,16 @@ module GVLScope
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
-      # ns as microseconds with 3 decimals, appended by integer arithmetic (format and divmod
-      # allocate; at millions of slices that is most of the export).
+      # ns as microseconds, up to 3 decimals without trailing zeros ("12", "12.5", "12.345"),
+      # appended by integer arithmetic (format and divmod allocate; at millions of slices that is
+      # most of the export).
       def append_us(out, ns)
         fraction = ns % 1000
-        out << (ns / 1000).to_s << (fraction < 10 ? ".00" : fraction < 100 ? ".0" : ".") << fraction.to_s
+        out << (ns / 1000).to_s
+        return out if fraction.zero?
+
+        digits = fraction < 10 ? "00#{fraction}" : fraction < 100 ? "0#{fraction}" : fraction.to_s
+        out << "." << digits.sub(/0+\z/, "")
       end
 
       def us(ns) = append_us(+"", ns)
@@ -91,7 +100,7 @@ module GVLScope
         prefixes = Hash.new do |by_state, state|
           by_state[state] = Hash.new do |by_reason, reason|
             name = Vocabulary.slice_name(state, reason)
-            by_reason[reason] = %({"ph":"X","name":"#{name}","cat":"gvl","pid":#{pid},"tid":#{thread.serial},"ts":)
+            by_reason[reason] = %({"ph":"X","name":"#{name}","pid":#{pid},"tid":#{thread.serial},"ts":)
           end
         end
         released = Hash.new { |cache, reason| cache[reason] = %(,"args":{"released_by":"#{reason}"}}) }
