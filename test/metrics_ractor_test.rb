@@ -4,8 +4,8 @@ require "test_helper"
 require "json"
 
 # Issue #5's thread-safety case: 4 Ractors (each with its own GVL, their hooks running at once on
-# different native threads) of 8 threads each, handing the GVL to each other for 2 s while the main
-# Ractor takes snapshots. Counters must only grow, the waiting gauge must stay within the number
+# different native threads) of 8 threads each, handing the GVL to each other for at least 2 s while
+# the main Ractor takes snapshots. Counters must only grow, the waiting gauge must stay within the number
 # of threads that exist, and once everything has stopped the totals must add up exactly: the
 # gauge back at 0 (it is readied - acquired - abandoned, so one lost update would show forever),
 # every hold and wait in the histograms. In a child process (Ractor warnings; a CRuby hang is
@@ -21,22 +21,23 @@ class MetricsRactorTest < Minitest::Test
     Warning[:experimental] = false
     clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
     GVLScope::Metrics.enable
-    deadline = clock.call + 2
     # Thread.pass with 8 threads per Ractor: each pass hands the GVL over (SUSPENDED, READY,
     # RESUMED). Not real IO: sysread of /dev/zero, sleep and pipe IO in threads of non-main Ractors
     # hang CRuby itself now and then, with or without gvlscope (seen here with /dev/zero on 3.3.8).
-    # The workers run 1 s past the last sample: a thread that exits before a snapshot is a row of
-    # that snapshot only, then part of `exited` (all exited threads together, ractor_id 0), so a
-    # worker gone before the last sample (the main thread, delayed on a loaded machine, sampled
-    # after the deadline) would count for no Ractor in the final snapshot. Not a message from the
-    # main Ractor to stop: Ractor#send to a Ractor whose threads switch can deadlock CRuby 3.3.8
-    # (the sender waits for that Ractor's scheduler lock, whose holder waits for a GC barrier).
+    # The workers stop once the main Ractor has its samples and sets GVLSCOPE_TEST_STOP (ENV is
+    # shared by all Ractors; read every 100 passes): not at a fixed time, because on a loaded
+    # machine this thread may get few samples in any fixed time; and not before the last sample:
+    # a thread that exits before a snapshot is a row of that snapshot only, then part of `exited`
+    # (all exited threads together, ractor_id 0), so a worker gone before the last sample would
+    # count for no Ractor in the final snapshot. Not a message from the main Ractor to stop:
+    # Ractor#send to a Ractor whose threads switch can deadlock CRuby 3.3.8 (the sender waits for
+    # that Ractor's scheduler lock, whose holder waits for a GC barrier).
     ractors = 4.times.map do
-      Ractor.new(deadline + 1) do |stop_at|
+      Ractor.new do
         8.times.map do
           Thread.new do
             calls = 0
-            while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
+            until (calls % 100).zero? && ENV["GVLSCOPE_TEST_STOP"]
               Thread.pass
               calls += 1
             end
@@ -45,12 +46,17 @@ class MetricsRactorTest < Minitest::Test
         end.sum(&:value)
       end
     end
+    # At least 2 s of samples and 20 that saw hand-overs since the one before (at most 30 s).
+    started = clock.call
     samples = []
-    while clock.call < deadline
+    moved = 0
+    while (clock.call < started + 2 || moved < 20) && clock.call < started + 30
       s = GVLScope::Metrics.snapshot
+      moved += 1 if samples.any? && s.holds > samples.last[:holds]
       samples << #{MONOTONIC.inspect}.to_h { |c| [c, s.public_send(c)] }.merge(waiting: s.waiting_threads)
       sleep 0.01
     end
+    ENV["GVLSCOPE_TEST_STOP"] = "1"
     calls = ractors.sum(&:take)
     final = GVLScope::Metrics.snapshot
     puts JSON.generate(
@@ -66,7 +72,8 @@ class MetricsRactorTest < Minitest::Test
     assert status.success?, err
     result = JSON.parse(out.lines.last, symbolize_names: true)
     samples = result[:samples]
-    assert_operator samples.size, :>=, 20, "snapshots taken while the Ractors ran"
+    moved = samples.each_cons(2).count { |before, after| after[:holds] > before[:holds] }
+    assert_operator moved, :>=, 20, "snapshots taken while the Ractors handed the GVL over: #{samples.size} in all"
 
     samples.each_cons(2) do |before, after|
       MONOTONIC.each { |counter| assert_operator after[counter], :>=, before[counter], "#{counter} went back: #{before} -> #{after}" }

@@ -24,6 +24,15 @@ class TraceTest < Minitest::Test
     GVLScope::Model.timeline(@path)
   end
 
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # Polls +condition+ every millisecond for up to +seconds+; fails if it never holds.
+  def wait_until(seconds)
+    deadline = clock + seconds
+    sleep 0.001 until (held = yield) || clock > deadline
+    assert held, "not within #{seconds} s"
+  end
+
   # [state, reason] per interval, GC intervals merged back into running.
   def states(timeline, name)
     thread = timeline.threads.values.find { |t| t.label == name } or flunk "no thread #{name}: #{timeline.threads.values.map(&:label)}"
@@ -32,18 +41,29 @@ class TraceTest < Minitest::Test
 
   def test_thread_blocked_on_a_pipe_then_woken
     reader, writer = IO.pipe
+    started_at = blocked_at = written_at = joined_at = nil
     timeline = timeline_of do
+      started_at = clock
       thread = Thread.new { reader.read(1) }
       thread.name = "reader" # set after start: the name must still be in the trace
+      # Blocked in the read first: on a loaded machine the new thread may not have run at all yet.
+      # Its status turns "sleep" as it lets go of the GVL for the read (one blocking region for
+      # read and poll), so polling here never makes it wait.
+      wait_until(10) { thread.status == "sleep" }
+      blocked_at = clock
       sleep 0.05
+      written_at = clock
       writer.write("x")
       thread.join
+      joined_at = clock
     end
     assert_equal [[:started, nil], [:wait, nil], [:run, :blocking], [:idle, :io_sleep],
                   [:wait, nil], [:run, :exit], [:exited, nil]], states(timeline, "reader")
     blocked = timeline.threads.values.find { |t| t.label == "reader" }.intervals.find { |i| i.state == :idle }
-    # At least the 50 ms the writer waited; a loaded machine may add, never subtract.
-    assert_includes 45_000_000..1_000_000_000, blocked.duration_ns
+    # Idle at least from when it was seen blocked until the write, at most the whole scenario (1 %
+    # for gvlscope's TSC clock against CLOCK_MONOTONIC); a loaded machine stretches both alike.
+    assert_operator blocked.duration_ns, :>=, 0.99 * (written_at - blocked_at) * 1e9
+    assert_operator blocked.duration_ns, :<=, 1.01 * (joined_at - started_at) * 1e9
   ensure
     [reader, writer].each(&:close)
   end

@@ -17,6 +17,17 @@ module GVLWorkloads
     end
   end
 
+  # A thread that keeps the GVL busy until it has run +seconds+ of its own CPU time: other
+  # processes competing for the cores stretch its wall time, not the Ruby timeslices it needs.
+  def cpu_time_thread(name, seconds)
+    Thread.new do
+      Thread.current.name = name
+      deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + seconds
+      x = 0
+      x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline
+    end
+  end
+
   # Counts until stop[0] is set: the method a hog spends its time in, on a line tests know
   # (SPIN_LINE), so a holder profile has a known answer. The loop calls no method that pushes a
   # frame (Integer#+ and Array#[] are VM instructions), so the samples' top frame is this one.
