@@ -69,9 +69,9 @@ module GVLScope
         new(read(path), bins: bins, spill: spill, progress: progress).run
       end
 
-      # What the engine reads of the trace at +path+ before its passes: a TraceFile.index (or a
-      # gvl-tracing import, whose events are in memory).
-      def self.read(path) = GVLTracing.json?(path) ? GVLTracing.read(path) : TraceFile.index(path)
+      # What the engine reads of the trace at +path+ before its passes: a TraceFile.index (of a
+      # gvl-tracing trace, converted to a temporary .gvl file: GVLTracing.index; Scan.new removes it).
+      def self.read(path) = GVLTracing.json?(path) ? GVLTracing.index(path) : TraceFile.index(path)
 
       attr_reader :file, :bins
 
@@ -91,17 +91,21 @@ module GVLScope
       # +analyse+: false for a pass that only feeds an export (no rows, blame, histograms nor code
       # locations: asking for them runs another pass).
       def initialize(file, bins: nil, spill: false, progress: nil, exact_medians: nil, analyse: true)
-        raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
-
         @file = file
         @analyse = analyse
         @exact_medians = exact_medians
         @bins = bins
         @spilled = spill
         @progress = progress
-        @index = index_of(file)
         @overviews = {}
         @passes = 0
+        begin
+          raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
+
+          @index = index_of(file)
+        ensure
+          file.release_data if file.respond_to?(:release_data) # the engine holds an import's .gvl open
+        end
       end
 
       # Runs the main pass now (before an output file is opened: a read error leaves none).
@@ -251,7 +255,7 @@ module GVLScope
 
       def index_of(file)
         index = if file.chunk_index
-                  Engine::Index.open(file.path, file.stacks?, file.chunk_index)
+                  Engine::Index.open(file.data_path, file.stacks?, file.chunk_index)
                 else
                   Engine::Index.imported(file.times.pack("q<*"), file.kinds.map { |kind| KIND_CODES.fetch(kind) }.pack("C*"),
                                          file.threads.pack("L<*"))
@@ -292,7 +296,7 @@ module GVLScope
       end
 
       def phase(label)
-        @progress.phase(label, @file.chunk_index ? File.size(@file.path) : nil) if @progress.respond_to?(:phase)
+        @progress.phase(label, @file.chunk_index ? @file.data_bytes : nil) if @progress.respond_to?(:phase)
       end
 
       # Runs a pass in steps, telling the progress how far it got after each.

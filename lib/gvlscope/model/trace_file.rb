@@ -119,6 +119,34 @@ module GVLScope
         end
       end
 
+      # A .gvl file an importer wrote (GVLTracing.index), indexed as .index does, but named by the
+      # imported trace's +path+, with the importer's +thread_info+, and no date nor native thread
+      # ids (the other tools do not record them). #release_data removes the .gvl file.
+      def self.index_converted(data_path, path:, thread_info:)
+        index(data_path).tap do |file|
+          file.instance_eval do
+            @data_path = data_path
+            @data_bytes = File.size(data_path)
+            @path = path
+            @thread_info = thread_info
+            @native_tids = {}
+            @start_realtime_ns = nil
+          end
+        end
+      end
+
+      # The .gvl file the engine reads: the trace's, or an importer's temporary one.
+      def data_path = @data_path || @path
+      def data_bytes = @data_bytes ||= File.size(data_path)
+
+      # Removes an importer's temporary .gvl (once the engine holds it open); never a trace's own file.
+      def release_data
+        return unless @data_path
+
+        File.unlink(@data_path) if File.exist?(@data_path)
+        @data_path = nil
+      end
+
       def truncated?
         @end_ns.nil?
       end

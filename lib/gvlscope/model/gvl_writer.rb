@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+require_relative "../vocabulary"
+
+module GVLScope
+  module Model
+    # Writes a .gvl trace (docs/format.md, version 2, no stacks) from events given in time order:
+    # how an importer (GVLTracing.convert) hands another tool's trace to the report engine without
+    # keeping its events. Memory: one buffer of CHUNK_RECORDS records per native thread (lane).
+    #
+    # The engine merges the lanes by time and breaks ties by file order. Events given in time
+    # order keep their order: when an event has the time of the one before it on another lane,
+    # that lane's pending records go to the file first.
+    class GvlWriter
+      MAGIC = "GVLSCOPE"
+      VERSION = 2
+      HEADER = "a8L<L<Q<Q<L<L<L<L<"
+      HEADER_BYTES = 48
+      CHUNK_RECORDS = 8192
+      KIND_CODES = { started: 1, ready: 2, resumed: 3, suspended: 4, exited: 5, gc_enter: 6, gc_exit: 7 }.freeze
+      MAX_SERIAL = 0xFFFFFF # 24 bits of a record
+      # A record keeps 36 bits of time after its chunk's base; sealing at 34 keeps each record a
+      # Fixnum (no Bignum per event).
+      MAX_DELTA_NS = 1 << 34
+      MAX_TIME_NS = 1 << 62
+
+      attr_reader :events
+
+      # +io+: a binary IO, written from its current position (the start of the file).
+      def initialize(io, pid:, timeslice_ns:)
+        @io = io
+        @lanes = {} # native serial => [base_ns, last_ns, records]
+        @events = 0
+        @last_time = nil
+        @last_lane = nil
+        io.write([MAGIC, VERSION, HEADER_BYTES, 0, 0, pid, timeslice_ns / 1000, 0, 0].pack(HEADER))
+      end
+
+      # One event of thread +serial+ (1..MAX_SERIAL) at +time_ns+ (0 <= time < 2^62, not before the
+      # previous event's), recorded on native thread +native+ (its lane; the thread's own by default).
+      def add(time_ns, kind, serial, native = serial)
+        lane = @lanes[native] ||= [time_ns, time_ns, []]
+        flush_ties(time_ns, native) if time_ns == @last_time && native != @last_lane
+        flush(native, lane) if lane[2].size >= CHUNK_RECORDS || time_ns - lane[0] >= MAX_DELTA_NS
+        lane[0] = time_ns if lane[2].empty?
+        lane[1] = time_ns
+        lane[2] << (KIND_CODES.fetch(kind) | serial << 4 | (time_ns - lane[0]) << 28)
+        @events += 1
+        @last_time = time_ns
+        @last_lane = native
+      end
+
+      # Writes what is pending, the thread table (+threads+: ThreadInfo, names in UTF-8) and the end
+      # record; the caller closes the IO.
+      def finish(threads:, end_ns:)
+        @lanes.each { |native, lane| flush(native, lane) }
+        body = threads.map do |info|
+          name = info.name.to_s.b
+          flags = (info.main ? 1 : 0) | (info.exited ? 2 : 0)
+          [info.serial, info.ractor_id.to_i, flags, name.bytesize, 0].pack("L<5") << name
+        end.join.b
+        @io.write([2, body.bytesize].pack("L<L<"), body)
+        @io.write([3, 24, end_ns, @events, 0].pack("L<L<Q<Q<Q<"))
+      end
+
+      private
+
+      # Another lane's records at this very time go to the file before this one's: ties keep order.
+      def flush_ties(time_ns, native)
+        @lanes.each { |other, lane| flush(other, lane) if other != native && lane[1] == time_ns }
+      end
+
+      def flush(native, lane)
+        records = lane[2]
+        return if records.empty?
+
+        @io.write([1, 24 + 8 * records.size, native, native, lane[0], records.size, 0].pack("L<L<L<L<Q<L<L<"),
+                  records.pack("Q<*"))
+        records.clear
+      end
+    end
+  end
+end
