@@ -280,9 +280,11 @@ module GVLScope
             holds: ->(m) { sweep_judge.(m, mix).inside? },
             applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
             differs_because: "noise on a shared machine (the load average and the spread of the rounds are below the " \
-                             "table), CPU contention measured as idle " \
-                             "(a thread back from a syscall waits for a core: the advisor counts it as IO), and the " \
-                             "model's exponential hold and idle times (these endpoints vary less)")
+                             "table), CPU contention measured as idle or run " \
+                             "(a thread back from a syscall waits for a core: the advisor counts it as IO; a holder set " \
+                             "aside by the kernel counts as run), more threads taking a larger share of a busy machine's " \
+                             "CPUs (which one GVL's model does not see), and the model's exponential hold and idle times " \
+                             "(these endpoints vary less)")
     end
     define "thread-sweep", file: "thread_sweep.rb", seconds: 150,
            summary: "Puma under wrk -c 32: CPU-heavy, IO-heavy and mixed endpoints swept over 1-16 threads, beside " \
