@@ -215,7 +215,7 @@ begin
     # 2. The sweep, interleaved with the advisor's own runs: each round starts with one untraced
     # Puma at the default count whose live socket the advisor reads (metrics only: no trace file,
     # no stacks), then sweeps the counts. The verdict judges the median of these rounds' advice;
-    # a count the advisor named is swept from the round after it first appears, and topped up to
+    # a count the advisor named is swept from the round it first appears in, and topped up to
     # every round's worth at the end.
     points = Hash.new { |hash, threads| hash[threads] = { rps: [], p99_ms: [], errors: 0 } }
     measure = lambda do |threads, round|
