@@ -4,10 +4,13 @@
 # endpoint mixes (lab/thread_sweep_mixes.rb: CPU-heavy, IO-heavy, mixed). For each mix:
 #
 #   1. one traced run at Puma's default thread count (5 on CRuby) under load; `gvlscope advise`'s
-#      model (GVLScope::Analysis::Advisor) reads that trace and recommends a thread count;
-#   2. the sweep: a fresh untraced Puma per thread count (1..16, and the recommended count),
-#      each under the same load, rounds alternating up and down the counts so drift on the
-#      machine hits every count alike; requests/s and p99 latency from wrk.
+#      model (GVLScope::Analysis::Advisor) reads that trace: its answer is shown, not judged;
+#   2. the rounds: each starts with an untraced Puma at the default count whose live socket the
+#      advisor reads (as `gvlscope advise --pid` does), then sweeps a fresh untraced Puma per
+#      thread count (1..16, and the counts advised so far), each under the same load, rounds
+#      alternating up and down the counts so drift on the machine hits every count alike;
+#      requests/s and p99 latency from wrk. The judged count is the median of the rounds' advice:
+#      one reading at one moment of a shared machine is not the app (docs/advise.md, "The lab").
 #
 # The knee and the verdicts are computed from these numbers in lib/gvlscope/lab/sweep.rb. With 2+
 # cores, wrk and the delay server run on the last CPU (taskset) and Puma anywhere
@@ -134,6 +137,51 @@ iterations_per_ms = 3.times.map do
   countdown(count)
   (count / ((Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - started) * 1000)).round
 end.max
+untraced_env = { "RUBYOPT" => untraced_rubyopt, "GVLSCOPE_OUTPUT" => nil }
+# The advisor's runs: untraced, but with the live socket (metrics only: no trace file, no stacks).
+live_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => nil, "GVLSCOPE_TRACE" => "0", "GVLSCOPE_LAB_RESULT" => nil,
+             "GVLSCOPE_LIVE" => "1" }
+# Runs one Puma (+server_args+, +env+) and yields its port and pid; returns the block's value.
+run_server = lambda do |server_args, env = untraced_env, &block|
+  pid, port, reader = start_server(env, [*server_cpu, *server_args])
+  begin
+    block.(port, pid)
+  ensure
+    stop_server(pid, reader)
+  end
+end
+# One wrk run of +duration+ s with two snapshots of the live socket inside it (0.25 s after its
+# start, 0.25 s before its end) and the threads' schedstat at both: CPU time and run-queue wait.
+read_under_load = lambda do |port, pid, duration|
+  load = Thread.new { run_wrk.(port, duration) }
+  sleep 0.25
+  live = GVLScope::Live.source(pid: pid)
+  earlier = live.snapshot
+  cpu_before = GVLScope::Analysis::AdvisorInputs.schedstat_by_name(pid, :cpu)
+  queued_before = GVLScope::Analysis::AdvisorInputs.schedstat_by_name(pid, :run_queue)
+  sleep duration - 0.5
+  queued_after = GVLScope::Analysis::AdvisorInputs.schedstat_by_name(pid, :run_queue)
+  cpu_after = GVLScope::Analysis::AdvisorInputs.schedstat_by_name(pid, :cpu)
+  later = live.snapshot
+  live.close
+  { wrk: load.value, pid: pid, earlier: earlier, later: later, queued: [queued_before, queued_after], cpu: [cpu_before, cpu_after] }
+end
+# `gvlscope advise --pid`'s answer on one read_under_load, and the numbers behind it.
+advise_live = lambda do |reading|
+  workload = GVLScope::Analysis::AdvisorInputs.from_live(reading[:later], reading[:earlier], source: "pid #{reading[:pid]}")
+  workload.cpu_wait_ns = GVLScope::Analysis::AdvisorInputs.pool_schedstat_ns(*reading[:queued], workload.pool_labels)
+  workload.cpu_ns = cpu_ns = GVLScope::Analysis::AdvisorInputs.pool_schedstat_ns(*reading[:cpu], workload.pool_labels)
+  advice = GVLScope::Analysis::Advisor.new(workload, cores: puma_cores, processes: 1).advice
+  requests = reading[:wrk][:rps] * workload.window_ns / 1e9 # wrk's rate over the snapshots' window
+  { threads: advice.threads, rps: reading[:wrk][:rps], no_collision_threads: advice.no_collision_threads.round(2),
+    shares: workload.shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
+    run_ms_per_request: (workload.run_ns / 1e6 / requests).round(3),
+    cpu_ms_per_request: cpu_ns && (cpu_ns / 1e6 / requests).round(3),
+    runqueue_share: (workload.cpu_wait_ns.to_f / workload.total_ns).round(4),
+    threads_without_runqueue: advice.sensitivity[:without_cpu_wait] }
+end
+live_run = ->(server_args) { advise_live.(run_server.(server_args, live_env) { |port, pid| run_wrk.(port, 1); read_under_load.(port, pid, [seconds, 2].max) }) }
+lower_median = ->(values) { values.sort[(values.size - 1) / 2] } # a count that was measured
 delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
     "#{pinning}; #{iterations_per_ms} iterations/ms"
@@ -145,77 +193,67 @@ begin
   mixes.each do |mix|
     endpoints = ThreadSweepMixes::MIXES.fetch(mix)
     args = [RbConfig.ruby, server_program, nil, mix, iterations_per_ms.to_s, delay_port.to_s]
-    # 1. The advisor's run: Puma at its default thread count, traced from boot.
+    # 1. The trace's run: Puma at its default thread count, traced from boot (its answer is shown beside).
     trace = File.join(out_dir, "sweep-puma-#{mix}.gvl") # not thread-sweep-*: the runner reads that one as the scenario's own
     File.delete(trace) if File.exist?(trace)
     traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil, "GVLSCOPE_LIVE" => "1" }
     args[2] = DEFAULT_THREADS.to_s
-    pid, port, reader = start_server(traced_env, [*server_cpu, *args])
-    begin
+    traced = run_server.(args, traced_env) do |port, pid|
       run_wrk.(port, 1) # warm up
-      # The same run read live too: two snapshots of its socket inside the measured wrk run.
-      traced_seconds = [seconds, 2].max
-      load = Thread.new { run_wrk.(port, traced_seconds) }
-      sleep 0.25
-      live = GVLScope::Live.source(pid: pid)
-      earlier = live.snapshot
-      queued_before = GVLScope::Analysis::AdvisorInputs.cpu_wait_by_name(pid)
-      sleep traced_seconds - 0.5
-      queued_after = GVLScope::Analysis::AdvisorInputs.cpu_wait_by_name(pid)
-      later = live.snapshot
-      live.close
-      traced = load.value
-    ensure
-      stop_server(pid, reader)
+      read_under_load.(port, pid, [seconds, 2].max) # the same run read live too
     end
     report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
     workload = GVLScope::Analysis::AdvisorInputs.from_report(report)
     advice = GVLScope::Analysis::Advisor.new(workload, cores: puma_cores, processes: 1).advice
-    # As `gvlscope advise --pid` reads it: the live interval, and the pool's run-queue wait in it.
-    live_workload = GVLScope::Analysis::AdvisorInputs.from_live(later, earlier, source: "pid #{pid}")
-    live_workload.cpu_wait_ns = GVLScope::Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after,
-                                                                                 live_workload.pool_labels)
-    live_advice = GVLScope::Analysis::Advisor.new(live_workload, cores: puma_cores, processes: 1).advice
-    runqueue_share = live_workload.cpu_wait_ns.to_f / live_workload.total_ns
+    traced_live = advise_live.(traced)
     shares = workload.shares
-    say format("%-9s advisor, from %d threads traced (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%, gc %.0f%%; " \
-               "GVL held %.0f%%; 1/run share %.1f -> %d threads (live: %d); CPU run-queue wait %.0f%% " \
-               "(the live advice without it: %s threads)",
-               mix, workload.threads, traced[:rps], 100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle],
-               100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads, live_advice.threads,
-               100 * runqueue_share, live_advice.sensitivity[:without_cpu_wait].inspect)
+    say format("%-9s trace, %d threads (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%, gc %.0f%%; " \
+               "GVL held %.0f%%; 1/run share %.1f -> %d threads (read live from the same run: %d)",
+               mix, workload.threads, traced[:wrk][:rps], 100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle],
+               100 * shares[:gc], 100 * workload.held_ratio, advice.no_collision_threads, advice.threads, traced_live[:threads])
 
-    # 2. The sweep, the recommended count included.
-    swept = (counts + [advice.threads]).uniq.sort
-    points = swept.to_h { |threads| [threads, { rps: [], p99_ms: [], errors: 0 }] }
-    rounds.times do |round|
-      (round.even? ? swept : swept.reverse).each do |threads|
-        args[2] = threads.to_s
-        pid, port, reader = start_server({ "RUBYOPT" => untraced_rubyopt, "GVLSCOPE_OUTPUT" => nil }, [*server_cpu, *args])
-        begin
-          run_wrk.(port, warm_up) if warm_up.positive? # connections, Puma's threads, the method caches
-          measured = run_wrk.(port, seconds)
-        ensure
-          stop_server(pid, reader)
-        end
-        point = points[threads]
-        point[:rps] << measured[:rps]
-        point[:p99_ms] << measured[:p99_ms]
-        point[:errors] += measured[:errors]
-        loads << load_average.()
-        say format("%-9s round %d: %2d threads %8.1f requests/s  p99 %8.1f ms%s", mix, round + 1, threads, measured[:rps],
-                   measured[:p99_ms], measured[:errors].positive? ? "  (#{measured[:errors]} errors)" : "")
+    # 2. The sweep, interleaved with the advisor's own runs: each round starts with one untraced
+    # Puma at the default count whose live socket the advisor reads (metrics only: no trace file,
+    # no stacks), then sweeps the counts. The verdict judges the median of these rounds' advice;
+    # a count the advisor named is swept from the round it first appears in, and topped up to
+    # every round's worth at the end.
+    points = Hash.new { |hash, threads| hash[threads] = { rps: [], p99_ms: [], errors: 0 } }
+    measure = lambda do |threads, round|
+      measured = run_server.(args.dup.tap { |a| a[2] = threads.to_s }) do |port, _pid|
+        run_wrk.(port, warm_up) if warm_up.positive? # connections, Puma's threads, the method caches
+        run_wrk.(port, seconds)
       end
+      point = points[threads]
+      point[:rps] << measured[:rps]
+      point[:p99_ms] << measured[:p99_ms]
+      point[:errors] += measured[:errors]
+      loads << load_average.()
+      say format("%-9s round %d: %2d threads %8.1f requests/s  p99 %8.1f ms%s", mix, round, threads, measured[:rps],
+                 measured[:p99_ms], measured[:errors].positive? ? "  (#{measured[:errors]} errors)" : "")
     end
+    live_runs = []
+    rounds.times do |round|
+      live_runs << live_run.(args.dup.tap { |a| a[2] = DEFAULT_THREADS.to_s })
+      run = live_runs.last
+      say format("%-9s round %d: advisor, %d threads read live (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%; " \
+                 "GVL held %.0f%%; 1/run share %.1f -> %d threads; pool's CPU %.2f ms and GVL run %.2f ms per request; " \
+                 "CPU run-queue wait %.0f%% (without it: %s)", mix, round + 1, DEFAULT_THREADS, run[:rps],
+                 100 * run[:shares][:run], 100 * run[:shares][:wait], 100 * run[:shares][:idle], 100 * run[:held_ratio],
+                 run[:no_collision_threads], run[:threads], run[:cpu_ms_per_request] || Float::NAN, run[:run_ms_per_request],
+                 100 * run[:runqueue_share], run[:threads_without_runqueue].inspect)
+      swept = (counts + live_runs.map { |live| live[:threads] }).uniq.sort
+      (round.even? ? swept : swept.reverse).each { |threads| measure.(threads, round + 1) }
+    end
+    recommended = lower_median.(live_runs.map { |run| run[:threads] })
+    (rounds - points[recommended][:rps].size).times { measure.(recommended, rounds) }
     results[mix] = {
       endpoints: endpoints.map { |endpoint| endpoint.transform_keys(&:to_s) },
-      advisor: { threads: advice.threads, from_threads: workload.threads, pool: workload.pool,
-                 no_collision_threads: advice.no_collision_threads.round(2), run_share: advice.run_share.round(4),
-                 shares: shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
-                 traced_rps: traced[:rps], trace: trace, live_threads: live_advice.threads,
-                 live_no_collision_threads: live_advice.no_collision_threads.round(2),
-                 runqueue_share: runqueue_share.round(4), live_threads_without_runqueue: live_advice.sensitivity[:without_cpu_wait] },
-      points: points.transform_keys(&:to_s),
+      advisor: { threads: recommended, from_threads: DEFAULT_THREADS, live_runs: live_runs,
+                 trace: { threads: advice.threads, from_threads: workload.threads, pool: workload.pool,
+                          no_collision_threads: advice.no_collision_threads.round(2), run_share: advice.run_share.round(4),
+                          shares: shares.transform_values { |share| share.round(4) }, held_ratio: workload.held_ratio.round(4),
+                          rps: traced[:wrk][:rps], path: trace, live: traced_live } },
+      points: points.sort.to_h.transform_keys(&:to_s),
     }
   end
 ensure

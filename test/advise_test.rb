@@ -460,11 +460,15 @@ class AdviseTest < Minitest::Test
       write_task.(79, "puma srv tp 002", 620 * MS)
       write_task.(77, "ruby", 905 * MS)
       after = Inputs.cpu_wait_by_name(77, proc_root: proc_root)
-      assert_equal 1_000 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001", "puma srv tp 002"])
+      assert_equal 1_000 * MS, Inputs.pool_schedstat_ns(before, after, ["puma srv tp 001", "puma srv tp 002"])
       # Linux keeps 15 bytes of a name.
-      assert_equal 400 * MS, Inputs.pool_cpu_wait_ns(before, after, ["puma srv tp 001 (extra)"])
-      assert_nil Inputs.pool_cpu_wait_ns(before, after, ["worker 1"]), "no thread has the pool's names"
+      assert_equal 400 * MS, Inputs.pool_schedstat_ns(before, after, ["puma srv tp 001 (extra)"])
+      assert_nil Inputs.pool_schedstat_ns(before, after, ["worker 1"]), "no thread has the pool's names"
       assert_nil Inputs.cpu_wait_by_name(99, proc_root: proc_root), "no such process"
+      # The first field: time on a CPU (the same 123456 ns written for every thread).
+      assert_equal({ "ruby" => 123_456, "puma srv tp 001" => 123_456, "puma srv tp 002" => 123_456 },
+                   Inputs.schedstat_by_name(77, :cpu, proc_root: proc_root))
+      assert_raises(KeyError) { Inputs.schedstat_by_name(77, :steal, proc_root: proc_root) }
 
       # 2 threads x 10 s: run 4 s, idle 16 s, 1 s of which waiting for a core (+ charge none).
       hash = pool_snapshot(threads: 2, run: 0.2, wait: 0.0, idle: 0.8)
@@ -478,6 +482,40 @@ class AdviseTest < Minitest::Test
       assert_match(/waiting for a CPU core \(Linux run-queue wait\): 5\.0 % of the pool's time/,
                    GVLScope::Formats::AdviceText.new(advice).to_s)
     end
+  end
+
+  # With the pool's CPU time too, the run-queue wait splits: run beyond the CPU time is a holder
+  # set aside by the kernel (out of D), the rest a thread back from IO waiting for a core (out of Z).
+  def test_the_cpu_wait_split_by_the_pools_cpu_time
+    with = lambda do |cpu_wait_s, cpu_s|
+      # 2 threads x 10 s: run 4 s, idle 16 s.
+      workload = Inputs.from_live(Snapshot.from_h(pool_snapshot(threads: 2, run: 0.2, wait: 0.0, idle: 0.8)), source: "pid 77")
+      workload.cpu_wait_ns = cpu_wait_s * 1_000 * MS
+      workload.cpu_ns = cpu_s && cpu_s * 1_000 * MS
+      Advisor.new(workload, cores: 1).advice
+    end
+    fewest = ->(d, z) { Advisor.curve(d, z).find { |p| p.busy >= 0.95 }.threads }
+    assert_equal 8, with.(0, nil).threads, "as measured: D 4 s, Z 16 s"
+    # 1.5 s of wait, 3 s on a CPU: 1 s of the 4 s held was set aside (D 3 s), 0.5 s of idle (Z 15.5 s).
+    split = with.(1.5, 3)
+    assert_equal fewest.(3.0, 15.5), split.sensitivity[:without_cpu_wait]
+    assert_equal 9, split.sensitivity[:without_cpu_wait]
+    assert_equal 8, split.threads, "the answer itself stays as measured"
+    assert_equal 1_000 * MS, split.workload.held_cpu_wait_ns
+    assert_match(/waited for a core 7\.5 % of its time \(Linux's run-queue wait\); 5\.0 % of it inside its GVL holds .* the answer would be 9 threads\./,
+                 split.what_would_change.join("\n"))
+    assert_match(/^  on a CPU core: 15\.0 % of the pool's time \(its GVL run \+ GC: 20\.0 %\)$/,
+                 GVLScope::Formats::AdviceText.new(split).to_s)
+    assert_equal 3_000 * MS, JSON.parse(GVLScope::Formats::AdviceJSON.new(split).to_s).dig("measured", "cpu_ns")
+    # Without the CPU time all of the wait comes out of idle: Z 14.5 s, D 4 s (the least it can be).
+    assert_equal fewest.(4.0, 14.5), with.(1.5, nil).sensitivity[:without_cpu_wait]
+    assert_equal 7, with.(1.5, nil).sensitivity[:without_cpu_wait]
+    # More CPU time than held (syscalls on the pool's threads): nothing inside the holds.
+    assert_equal 0, with.(1.5, 5).workload.held_cpu_wait_ns
+    assert_equal 7, with.(1.5, 5).sensitivity[:without_cpu_wait]
+    # Held beyond CPU time by more than the wait: all of the wait inside the holds (Z unchanged, D 2.5 s).
+    assert_equal fewest.(2.5, 16.0), with.(1.5, 1).sensitivity[:without_cpu_wait]
+    assert_equal 11, with.(1.5, 1).sensitivity[:without_cpu_wait]
   end
 
   # --- errors: one line, exit 1 ---

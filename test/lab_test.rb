@@ -76,7 +76,13 @@ class LabTest < Minitest::Test
       # The thread sweep: every mix swept and judged (the numbers and verdicts depend on the machine).
       %w[cpu-heavy io-heavy mixed].each do |mix|
         assert_match(/^  \[(holds|DIFFERS)\] #{mix}: the advisor's count is inside the measured knee$/, out)
-        assert_match(/^      measured:  advisor \d+ \(from 5 threads traced: .*read live from the same run: \d+, or (\d+|\?) without the \d+ % of the pool's time it waited for a CPU core\); knee (\d+|none); (inside|too few|too many|outside|no knee): /, out)
+        measured = out[/^  \[(?:holds|DIFFERS)\] #{mix}: the advisor's count.*\n(?:.*\n)*?      measured:  (.*)$/, 1]
+        assert_match(/\Aadvisor \d+ \(the median of 1 untraced runs at 5 threads read live, one per round: \d+; in its round run \d+ %, GVL wait \d+ %, idle \d+ %, 1 \/ run share [\d.]+; the pool's CPU ([\d.]+|\?) ms and GVL run [\d.]+ ms per request; \d+ % of its time waiting for a CPU core\); traced at 5 threads: \d+ \(run \d+ %, GVL wait \d+ %, idle \d+ %, \d+ requests\/s\); knee (\d+|none); (inside|too few|too many|outside|no knee): /, measured)
+        # Tiny: one round, so one live reading, and its count is the judged one, swept and marked.
+        advised = measured[/\Aadvisor (\d+)/, 1]
+        assert_equal advised, measured[/one per round: (\d+);/, 1]
+        table = out[/^  #{mix} \(.*\n  \n(?:  \|.*\n)+/]
+        assert_match(/^  \| #{advised} \| \d+ \(\d+-\d+\) \| \d+ \(\d+-\d+\) \| (yes|no) \| [a-z, ]*advisor/, table)
         assert_match(/^  #{mix} \(.* per request; 1 round\(s\) of 1 s per count; .*\):$/, out)
       end
       assert_equal 3, out.scan(/^  \| threads \| requests\/s \(median; min-max\) \| p99 ms \(median; min-max\) \| meets both \| \|$/).size

@@ -552,21 +552,23 @@ module GVLScope
         require_relative "live"
         source = Live.source(pid: options[:pid], url: options[:url])
         what = options[:pid] ? "pid #{options[:pid]}" : options[:url]
-        # Linux, a pid: the threads' run-queue wait at both reads (docs/advise.md, "A machine short of CPU").
-        queued = -> { options[:pid] && Analysis::AdvisorInputs.cpu_wait_by_name(options[:pid]) }
+        # Linux, a pid: the threads' run-queue wait and CPU time at both reads (docs/advise.md, "A machine short of CPU").
+        schedstat = -> { options[:pid] && %i[run_queue cpu].to_h { |field| [field, Analysis::AdvisorInputs.schedstat_by_name(options[:pid], field)] } }
         begin
           earlier = source.snapshot
-          queued_before = queued.()
+          before = schedstat.()
           progress("reading #{what} for #{format('%g', interval)} s")
           sleep interval
-          queued_after = queued.()
+          after = schedstat.()
           later = source.snapshot
         ensure
           source.close
         end
         workload = Analysis::AdvisorInputs.from_live(later, earlier, source: what,
                                                                       current_threads: options[:current_threads], **choose)
-        workload.cpu_wait_ns = Analysis::AdvisorInputs.pool_cpu_wait_ns(queued_before, queued_after, workload.pool_labels.to_a)
+        pool = ->(field) { before && Analysis::AdvisorInputs.pool_schedstat_ns(before[field], after[field], workload.pool_labels.to_a) }
+        workload.cpu_wait_ns = pool.(:run_queue)
+        workload.cpu_ns = workload.cpu_wait_ns && pool.(:cpu)
         workload
       end
     end

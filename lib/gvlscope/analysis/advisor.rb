@@ -43,9 +43,10 @@ module GVLScope
       #   processes:       how many processes the numbers are of, when the source says (a scrape's workers)
       #   pool_labels:     the pool's thread labels
       #   cpu_wait_ns:     the pool's time runnable but waiting for a CPU core (Linux, a live pid), or nil
+      #   cpu_ns:          the pool's time on a CPU core in the same window (Linux, a live pid), or nil
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            :processes, :pool_labels, :cpu_wait_ns, keyword_init: true) do
+                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
 
@@ -55,6 +56,14 @@ module GVLScope
           return { run: 0.0, wait: 0.0, idle: 0.0, gc: 0.0 } unless total.positive?
 
           { run: run_ns / total, wait: wait_ns / total, idle: idle_ns / total, gc: gc_ns / total }
+        end
+
+        # The pool's run-queue wait that fell inside its GVL holds: at least held - CPU time (a holder
+        # is on a core or set aside by the kernel), at most the whole wait; 0 without the CPU time.
+        def held_cpu_wait_ns
+          return 0 unless cpu_wait_ns && cpu_ns
+
+          ((pool_held_ns || held_ns) - cpu_ns).clamp(0, cpu_wait_ns)
         end
 
         # Other threads' GVL holds charged to the pool's work: total held / the pool's held.
@@ -137,7 +146,13 @@ module GVLScope
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
                      "or give per-request numbers (a snapshot with Breakdown entries)."
           end
-          lines << if sensitivity[:without_cpu_wait]
+          lines << if sensitivity[:without_cpu_wait] && workload.cpu_ns
+                     "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
+                       "of its time (Linux's run-queue wait); #{format('%.1f %%', 100.0 * workload.held_cpu_wait_ns / workload.total_ns)} " \
+                       "of it inside its GVL holds (run beyond its CPU time), counted as run, the rest as idle (back from IO, " \
+                       "every core busy); with a core free whenever a thread can run, the answer would be " \
+                       "#{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                   elsif sensitivity[:without_cpu_wait]
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
                        "of its time (Linux's run-queue wait), counted here as idle (back from IO, every core busy) or as run; " \
                        "were all of it idle, the answer without it would be #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')} " \
@@ -235,7 +250,7 @@ module GVLScope
                    idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
                    max_wait_ns: max_wait_ns, limited_by: limited_by,
                    sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
-                                  without_cpu_wait: w.cpu_wait_ns && threads_for(demand, [idle - w.cpu_wait_ns / per, 0.0].max) })
+                                  without_cpu_wait: without_cpu_wait(demand, idle, per) })
       end
 
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
@@ -243,6 +258,19 @@ module GVLScope
 
       # The fewest threads whose GVL busy share reaches the target, or the most considered.
       def threads_on(curve) = (curve.find { |p| p.busy >= @target } || curve.last).threads
+
+      # The answer with the pool's run-queue wait taken out (a core free whenever a thread can run):
+      # the part inside its holds (Workload#held_cpu_wait_ns) out of D, the rest out of idle (where
+      # a thread back from IO waits for a core). Without the CPU time all of it comes out of idle:
+      # the least the answer can be. nil without the run-queue wait.
+      def without_cpu_wait(demand, idle, per)
+        w = @workload
+        return nil unless w.cpu_wait_ns
+
+        pool_held = (w.pool_held_ns || w.held_ns).to_f
+        in_holds = w.held_cpu_wait_ns
+        threads_for(demand * (1 - in_holds / pool_held), [idle - (w.cpu_wait_ns - in_holds) / per, 0.0].max)
+      end
 
       # The recommendation for other idle times per request: how much the answer hangs on the IO.
       def threads_for(demand, idle) = threads_on(Advisor.curve(demand, idle, @max_threads))

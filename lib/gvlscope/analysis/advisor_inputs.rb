@@ -120,20 +120,29 @@ module GVLScope
       # syscall that finds every core busy) or as run (a holder the kernel set aside).
       COMM_BYTES = 15
 
-      def cpu_wait_by_name(pid, proc_root: "/proc")
+      def cpu_wait_by_name(pid, proc_root: "/proc") = schedstat_by_name(pid, :run_queue, proc_root: proc_root)
+
+      # schedstat's fields: ns on a CPU, ns runnable but waiting for one (then the timeslices run).
+      SCHEDSTAT_FIELDS = { cpu: 0, run_queue: 1 }.freeze
+
+      # One schedstat field of process +pid+'s threads (+field+: :cpu or :run_queue), summed by
+      # thread name; nil where there is no such file.
+      def schedstat_by_name(pid, field, proc_root: "/proc")
+        index = SCHEDSTAT_FIELDS.fetch(field)
         tasks = Dir.glob(File.join(proc_root, pid.to_s, "task", "*"))
         return nil if tasks.empty?
 
         tasks.each_with_object(Hash.new(0)) do |task, sums|
-          sums[File.read(File.join(task, "comm")).chomp.b] += Integer(File.read(File.join(task, "schedstat")).split[1])
+          sums[File.read(File.join(task, "comm")).chomp.b] += Integer(File.read(File.join(task, "schedstat")).split[index])
         rescue SystemCallError, ArgumentError, TypeError
           nil # a thread that exited between the listing and the read
         end
       end
 
-      # The pool's run-queue wait between two cpu_wait_by_name readings; nil without them or when no
-      # thread carries a pool thread's name (names set from Ruby reach Linux; unnamed threads do not).
-      def pool_cpu_wait_ns(before, after, labels)
+      # The pool's share of what grew between two schedstat_by_name readings (run-queue wait, or
+      # CPU time); nil without them or when no thread carries a pool thread's name (names set from
+      # Ruby reach Linux; unnamed threads do not).
+      def pool_schedstat_ns(before, after, labels)
         return nil unless before && after
 
         names = labels.map { |label| label.b.byteslice(0, COMM_BYTES) }.uniq.select { |name| after.key?(name) }

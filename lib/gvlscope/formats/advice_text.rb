@@ -70,6 +70,10 @@ module GVLScope
         if w.cpu_wait_ns
           lines << format("  waiting for a CPU core (Linux run-queue wait): %.1f %% of the pool's time, inside run and idle above",
                           100.0 * w.cpu_wait_ns / w.total_ns)
+          if w.cpu_ns
+            lines << format("  on a CPU core: %.1f %% of the pool's time (its GVL run + GC: %.1f %%)", 100.0 * w.cpu_ns / w.total_ns,
+                            100.0 * w.held_ns / w.total_ns)
+          end
         end
         w.notes.to_a.each { |note| lines << "  note: #{note}" }
         lines

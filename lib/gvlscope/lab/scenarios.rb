@@ -262,26 +262,33 @@ module GVLScope
                        "and is at most the next swept count above the knee",
             measured: lambda { |m|
               advisor = sweep_mix.(m, mix).fetch(:advisor)
-              shares = advisor.fetch(:shares)
+              runs = advisor.fetch(:live_runs)
+              median = runs.find { |run| run[:threads] == advisor[:threads] } # the round whose advice is the median
+              trace = advisor.fetch(:trace)
               judgement = sweep_judge.(m, mix)
-              format("advisor %d (from %d threads traced: run %.0f %%, GVL wait %.0f %%, idle %.0f %%; 1 / run share %.1f; " \
-                     "read live from the same run: %s, or %s without the %.0f %% of the pool's time it waited for a CPU core); " \
-                     "knee %s; %s: %s", advisor[:threads], advisor[:from_threads],
-                     100 * shares[:run], 100 * shares[:wait], 100 * shares[:idle], advisor[:no_collision_threads],
-                     advisor[:live_threads], advisor[:live_threads_without_runqueue] || "?", 100 * advisor[:runqueue_share],
-                     judgement.knee || "none",
-                     judgement.verdict.to_s.tr("_", " "), judgement.reason)
+              format("advisor %d (the median of %d untraced runs at %d threads read live, one per round: %s; in its round " \
+                     "run %.0f %%, GVL wait %.0f %%, idle %.0f %%, 1 / run share %.1f; the pool's CPU %s ms and GVL run %.2f ms " \
+                     "per request; %.0f %% of its time waiting for a CPU core); traced at %d threads: %d (run %.0f %%, " \
+                     "GVL wait %.0f %%, idle %.0f %%, %.0f requests/s); knee %s; %s: %s", advisor[:threads], runs.size,
+                     advisor[:from_threads], runs.map { |run| run[:threads] }.join(", "), 100 * median[:shares][:run],
+                     100 * median[:shares][:wait], 100 * median[:shares][:idle], median[:no_collision_threads],
+                     median[:cpu_ms_per_request] ? format("%.2f", median[:cpu_ms_per_request]) : "?",
+                     median[:run_ms_per_request], 100 * median[:runqueue_share], trace[:from_threads], trace[:threads],
+                     100 * trace[:shares][:run], 100 * trace[:shares][:wait], 100 * trace[:shares][:idle], trace[:rps],
+                     judgement.knee || "none", judgement.verdict.to_s.tr("_", " "), judgement.reason)
             },
             holds: ->(m) { sweep_judge.(m, mix).inside? },
             applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
             differs_because: "noise on a shared machine (the load average and the spread of the rounds are below the " \
-                             "table), CPU contention measured as idle " \
-                             "(a thread back from a syscall waits for a core: the advisor counts it as IO), and the " \
-                             "model's exponential hold and idle times (these endpoints vary less)")
+                             "table), CPU contention measured as idle or run " \
+                             "(a thread back from a syscall waits for a core: the advisor counts it as IO; a holder set " \
+                             "aside by the kernel counts as run), more threads taking a larger share of a busy machine's " \
+                             "CPUs (which one GVL's model does not see), and the model's exponential hold and idle times " \
+                             "(these endpoints vary less)")
     end
     define "thread-sweep", file: "thread_sweep.rb", seconds: 150,
            summary: "Puma under wrk -c 32: CPU-heavy, IO-heavy and mixed endpoints swept over 1-16 threads, beside " \
-                    "`gvlscope advise` on a trace at Puma's default 5 threads",
+                    "`gvlscope advise` read live at Puma's default 5 threads in every round (and on a trace)",
            source: "gvlscope's own (issue #20): `gvlscope advise` against a load test",
            details: lambda { |m|
              lines = []
