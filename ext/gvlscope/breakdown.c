@@ -174,6 +174,7 @@ typedef struct {
     long count;
     unsigned long generation;  // breakdown_generation when filled: the series are that generation's
     double sample_rate;
+    VALUE add_header;  // GVLScope::Rack's server_timing option (true or false): #finish adds the header
     // Whether Rails (ActionDispatch) and Sinatra were loaded at the last #remember: only they set
     // the env keys that make a label theirs, and each lookup of a key hashes it (~200
     // instructions for Rails' 39 characters). An app loads them before its first request, whose
@@ -221,11 +222,18 @@ static VALUE table_alloc(VALUE klass) {
     return obj;
 }
 
-static route_table *table_of(VALUE self) { return rb_check_typeddata(self, &table_type); }
+// As rb_check_typeddata, the common case inline (once per web request).
+static inline route_table *table_of(VALUE self) {
+    if (RB_LIKELY(RB_TYPE_P(self, T_DATA) && RTYPEDDATA_P(self) && RTYPEDDATA_TYPE(self) == &table_type))
+        return RTYPEDDATA_GET_DATA(self);
+    return rb_check_typeddata(self, &table_type);
+}
 
-// RouteTable.new(sample_rate)
-static VALUE table_initialize(VALUE self, VALUE sample_rate) {
-    table_of(self)->sample_rate = NUM2DBL(sample_rate);
+// RouteTable.new(sample_rate, add_header)
+static VALUE table_initialize(VALUE self, VALUE sample_rate, VALUE add_header) {
+    route_table *t = table_of(self);
+    t->sample_rate = NUM2DBL(sample_rate);
+    t->add_header = RTEST(add_header) ? Qtrue : Qfalse;  // not an object to mark
     return self;
 }
 
@@ -304,8 +312,8 @@ static long rails_key(VALUE env, VALUE params, char *out, VALUE *owner) {
 // The key of a request's built-in label (GVLScope::RouteLabel#call) into out (MAX_LABEL bytes):
 // the same key, the same label. For a plain Rack or Sinatra request the key is the label itself,
 // built as RouteLabel builds it; for a Rails request what its label is made from (rails_key). -1
-// when Ruby must name it. Each env lookup costs ~110 instructions (the keys are interned: hashed
-// once, compared by identity).
+// when Ruby must name it. Each env lookup costs ~110 instructions on Ruby 3.4 (the keys are
+// interned: compared by identity, their hash cached), ~240 on 3.3 (SipHash of the key each time).
 static long route_key(const route_table *t, VALUE env, long status, char *out, VALUE *owner) {
     *owner = Qnil;
     VALUE params = t->rails_loaded ? rb_hash_lookup2(env, key_rails, Qnil) : Qnil;
@@ -398,17 +406,17 @@ static series *known_route(route_table *t, VALUE env, VALUE response) {
     return entry && entry->key ? RTYPEDDATA_DATA(entry->series) : NULL;  // a BreakdownSeries: #remember checked
 }
 
-// table.finish(timing, env, response, add_header) -> false when the request's route is not known
-// here (its timing is finished, nothing else done: Ruby records the route and adds the header);
-// else as timing.finish_response(response, add_header).
-static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response, VALUE add_header) {
+// table.finish(timing, env, response) -> false when the request's route is not known here (its
+// timing is finished, nothing else done: Ruby records the route and adds the header); else as
+// timing.finish_response(response, add_header) with the table's add_header.
+static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     route_table *t = table_of(self);
     uint64_t values[6];
     gvls_request_timing_finish_values(timing, values);
     series *s = known_route(t, env, response);
     if (!s) return Qfalse;
     add(s, values, t->sample_rate);
-    return gvls_request_timing_respond(timing, response, add_header);
+    return gvls_request_timing_respond(timing, response, t->add_header);
 }
 
 // RouteTable.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.
@@ -435,9 +443,9 @@ void gvls_breakdown_init(VALUE mNative) {
 
     VALUE cTable = rb_define_class_under(mNative, "RouteTable", rb_cObject);
     rb_define_alloc_func(cTable, table_alloc);
-    rb_define_method(cTable, "initialize", table_initialize, 1);
+    rb_define_method(cTable, "initialize", table_initialize, 2);
     rb_define_method(cTable, "remember", table_remember, 3);
-    rb_define_method(cTable, "finish", table_finish, 4);
+    rb_define_method(cTable, "finish", table_finish, 3);
     rb_define_singleton_method(cTable, "forget_all", table_forget_all, 0);
     key_rails = frozen_key("action_dispatch.request.path_parameters");
     key_controller = frozen_key("action_controller.instance");

@@ -32,7 +32,12 @@ static VALUE timing_alloc(VALUE klass) {
     return TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
 }
 
-static request_timing *timing_of(VALUE self) { return rb_check_typeddata(self, &timing_type); }
+// rb_check_typeddata's checks inline (it runs three times per web request), the call only to raise.
+static inline request_timing *timing_of(VALUE self) {
+    if (RB_LIKELY(RB_TYPE_P(self, T_DATA) && RTYPEDDATA_P(self) && RTYPEDDATA_TYPE(self) == &timing_type))
+        return RTYPEDDATA_GET_DATA(self);
+    return rb_check_typeddata(self, &timing_type);
+}
 
 static gvls_thread *slot_of(VALUE thread) {
     if (!rb_obj_is_kind_of(thread, rb_cThread)) rb_raise(rb_eTypeError, "expected a Thread, got %"PRIsVALUE, rb_obj_class(thread));
@@ -43,12 +48,7 @@ static gvls_thread *slot_of(VALUE thread) {
 
 static uint64_t minus(uint64_t later, uint64_t earlier) { return later > earlier ? later - earlier : 0; }
 
-// RequestTiming.new(thread = Thread.current): the request starts now.
-static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
-    request_timing *timing = timing_of(self);
-    rb_check_arity(argc, 0, 1);
-    VALUE thread = argc > 0 ? argv[0] : rb_thread_current();
-    gvls_thread *slot = slot_of(thread);
+static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
     if (slot) {
@@ -59,27 +59,43 @@ static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
     return self;
 }
 
-// RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
-// which is a good part of the middleware's cost per request.
-static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
-    return timing_initialize(argc, argv, timing_alloc(klass));
+// RequestTiming.new(thread = Thread.current): the request starts now.
+static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
+    rb_check_arity(argc, 0, 1);
+    VALUE thread = argc > 0 ? argv[0] : rb_thread_current();
+    return start(self, timing_of(self), thread, slot_of(thread));
 }
 
-static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *out) {
-    gvls_thread *slot = gvls_thread_find(timing->thread);  // the thread may have exited since
+// RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
+// which is a good part of the middleware's cost per request. Without a thread (GVLScope::Rack),
+// the current one: nothing to check.
+static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
+    if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
+    request_timing *timing;
+    VALUE self = TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
+    VALUE thread = rb_thread_current();
+    return start(self, timing, thread, gvls_thread_for(thread));
+}
+
+// slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
+static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t *out) {
     uint64_t now[COUNTERS] = { 0 };
     if (slot) gvls_metrics_counters_now(slot, now_ns, now);
     for (int i = 0; i < COUNTERS; i++) out[i] = minus(now[i], timing->before[i]);
     out[WAIT] += timing->pickup_wait_ns;
 }
 
+static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *out) {
+    deltas_of(timing, gvls_thread_find(timing->thread), now_ns, out);
+}
+
 // Freezes the numbers at the end of the app call; the thread's next request measures its pickup from here.
 static void finish(request_timing *timing) {
     if (timing->finished) return;
     uint64_t now_ns = gvls_now_ns();
-    deltas_now(timing, now_ns, timing->delta);
+    gvls_thread *slot = gvls_thread_find_fast(timing->thread);
+    deltas_of(timing, slot, now_ns, timing->delta);
     timing->duration_ns = minus(now_ns, timing->started_ns);
-    gvls_thread *slot = gvls_thread_find(timing->thread);
     if (slot) {
         slot->request_end_wait_ns = timing->before[WAIT] + timing->delta[WAIT] - timing->pickup_wait_ns;
         slot->request_end_known = 1;

@@ -85,6 +85,14 @@ static inline gvls_thread *gvls_thread_for(VALUE thread) {
     if (slot) gvls_last = (gvls_last_thread){ thread, slot, atomic_load_explicit(&gvls_registry_generation, memory_order_relaxed) };
     return slot;
 }
+// gvls_thread_find with gvls_thread_for's shortcut (never creates a slot): once per web request.
+static inline gvls_thread *gvls_thread_find_fast(VALUE thread) {
+    if (__builtin_expect(gvls_last.thread == thread, 1) &&
+        __builtin_expect(gvls_last.generation == atomic_load_explicit(&gvls_registry_generation, memory_order_relaxed), 1)) {
+        return gvls_last.slot;
+    }
+    return gvls_thread_find(thread);
+}
 // Calls fn for each thread in the registry, under the registry lock (fn must not call Ruby
 // code that can run hooks of ours that take the lock; reading names is fine).
 void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
