@@ -42,13 +42,17 @@ static VALUE debug_registry_threads(VALUE self) {
     return SIZET2NUM(gvls_threads_marked_count());
 }
 
-// Native.debug_metrics_race(iterations) -> [reads, regressions]: a native thread plays a Ruby
+// Native.debug_metrics_race(iterations, preempted) -> [reads, regressions]: a native thread plays a Ruby
 // thread's hook (RESUMED, SUSPENDED, READY in a loop, each state held 20-80 µs) on a private slot,
 // writing exactly as hook.c does, while this thread reads the slot's counters-so-far as a snapshot
 // does. A half-written slot counts a whole state (>= 20 µs) twice, and the next reading is lower.
 // A consistent reading may still run ahead of an event in flight by the time between the writer's
 // clock read and its first store becoming visible (measured up to 1.4 µs on a busy 2-vCPU VM: the
 // CPU may read the clock before its store drains): 10 µs allowed.
+// With preempted true, every release looks like a timeslice switch (another thread of the Ractor
+// waits, the hold is past half of a 40 µs timeslice, READY follows on the same native thread):
+// READY then moves the 20-80 µs since SUSPENDED from idle to wait, which a reading during that
+// time must not have counted as idle already.
 typedef struct { gvls_thread *slot; _Atomic int stop; } race_job;
 
 static void spin_us(uint64_t us) {
@@ -68,11 +72,17 @@ static void *race_writer(void *arg) {
     return NULL;
 }
 
-static VALUE debug_metrics_race(VALUE self, VALUE iterations) {
+static VALUE debug_metrics_race(VALUE self, VALUE iterations, VALUE preempted) {
     unsigned long n = NUM2ULONG(iterations), regressions = 0;
     race_job job = { .slot = calloc(1, sizeof(gvls_thread)) };
     if (!job.slot) rb_raise(rb_eNoMemError, "debug_metrics_race");
     job.slot->ractor_id = GVLS_MAX_RACTORS - 2;  // a Ractor counter slot no real Ractor uses here
+    gvls_ractor_counters *ractor = &gvls_metrics.ractors[GVLS_MAX_RACTORS - 2];
+    uint64_t timeslice_ns = gvls_metrics.timeslice_ns;
+    if (RTEST(preempted)) {
+        gvls_metrics.timeslice_ns = 40000;
+        atomic_fetch_add(&ractor->readied, 1);  // a thread that waits for the GVL all along
+    }
     pthread_t writer;
     if (pthread_create(&writer, NULL, race_writer, &job)) { free(job.slot); rb_raise(rb_eRuntimeError, "pthread_create"); }
     uint64_t last[4] = { 0 };
@@ -86,6 +96,10 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations) {
     }
     atomic_store(&job.stop, 1);
     pthread_join(writer, NULL);
+    if (RTEST(preempted)) {
+        atomic_fetch_sub(&ractor->readied, 1);
+        gvls_metrics.timeslice_ns = timeslice_ns;
+    }
     free(job.slot);
     return rb_ary_new_from_args(2, ULONG2NUM(n), ULONG2NUM(regressions));
 }
@@ -108,5 +122,5 @@ void gvls_debug_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "debug_freed_slot_writes", debug_freed_slot_writes, 0);
     rb_define_singleton_method(mNative, "debug_registry_size", debug_registry_size, 0);
     rb_define_singleton_method(mNative, "debug_registry_threads", debug_registry_threads, 0);
-    rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 1);
+    rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 2);
 }

@@ -120,6 +120,8 @@ static VALUE metrics_reset(VALUE self) {
 
 static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *live) {
     m->state = live->state; m->since_ns = live->since_ns; m->gc_started_ns = live->gc_started_ns;
+    m->others_wanted = live->others_wanted; m->last_hold_ns = live->last_hold_ns;  // release_undecided
+    m->resume_seq_at_suspend = live->resume_seq_at_suspend;
     m->run_ns = live->run_ns; m->wait_ns = live->wait_ns; m->idle_ns = live->idle_ns; m->gc_ns = live->gc_ns;
 }
 
@@ -138,24 +140,47 @@ void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int wi
     }
 }
 
-// The part of the current state that has not ended yet.
-static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns) {
+// The RESUMED count of the slot's Ractor, read before the slot is copied (release_undecided).
+static uint64_t resume_seq_before_copy(const gvls_thread *slot) {
+    return atomic_load_explicit(&M.ractors[ractor_slot(slot)].resume_seq, memory_order_acquire);
+}
+
+// Idle after a release that READY may still call a preemption: READY then moves the time since
+// SUSPENDED to wait_ns (metrics_event.h), so counting it as idle here made idle_ns go back (by the
+// 32 ms a loaded machine kept a Thread.pass-ing thread off the CPU between SUSPENDED and READY).
+// It counts as neither until READY, or until another thread of the Ractor got the GVL after the
+// SUSPENDED (its RESUMED count, read before the copy, moved past the one seen then: no preemption).
+static int release_undecided(const gvls_thread_metrics *m, uint64_t resume_seq) {
+    return m->state == GVLS_STATE_IDLE && m->others_wanted && m->last_hold_ns >= M.timeslice_ns / 2 &&
+           resume_seq <= m->resume_seq_at_suspend;
+}
+
+// The part of the current state that has not ended yet: run, wait, idle, gc ns to add.
+static void in_progress(const gvls_thread_metrics *m, uint64_t now_ns, uint64_t resume_seq, uint64_t add[4]) {
+    add[0] = add[1] = add[2] = add[3] = 0;
     switch (m->state) {
       case GVLS_STATE_RUN:
-        if (m->gc_started_ns) m->gc_ns += elapsed(m->gc_started_ns, now_ns);
-        else m->run_ns += elapsed(m->since_ns, now_ns);
+        if (m->gc_started_ns) add[3] = elapsed(m->gc_started_ns, now_ns);
+        else add[0] = elapsed(m->since_ns, now_ns);
         break;
-      case GVLS_STATE_WAIT: m->wait_ns += elapsed(m->since_ns, now_ns); break;
-      case GVLS_STATE_IDLE: m->idle_ns += elapsed(m->since_ns, now_ns); break;
+      case GVLS_STATE_WAIT: add[1] = elapsed(m->since_ns, now_ns); break;
+      case GVLS_STATE_IDLE: if (!release_undecided(m, resume_seq)) add[2] = elapsed(m->since_ns, now_ns); break;
     }
+}
+
+static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns, uint64_t resume_seq) {
+    uint64_t add[4];
+    in_progress(m, now_ns, resume_seq, add);
+    m->run_ns += add[0]; m->wait_ns += add[1]; m->idle_ns += add[2]; m->gc_ns += add[3];
 }
 
 // Copies only the fields add_in_progress reads and writes, not the histograms (1.5 KiB): this
 // runs twice per web request.
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4]) {
     gvls_thread_metrics m;
+    uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, &m, 0);
-    add_in_progress(&m, now_ns);
+    add_in_progress(&m, now_ns, resume_seq);
     out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns;
 }
 
@@ -215,19 +240,15 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     // Whether the thread has exited, read before its metrics: if so, they are final.
     int exited = atomic_load_explicit(&slot->exited, memory_order_acquire);
     gvls_thread_metrics *m = &fill->copy;
+    uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, m, 1);
     uint64_t *row = (uint64_t *)(fill->rows + i * ROW_FIELDS * sizeof(uint64_t));
     pack_row(slot, m, (char *)row);
     add_histograms(fill->histograms, m);
     // The unfinished part of the current state, added to the packed counters (run, wait, idle, gc).
-    switch (m->state) {
-      case GVLS_STATE_RUN:
-        if (m->gc_started_ns) row[4 + 3] += elapsed(m->gc_started_ns, fill->now_ns);
-        else row[4 + 0] += elapsed(m->since_ns, fill->now_ns);
-        break;
-      case GVLS_STATE_WAIT: row[4 + 1] += elapsed(m->since_ns, fill->now_ns); break;
-      case GVLS_STATE_IDLE: row[4 + 2] += elapsed(m->since_ns, fill->now_ns); break;
-    }
+    uint64_t add[4];
+    in_progress(m, fill->now_ns, resume_seq, add);
+    for (int c = 0; c < 4; c++) row[4 + c] += add[c];
     if (exited) {  // reported once more now, then only as part of the retired totals
         add_counters(&retired, m);
         slot->retired = 1;
@@ -302,8 +323,9 @@ static VALUE metrics_thread(VALUE self, VALUE thread) {
     gvls_thread *slot = thread == rb_thread_current() ? gvls_thread_for(thread) : gvls_thread_find(thread);
     if (!slot) return Qnil;
     gvls_thread_metrics m;
+    uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, &m, 1);
-    add_in_progress(&m, now_ns);
+    add_in_progress(&m, now_ns, resume_seq);
     return counters_array(&m);
 }
 
