@@ -190,7 +190,7 @@ class RoutesTest < Minitest::Test
     assert_equal 1, routes["GET /boom/:id"].count
   end
 
-  # A route seen before is recorded in C (Native::RouteTable, keyed as RouteLabel names it): the
+  # A route seen before is recorded in C (Native::RackRequests, keyed as RouteLabel names it): the
   # same labels and counts as Ruby's for every kind of request, each label's series followed
   # across Breakdown.reset! and a new cap (which make new series).
   def test_routes_seen_before_count_as_the_first_request_named_them

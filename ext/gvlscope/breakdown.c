@@ -153,8 +153,12 @@ static VALUE route_template(VALUE self, VALUE method, VALUE path) {
     return template;
 }
 
-// GVLScope::Rack's per-route numbers for the common request in the call that finishes its timing
-// (Native::RouteTable#finish): the built-in label is built in a stack buffer from env, as
+// GVLScope::Rack's work per request in two C calls (Native::RackRequests): #start makes the
+// request's timing and puts it in env; #finish finishes it, adds the request to its route's series
+// and adds the Server-Timing header. Every Ruby step the middleware leaves to these calls is
+// ~20-30 instructions a request (docs/performance.md, "Per-route numbers").
+//
+// The route in #finish, for the common request: the built-in label is built in a stack buffer from env, as
 // GVLScope::RouteLabel builds it, looked up among the labels seen before, and the request added
 // to that label's series. In Ruby (RouteLabel, Breakdown.record: method calls, ~8 String-keyed
 // Hash lookups) this cost a hello-world request ~5,200 instructions. Anything else (a label not
@@ -169,12 +173,18 @@ typedef struct {
     VALUE owner;   // the controller class a Rails key names by address (kept alive), or Qnil
 } route_entry;
 
+// Who names a request's route: C (the built-in labels of routes seen before), Ruby (a route
+// function, or no label known yet here), or nobody (route: false).
+enum { ROUTES_OFF, ROUTES_BUILT_IN, ROUTES_IN_RUBY };
+
 typedef struct {
     route_entry *slots;  // TABLE_SLOTS, open addressing; NULL until the first #remember
     long count;
     unsigned long generation;  // breakdown_generation when filled: the series are that generation's
     double sample_rate;
     VALUE add_header;  // GVLScope::Rack's server_timing option (true or false): #finish adds the header
+    int routes;        // ROUTES_*
+    int after_response;  // the middleware has more to do after each response (a log, the flight recorder)
     // Whether Rails (ActionDispatch) and Sinatra were loaded at the last #remember: only they set
     // the env keys that make a label theirs, and each lookup of a key hashes it (~200
     // instructions for Rails' 39 characters). An app loads them before its first request, whose
@@ -210,7 +220,7 @@ static size_t table_size(const void *ptr) {
 }
 
 static const rb_data_type_t table_type = {
-    .wrap_struct_name = "GVLScope::Native::RouteTable",
+    .wrap_struct_name = "GVLScope::Native::RackRequests",
     .function = { .dmark = table_mark, .dfree = table_free, .dsize = table_size },
     .flags = RUBY_TYPED_FREE_IMMEDIATELY | RUBY_TYPED_WB_PROTECTED,
 };
@@ -229,12 +239,30 @@ static inline route_table *table_of(VALUE self) {
     return rb_check_typeddata(self, &table_type);
 }
 
-// RouteTable.new(sample_rate, add_header)
-static VALUE table_initialize(VALUE self, VALUE sample_rate, VALUE add_header) {
+static ID id_built_in, id_ruby, id_off;
+
+// RackRequests.new(sample_rate, add_header, routes, after_response): routes is :built_in, :ruby or :off.
+static VALUE table_initialize(VALUE self, VALUE sample_rate, VALUE add_header, VALUE routes, VALUE after_response) {
     route_table *t = table_of(self);
     t->sample_rate = NUM2DBL(sample_rate);
     t->add_header = RTEST(add_header) ? Qtrue : Qfalse;  // not an object to mark
+    ID mode = SYMBOL_P(routes) ? SYM2ID(routes) : 0;
+    if (mode == id_built_in) t->routes = ROUTES_BUILT_IN;
+    else if (mode == id_ruby) t->routes = ROUTES_IN_RUBY;
+    else if (mode == id_off) t->routes = ROUTES_OFF;
+    else rb_raise(rb_eArgError, "routes must be :built_in, :ruby or :off, got %"PRIsVALUE, rb_inspect(routes));
+    t->after_response = RTEST(after_response);
     return self;
+}
+
+static VALUE key_env;  // "gvlscope"
+
+// requests.start(env) -> timing: a RequestTiming of the current thread, started now, as env["gvlscope"].
+static VALUE table_start(VALUE self, VALUE env) {
+    VALUE timing = gvls_request_timing_start_current();
+    if (RB_LIKELY(RB_TYPE_P(env, T_HASH))) rb_hash_aset(env, key_env, timing);
+    else rb_funcall(env, rb_intern("[]="), 2, key_env, timing);  // env is a Hash (Rack's SPEC); anything else as Ruby would
+    return timing;
 }
 
 static void table_forget_stale(route_table *t) {
@@ -406,20 +434,28 @@ static series *known_route(route_table *t, VALUE env, VALUE response) {
     return entry && entry->key ? RTYPEDDATA_DATA(entry->series) : NULL;  // a BreakdownSeries: #remember checked
 }
 
-// table.finish(timing, env, response) -> false when the request's route is not known here (its
-// timing is finished, nothing else done: Ruby records the route and adds the header); else as
-// timing.finish_response(response, add_header) with the table's add_header.
+// requests.finish(timing, env, response) -> the response when all is done (the timing finished, the
+// route recorded, the header added if asked); false when the route is Ruby's to name (a route
+// function, or a label not known here yet): only the timing is finished; nil when the route is
+// recorded (or not asked for) but the rest is Ruby's: the header could not be added here (a frozen
+// response, an Array value already there) or the middleware has work after the response (then
+// the header is left to Ruby too).
 static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     route_table *t = table_of(self);
     uint64_t values[6];
     gvls_request_timing_finish_values(timing, values);
-    series *s = known_route(t, env, response);
-    if (!s) return Qfalse;
-    add(s, values, t->sample_rate);
+    if (t->routes == ROUTES_BUILT_IN) {
+        series *s = known_route(t, env, response);
+        if (!s) return Qfalse;
+        add(s, values, t->sample_rate);
+    } else if (t->routes == ROUTES_IN_RUBY) {
+        return Qfalse;
+    }
+    if (t->after_response) return Qnil;
     return gvls_request_timing_respond(timing, response, t->add_header);
 }
 
-// RouteTable.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.
+// RackRequests.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.
 static VALUE table_forget_all(VALUE klass) {
     breakdown_generation++;
     return Qnil;
@@ -441,9 +477,10 @@ void gvls_breakdown_init(VALUE mNative) {
     rb_define_method(cSeries, "add_values", series_add_values, -1);
     rb_define_method(cSeries, "to_a", series_to_a, 0);
 
-    VALUE cTable = rb_define_class_under(mNative, "RouteTable", rb_cObject);
+    VALUE cTable = rb_define_class_under(mNative, "RackRequests", rb_cObject);
     rb_define_alloc_func(cTable, table_alloc);
-    rb_define_method(cTable, "initialize", table_initialize, 2);
+    rb_define_method(cTable, "initialize", table_initialize, 4);
+    rb_define_method(cTable, "start", table_start, 1);
     rb_define_method(cTable, "remember", table_remember, 3);
     rb_define_method(cTable, "finish", table_finish, 3);
     rb_define_singleton_method(cTable, "forget_all", table_forget_all, 0);
@@ -453,6 +490,10 @@ void gvls_breakdown_init(VALUE mNative) {
     sym_action = ID2SYM(rb_intern("action"));
     id_action_name = rb_intern("action_name");
     key_sinatra = frozen_key("sinatra.route");
+    key_env = frozen_key("gvlscope");
+    id_built_in = rb_intern("built_in");
+    id_ruby = rb_intern("ruby");
+    id_off = rb_intern("off");
     key_method = frozen_key("REQUEST_METHOD");
     key_script_name = frozen_key("SCRIPT_NAME");
     key_path_info = frozen_key("PATH_INFO");

@@ -14,6 +14,7 @@ void gvls_request_timing_init(VALUE mGVLScope);
 void gvls_breakdown_init(VALUE mNative);
 int gvls_request_timing_values(VALUE obj, uint64_t out[6]);  // request_timing.c, for breakdown.c
 void gvls_request_timing_finish_values(VALUE timing, uint64_t out[6]);
+VALUE gvls_request_timing_start_current(void);
 VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 

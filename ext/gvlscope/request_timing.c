@@ -69,13 +69,22 @@ static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
 // RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
 // which is a good part of the middleware's cost per request. Without a thread (GVLScope::Rack),
 // the current one: nothing to check.
-static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
-    if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
+static VALUE cRequestTiming;
+
+static VALUE start_current(VALUE klass) {
     request_timing *timing;
     VALUE self = TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
     VALUE thread = rb_thread_current();
     return start(self, timing, thread, gvls_thread_for(thread));
 }
+
+static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
+    if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
+    return start_current(klass);
+}
+
+// For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now.
+VALUE gvls_request_timing_start_current(void) { return start_current(cRequestTiming); }
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t *out) {
@@ -226,7 +235,7 @@ static VALUE add_server_timing(VALUE self, VALUE response) {
     return response;
 }
 
-// For breakdown.c's RouteTable#finish: finishes the timing and copies its numbers to out (as
+// For breakdown.c's RackRequests#finish: finishes the timing and copies its numbers to out (as
 // gvls_request_timing_values; raises TypeError if timing is not a RequestTiming).
 void gvls_request_timing_finish_values(VALUE self, uint64_t out[6]) {
     request_timing *timing = timing_of(self);
@@ -242,7 +251,7 @@ VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header
 }
 
 void gvls_request_timing_init(VALUE mGVLScope) {
-    VALUE cTiming = rb_define_class_under(mGVLScope, "RequestTiming", rb_cObject);
+    VALUE cTiming = cRequestTiming = rb_define_class_under(mGVLScope, "RequestTiming", rb_cObject);
     rb_define_alloc_func(cTiming, timing_alloc);
     rb_define_method(cTiming, "initialize", timing_initialize, -1);
     rb_define_singleton_method(cTiming, "start", timing_start, -1);

@@ -79,7 +79,7 @@ module GVLScope
       # Adds one request/job. +timing+ answers run_ns, wait_ns, idle_ns, gc_ns, duration_ns and
       # optionally pickup_wait_ns (a finished GVLScope::RequestTiming); +tags+ (e.g.
       # { queue: "default" }) are part of the key; +sample_rate+ is the producer's (1.0 when
-      # everything is recorded). Returns the series added to (GVLScope::Rack's RouteTable keeps it).
+      # everything is recorded). Returns the series added to (GVLScope::Rack's Native::RackRequests keeps it).
       def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
         # Found without the lock where the keys hash in C without calling Ruby: untagged series
         # (routes) by label, tagged ones by label and the very tags object a producer passed
@@ -122,7 +122,7 @@ module GVLScope
           end
         end
         @lock.synchronize { @max_labels.merge!(caps) }
-        Native::RouteTable.forget_all # a label once past the cap may now get its own series
+        Native::RackRequests.forget_all # a label once past the cap may now get its own series
         nil
       end
 
@@ -142,7 +142,7 @@ module GVLScope
         @untagged = KINDS.to_h { |kind| [kind, {}] } # kind => label => its series with NO_TAGS
         @by_identity = KINDS.to_h { |kind| [kind, {}] } # kind => label => tags object (identity) => series
         @sizes = KINDS.to_h { |kind| [kind, 0] }
-        Native::RouteTable.forget_all # they hold the old series
+        Native::RackRequests.forget_all # they hold the old series
         nil
       end
 

@@ -51,39 +51,26 @@ module GVLScope
       @route = route_option(options[:route])
       Breakdown.configure(max_routes: options[:max_routes]) if options.key?(:max_routes)
       @routes = RouteLabel.new unless options[:route] == false
-      # The built-in labels of routes seen before, and their series: most requests' route recorded
-      # in the C call that finishes their timing (ext/gvlscope/breakdown.c).
-      @route_table = Native::RouteTable.new(@sample, @server_timing) if @routes && !@route
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
-      # Per-request numbers come from the metrics' per-thread counters; they cost one hook that
-      # is shared with everything else gvlscope does.
+      # The common request's work in two C calls (ext/gvlscope/breakdown.c): the timing made and put
+      # in env; then finished, its route recorded (the built-in labels of routes seen before) and the
+      # header added. Per-request numbers come from the metrics' per-thread counters; they cost one
+      # hook that is shared with everything else gvlscope does.
+      @requests = Native::RackRequests.new(@sample, @server_timing, routes_in(options[:route]), @after_response)
       Metrics.enable
-      @timings = RequestTiming
       @warning = RequestHooks::Warning.new { |line| @logger ? @logger.warn(line) : warn(line) }
     end
 
     def call(env)
       return @app.call(env) if @sampling && rand >= @sample # Kernel#rand: reseeded in each forked child
 
-      env["gvlscope"] = timing = @timings.start # ENV_KEY; a literal and an ivar: no constant lookups (~70 instructions)
+      timing = @requests.start(env) # env["gvlscope"] = a RequestTiming started now
       response = @app.call(env)
-      # Finishes the timing and, in the common case, records the route and adds the header in C;
-      # nil when the header is not the common case (a frozen response or headers, an Array value
-      # already there); false when the route is not one the table knows yet (then only finished).
-      if (table = @route_table)
-        done = table.finish(timing, env, response) # adds the header if server_timing
-        unless done || done.nil? # false, without Array#== (~500 instructions)
-          record_route(env, response, timing)
-          done = timing.finish_response(response, @server_timing)
-        end
-      else
-        done = timing.finish_response(response, @server_timing)
-        record_route(env, response, timing) if @routes
-      end
-      return done if done && !@after_response
+      done = @requests.finish(timing, env, response) # the response, or false / nil: see #finish_in_ruby
+      return done if done # one local and no ivar: each Ruby step here costs every request ~20-30 instructions
 
-      report(env, timing, done || response, done.nil?)
+      finish_in_ruby(env, timing, response, done)
     rescue Exception # rubocop:disable Lint/RescueException -- re-raised; unlike ensure, free when nothing is raised
       if timing && !timing.finished? # the app raised: env["gvlscope"] still ends up finished and counted
         timing.finish!
@@ -93,6 +80,17 @@ module GVLScope
     end
 
     private
+
+    # What RackRequests#finish left (the timing is finished): the route when it returned false (a
+    # route function, or a route not seen yet: C then learns its series), the header when it could
+    # not add it, the slow-request log and the flight recorder's triggers.
+    def finish_in_ruby(env, timing, response, route_recorded)
+      record_route(env, response, timing) if route_recorded == false && @routes
+      done = timing.finish_response(response, @server_timing)
+      return done if done && !@after_response
+
+      report(env, timing, done || response, done.nil?)
+    end
 
     # Everything but the common case: the header on an unusual response, the slow-request log, the
     # flight recorder's triggers. Never lets gvlscope break a response: a failure here is reported
@@ -113,7 +111,7 @@ module GVLScope
       status = response ? response[0] : 500
       label = (route_from_option(env) if @route) || @routes.call(env, status)
       series = Breakdown.record(:route, label, timing, Breakdown::NO_TAGS, @sample)
-      @route_table&.remember(env, response, series)
+      @requests.remember(env, response, series) unless @route
     rescue StandardError => e
       @warning.warn("gvlscope: GVLScope::Rack could not count a request by route: #{e.class}: #{e.message}")
     end
@@ -124,6 +122,13 @@ module GVLScope
     rescue StandardError => e
       @warning.warn("gvlscope: GVLScope::Rack's route function raised #{e.class}: #{e.message}; the built-in route is used")
       nil
+    end
+
+    # Who names a request's route (Native::RackRequests): C once it knows the label, Ruby for a function.
+    def routes_in(option)
+      return :off if option == false
+
+      @route ? :ruby : :built_in
     end
 
     def route_option(option)

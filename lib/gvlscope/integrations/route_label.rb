@@ -13,7 +13,7 @@ module GVLScope
   #              tokens of 16+ letters, digits, _ and - with both letters and digits. A 404 there
   #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
   # Labels repeat, so they are kept: the common case allocates nothing. GVLScope::Rack asks this
-  # only for a route's first request (and for what C does not key: see Native::RouteTable in
+  # only for a route's first request (and for what C does not key: see Native::RackRequests in
   # ext/gvlscope/breakdown.c, which builds the same labels for the requests after it).
   class RouteLabel
     MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
