@@ -437,9 +437,9 @@ static series *known_route(route_table *t, VALUE env, VALUE response) {
 // requests.finish(timing, env, response) -> the response when all is done (the timing finished, the
 // route recorded, the header added if asked); false when the route is Ruby's to name (a route
 // function, or a label not known here yet): only the timing is finished; nil when the route is
-// recorded (or not asked for) but the rest is Ruby's: the header could not be added here (a frozen
-// response, an Array value already there) or the middleware has work after the response (then
-// the header is left to Ruby too).
+// recorded (or not asked for) and the header added if it could be, but Ruby has more to do: the
+// header when the response would not take it here (frozen, an Array value already there), or the
+// middleware's work after the response (a slow-request log, the flight recorder).
 static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     route_table *t = table_of(self);
     uint64_t values[6];
@@ -451,8 +451,8 @@ static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     } else if (t->routes == ROUTES_IN_RUBY) {
         return Qfalse;
     }
-    if (t->after_response) return Qnil;
-    return gvls_request_timing_respond(timing, response, t->add_header);
+    VALUE done = gvls_request_timing_respond(timing, response, t->add_header);
+    return t->after_response ? Qnil : done;
 }
 
 // RackRequests.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.

@@ -15,6 +15,7 @@ typedef struct {
     uint64_t before[COUNTERS], delta[COUNTERS];
     uint64_t pickup_wait_ns;  // waited for the GVL between the thread's previous request and this one
     int finished;
+    int header_added;  // the Server-Timing value is in the response's headers: never added twice
 } request_timing;
 
 static void timing_mark(void *ptr) { rb_gc_mark(((request_timing *)ptr)->thread); }
@@ -217,6 +218,7 @@ static VALUE timing_finish_response(VALUE self, VALUE response, VALUE add_header
 
 // The header's part of finish_response, on a finished timing.
 static VALUE add_server_timing(VALUE self, VALUE response) {
+    if (timing_of(self)->header_added) return response;
     if (!RB_TYPE_P(response, T_ARRAY) || RARRAY_LEN(response) != 3 || OBJ_FROZEN(response)) return Qnil;
     VALUE headers = RARRAY_AREF(response, 1);
     if (!RB_TYPE_P(headers, T_HASH) || OBJ_FROZEN(headers)) return Qnil;
@@ -232,6 +234,7 @@ static VALUE add_server_timing(VALUE self, VALUE response) {
         if (RSTRING_LEN(existing) > 0) value = rb_str_plus(rb_str_plus(existing, rb_str_new_cstr(", ")), value);
     }
     rb_hash_aset(headers, key, value);
+    timing_of(self)->header_added = 1;
     return response;
 }
 

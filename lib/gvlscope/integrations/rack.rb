@@ -83,7 +83,7 @@ module GVLScope
 
     # What RackRequests#finish left (the timing is finished): the route when it returned false (a
     # route function, or a route not seen yet: C then learns its series), the header when it could
-    # not add it, the slow-request log and the flight recorder's triggers.
+    # not add it (a timing adds it once), the slow-request log and the flight recorder's triggers.
     def finish_in_ruby(env, timing, response, route_recorded)
       record_route(env, response, timing) if route_recorded == false && @routes
       done = timing.finish_response(response, @server_timing)
