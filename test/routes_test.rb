@@ -47,12 +47,12 @@ class RoutesTest < Minitest::Test
       "/.well-known/security.txt" => "GET /.well-known/security.txt",
       "/files/report.pdf" => "GET /files/report.pdf",
     }
-    middleware = GVLScope::Rack.new(OK)
+    middleware = GVLScope::Rack.new(OK, route: true)
     cases.each_key { |path| middleware.call(env_for(path)) }
     middleware.call(env_for("/users/43"))
     middleware.call(env_for("/users/42", method: "DELETE"))
     middleware.call(env_for("", method: "GET").merge("PATH_INFO" => ""))
-    GVLScope::Rack.new(->(_env) { [404, {}, ["no"]] }).call(env_for("/wp-admin/setup-config.php"))
+    GVLScope::Rack.new(->(_env) { [404, {}, ["no"]] }, route: true).call(env_for("/wp-admin/setup-config.php"))
 
     labels = routes
     cases.each { |path, label| assert labels.key?(label), "#{path}: #{label} missing from #{labels.keys}" }
@@ -64,7 +64,7 @@ class RoutesTest < Minitest::Test
   end
 
   def test_sinatra_routes_are_their_patterns
-    middleware = GVLScope::Rack.new(Users)
+    middleware = GVLScope::Rack.new(Users, route: true)
     %w[/users/1 /users/2 /users/3/posts/9].each do |path|
       status, = middleware.call(env_for(path))
       assert_equal 200, status
@@ -86,14 +86,14 @@ class RoutesTest < Minitest::Test
       env["action_dispatch.request.path_parameters"] = { controller: "admin/user_profiles", action: "index", id: "7" }
       [200, {}, ["ok"]]
     end
-    2.times { GVLScope::Rack.new(with_controller).call(env_for("/admin/users/1")) }
-    GVLScope::Rack.new(routed_only).call(env_for("/admin/user_profiles"))
+    2.times { GVLScope::Rack.new(with_controller, route: true).call(env_for("/admin/users/1")) }
+    GVLScope::Rack.new(routed_only, route: true).call(env_for("/admin/user_profiles"))
     assert_equal({ "Admin::UsersController#show" => 2, "Admin::UserProfilesController#index" => 1 },
                  routes.transform_values(&:count))
   end
 
   def test_past_max_routes_the_rest_are_other
-    middleware = GVLScope::Rack.new(OK, max_routes: 3)
+    middleware = GVLScope::Rack.new(OK, max_routes: 3, route: true)
     %w[/a /b /c /d /e /a /f].each { |path| middleware.call(env_for(path)) }
     assert_equal({ "GET /a" => 2, "GET /b" => 1, "GET /c" => 1, "other" => 3 }, routes.transform_values(&:count))
     assert_raises(GVLScope::Error) { GVLScope::Rack.new(OK, max_routes: -1) }
@@ -121,6 +121,19 @@ class RoutesTest < Minitest::Test
     assert_raises(GVLScope::Error) { GVLScope::Rack.new(OK, route: "users#show") }
   end
 
+  # Without a route option, per-route numbers are on where they fit the web budget: Ruby 3.4+
+  # (CI runs both sides: 3.3.8 and 3.4.5).
+  def test_per_route_numbers_by_default_on_ruby_3_4_and_later
+    by_default = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
+    assert_equal by_default, GVLScope::Rack::ROUTES_BY_DEFAULT
+    middleware = GVLScope::Rack.new(OK)
+    2.times { middleware.call(env_for("/users/7")) } # the second one through the C table, when on
+    assert_equal(by_default ? { "GET /users/:id" => 2 } : {}, routes.transform_values(&:count))
+    env = env_for("/users/8")
+    middleware.call(env)
+    assert_predicate env["gvlscope"], :finished?, "the request is measured either way"
+  end
+
   # Both sides come from the same two clock readings per request (RequestTiming reads the thread's
   # counters at the instants it reads the clock): the thread's time between them is split among
   # run, wait, idle and GC, so the parts add up to the duration (plus the pickup wait before it)
@@ -134,7 +147,7 @@ class RoutesTest < Minitest::Test
       end
       [200, {}, ["ok"]]
     end
-    middleware = GVLScope::Rack.new(app)
+    middleware = GVLScope::Rack.new(app, route: true)
     hog = Thread.new { 3.times { 100_000.times.map(&:to_s) } } # waits, for some requests
     durations = Hash.new(0)
     60.times do |i|
@@ -158,7 +171,7 @@ class RoutesTest < Minitest::Test
   # sample: 0.25 measures the requests for which Kernel#rand < 0.25: with a seed, exactly those.
   # The process-wide metrics still count every request.
   def test_sampling_measures_the_sampled_share_and_metrics_stay_exact
-    middleware = GVLScope::Rack.new(->(env) { [200, {}, [env.key?("gvlscope") ? "measured" : "passed"]] }, sample: 0.25)
+    middleware = GVLScope::Rack.new(->(env) { [200, {}, [env.key?("gvlscope") ? "measured" : "passed"]] }, sample: 0.25, route: true)
     srand(20_261_123)
     bodies = Array.new(4000) { middleware.call(env_for("/x"))[2].first }
     srand(20_261_123)
@@ -168,7 +181,7 @@ class RoutesTest < Minitest::Test
     assert_in_delta 1000, routes["GET /x"].count, 120 # binomial: sd 27, so 4.4 sd
     assert_equal 0.25, routes["GET /x"].sample_rate
 
-    none = GVLScope::Rack.new(->(_env) { sleep 0.02; [200, {}, ["ok"]] }, sample: 0.0)
+    none = GVLScope::Rack.new(->(_env) { sleep 0.02; [200, {}, ["ok"]] }, sample: 0.0, route: true)
     before = GVLScope::Metrics.current_thread
     env = env_for("/none")
     _status, headers, = none.call(env)
@@ -185,7 +198,7 @@ class RoutesTest < Minitest::Test
   end
 
   def test_a_request_that_raises_is_counted_under_its_route
-    middleware = GVLScope::Rack.new(->(_env) { raise ArgumentError, "boom" })
+    middleware = GVLScope::Rack.new(->(_env) { raise ArgumentError, "boom" }, route: true)
     assert_raises(ArgumentError) { middleware.call(env_for("/boom/12")) }
     assert_equal 1, routes["GET /boom/:id"].count
   end
@@ -206,7 +219,7 @@ class RoutesTest < Minitest::Test
       end
       [200, {}, ["ok"]]
     end
-    middleware = GVLScope::Rack.new(app)
+    middleware = GVLScope::Rack.new(app, route: true)
     requests = { "/users/42" => "GET /app/users/:id", "/users/43" => "GET /app/users/:id", "/" => "GET /app/",
                  "/missing" => "GET (not found)", "/sinatra/a" => "GET /sinatra/:name", "/sinatra/b" => "GET /sinatra/:name",
                  "/rails/users/show" => "UsersController#show", "/rails/users/edit" => "UsersController#edit",
@@ -243,7 +256,7 @@ class RoutesTest < Minitest::Test
       [200, {}, ["ok"]]
     end
     log = StringIO.new
-    middleware = GVLScope::Rack.new(app, logger: Logger.new(log))
+    middleware = GVLScope::Rack.new(app, logger: Logger.new(log), route: true)
     middleware.call(env_for("/users/1")) # a route first named in Ruby: the table keys Rails' requests from now on
     statuses = Array.new(3) { middleware.call(env_for("/users/1")).first }
     assert_equal [200] * 3, statuses

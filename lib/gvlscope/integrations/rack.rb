@@ -23,8 +23,9 @@ module GVLScope
   #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
   #                             when a request waited or lasted too long (see FlightRecorder)
   #       wait_over_ms: 100, duration_over_ms: nil, and FlightRecorder.start's options
-  #   route:             nil    ->(env) { "label" }: a request's route (after the app ran; nil: the
-  #                             built-in one, see RouteLabel); false: no per-route numbers
+  #   route:             nil    true: per-route numbers with the built-in labels (see RouteLabel);
+  #                             ->(env) { "label" }: a request's route (after the app ran; nil: the
+  #                             built-in one); false: no per-route numbers; nil: ROUTES_BY_DEFAULT
   #   max_routes:        nil    routes kept apart (Breakdown's cap, default 100); the rest are "other"
   #   sample:            1.0    share of requests measured (0.0..1.0); the others pass straight
   #                             through: no header, no env["gvlscope"], no per-route numbers
@@ -39,6 +40,12 @@ module GVLScope
     # env["gvlscope"]: see GVLScope::RequestTiming.
     RequestTiming = GVLScope::RequestTiming
 
+    # Per-route numbers are on by default where they fit gvlscope's web budget (its own work <= 2 %
+    # of a hello-world request, docs/performance.md): Ruby 3.4+, which hashes an interned env key
+    # once. Ruby 3.3 hashes the key at each of the label's three env lookups, ~1,100 instructions a
+    # request in all (2.1 % with them, 1.4 % without): there `route: true` turns them on.
+    ROUTES_BY_DEFAULT = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
+
     def initialize(app, **options)
       @app = app
       Options.reject_unknown!(options, OPTIONS, OWNER)
@@ -50,14 +57,15 @@ module GVLScope
       @sampling = @sample < 1.0
       @route = route_option(options[:route])
       Breakdown.configure(max_routes: options[:max_routes]) if options.key?(:max_routes)
-      @routes = RouteLabel.new unless options[:route] == false
+      routes = routes_in(options.fetch(:route, nil))
+      @routes = RouteLabel.new unless routes == :off
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # The common request's work in two C calls (ext/gvlscope/breakdown.c): the timing made and put
       # in env; then finished, its route recorded (the built-in labels of routes seen before) and the
       # header added. Per-request numbers come from the metrics' per-thread counters; they cost one
       # hook that is shared with everything else gvlscope does.
-      @requests = Native::RackRequests.new(@sample, @server_timing, routes_in(options[:route]), @after_response)
+      @requests = Native::RackRequests.new(@sample, @server_timing, routes, @after_response)
       Metrics.enable
       @warning = RequestHooks::Warning.new { |line| @logger ? @logger.warn(line) : warn(line) }
     end
@@ -126,16 +134,17 @@ module GVLScope
 
     # Who names a request's route (Native::RackRequests): C once it knows the label, Ruby for a function.
     def routes_in(option)
-      return :off if option == false
+      return :ruby if @route
+      return :built_in if option == true || (option.nil? && ROUTES_BY_DEFAULT)
 
-      @route ? :ruby : :built_in
+      :off
     end
 
     def route_option(option)
-      return nil if option.nil? || option == false
+      return nil if option.nil? || option == false || option == true
       return option if option.respond_to?(:call)
 
-      raise Error, "#{OWNER}: route must respond to call(env) (a Proc) or be false, got #{option.inspect}"
+      raise Error, "#{OWNER}: route must be true, false or respond to call(env) (a Proc), got #{option.inspect}"
     end
 
     def with_server_timing(response, value)
