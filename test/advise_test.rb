@@ -476,9 +476,12 @@ class AdviseTest < Minitest::Test
       workload.cpu_wait_ns = 1_000 * MS
       advice = Advisor.new(workload, cores: 1).advice
       expected = Advisor.curve(1.0, 15.0 / 4).find { |p| p.busy >= 0.95 }.threads
+      assert_equal expected, advice.threads, "the wait for a core is left out of idle: not IO that threads overlap"
       assert_equal expected, advice.sensitivity[:without_cpu_wait]
-      assert_match(/the pool waited for a core 5\.0 % of its time .* the answer without it would be #{expected} threads/,
-                   advice.what_would_change.join("\n"))
+      assert_equal expected, Advisor.curve(1.0, 16.0 / 4).find { |p| p.busy >= 0.95 }.threads, "a wait this short changes nothing here"
+      assert_nil advice.sensitivity[:runqueue_as_idle]
+      assert_match(/the pool waited for a core 5\.0 % of its time \(Linux's run-queue wait\), left out of idle \(.*inside its holds\)\.\z/,
+                   advice.what_would_change.grep(/short of CPU/).first)
       assert_match(/waiting for a CPU core \(Linux run-queue wait\): 5\.0 % of the pool's time/,
                    GVLScope::Formats::AdviceText.new(advice).to_s)
     end
@@ -500,16 +503,22 @@ class AdviseTest < Minitest::Test
     split = with.(1.5, 3)
     assert_equal fewest.(3.0, 15.5), split.sensitivity[:without_cpu_wait]
     assert_equal 9, split.sensitivity[:without_cpu_wait]
-    assert_equal 8, split.threads, "the answer itself stays as measured"
+    assert_equal fewest.(4.0, 15.5), split.threads, "the 0.5 s of it outside the holds is not IO: Z 15.5 s, D as measured"
+    assert_equal 8, split.threads
+    assert_nil split.sensitivity[:runqueue_as_idle], "the same answer counted as IO: not shown"
     assert_equal 1_000 * MS, split.workload.held_cpu_wait_ns
     assert_match(/waited for a core 7\.5 % of its time \(Linux's run-queue wait\); 5\.0 % of it inside its GVL holds .* the answer would be 9 threads\./,
                  split.what_would_change.join("\n"))
     assert_match(/^  on a CPU core: 15\.0 % of the pool's time \(its GVL run \+ GC: 20\.0 %\)$/,
                  GVLScope::Formats::AdviceText.new(split).to_s)
     assert_equal 3_000 * MS, JSON.parse(GVLScope::Formats::AdviceJSON.new(split).to_s).dig("measured", "cpu_ns")
-    # Without the CPU time all of the wait comes out of idle: Z 14.5 s, D 4 s (the least it can be).
+    # Without the CPU time all of the wait comes out of idle: Z 14.5 s, D 4 s (the least it can be),
+    # the answer itself; counted as IO it would be 8.
     assert_equal fewest.(4.0, 14.5), with.(1.5, nil).sensitivity[:without_cpu_wait]
     assert_equal 7, with.(1.5, nil).sensitivity[:without_cpu_wait]
+    assert_equal 7, with.(1.5, nil).threads
+    assert_equal 8, with.(1.5, nil).sensitivity[:runqueue_as_idle]
+    assert_match(/Counted as IO, that wait would make the answer 8 threads\./, with.(1.5, nil).what_would_change.join("\n"))
     # More CPU time than held (syscalls on the pool's threads): nothing inside the holds.
     assert_equal 0, with.(1.5, 5).workload.held_cpu_wait_ns
     assert_equal 7, with.(1.5, 5).sensitivity[:without_cpu_wait]

@@ -11,7 +11,8 @@ module GVLScope
     #
     #   The GVL is one server. Each request (or job) holds it for D (run + GC, with the holds of
     #   other threads, a Puma reactor's, charged to the requests) and is off it for Z (idle: IO,
-    #   sleep, C calls without the GVL). T threads go round: off the GVL for Z, then in line for it
+    #   sleep, C calls without the GVL; not the time a thread back from IO waited for a CPU core,
+    #   where Linux tells it: more threads lengthen that wait, they cannot overlap it). T threads go round: off the GVL for Z, then in line for it
     #   (GVL wait), then D holding it. This is a closed queueing network (the "machine repairman"),
     #   solved exactly by mean value analysis (Reiser & Lavenberg, 1980) with exponential hold and
     #   idle times: the GVL's busy share U(T) (throughput as a share of the most one GVL allows,
@@ -66,6 +67,14 @@ module GVLScope
           ((pool_held_ns || held_ns) - cpu_ns).clamp(0, cpu_wait_ns)
         end
 
+        # The pool's run-queue wait outside its GVL holds: threads back from IO (or woken) waiting for
+        # a core. It is not IO: more threads lengthen it, they cannot overlap it (0 without the wait).
+        def runqueue_idle_ns
+          return 0 unless cpu_wait_ns
+
+          [cpu_wait_ns - held_cpu_wait_ns, idle_ns.to_i].min
+        end
+
         # Other threads' GVL holds charged to the pool's work: total held / the pool's held.
         def charge
           pool = (pool_held_ns || held_ns).to_f
@@ -94,9 +103,14 @@ module GVLScope
         def reasoning
           pct = ->(share) { format("%.0f %%", 100 * share) }
           chosen = point(threads)
+          idle_note = if workload.runqueue_idle_ns.positive?
+                        " Idle leaves out the #{format('%.1f %%', 100.0 * workload.runqueue_idle_ns / workload.total_ns)} of " \
+                          "the time the pool's threads waited for a CPU core outside their holds: more threads lengthen that " \
+                          "wait, they cannot overlap it."
+                      end
           lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
-                   "what threads add). With no collisions, (D + Z) / D = 1 / run share = #{format('%.1f', no_collision_threads)}: " \
-                   "that many threads keep the GVL busy, each idle while the others hold it."]
+                   "what threads add).#{idle_note} With no collisions, (D + Z) / D = 1 / run share = " \
+                   "#{format('%.1f', no_collision_threads)}: that many threads keep the GVL busy, each idle while the others hold it."]
           unless limited_by == :max_threads
             lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
                      "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
@@ -146,17 +160,19 @@ module GVLScope
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
                      "or give per-request numbers (a snapshot with Breakdown entries)."
           end
+          as_idle = if sensitivity[:runqueue_as_idle]
+                      " Counted as IO, that wait would make the answer #{Advisor.count(sensitivity[:runqueue_as_idle], 'thread')}."
+                    end
           lines << if sensitivity[:without_cpu_wait] && workload.cpu_ns
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
                        "of its time (Linux's run-queue wait); #{format('%.1f %%', 100.0 * workload.held_cpu_wait_ns / workload.total_ns)} " \
-                       "of it inside its GVL holds (run beyond its CPU time), counted as run, the rest as idle (back from IO, " \
-                       "every core busy); with a core free whenever a thread can run, the answer would be " \
-                       "#{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
+                       "of it inside its GVL holds (run beyond its CPU time), counted as run; the rest is left out of idle " \
+                       "(back from IO, every core busy: not IO that threads overlap).#{as_idle} With a core free whenever a " \
+                       "thread can run, the answer would be #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')}."
                    elsif sensitivity[:without_cpu_wait]
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
-                       "of its time (Linux's run-queue wait), counted here as idle (back from IO, every core busy) or as run; " \
-                       "were all of it idle, the answer without it would be #{Advisor.count(sensitivity[:without_cpu_wait], 'thread')} " \
-                       "(the least it can be)."
+                       "of its time (Linux's run-queue wait), left out of idle (back from IO, every core busy: not IO that " \
+                       "threads overlap; without the pool's CPU time none of it is known to be inside its holds).#{as_idle}"
                    else
                      "A machine short of CPU: a thread back from IO that waits for a core counts as idle here, " \
                        "so the answer comes out high (Linux shows that wait in /proc/PID/task/TID/schedstat)."
@@ -233,7 +249,9 @@ module GVLScope
         w = @workload
         per = w.count.to_i.positive? ? w.count.to_f : 1.0
         demand = w.held_ns * w.charge / per
-        idle = w.idle_ns / per
+        measured_idle = w.idle_ns / per
+        # A wait for a CPU core is not IO that more threads overlap (Workload#runqueue_idle_ns).
+        idle = measured_idle - w.runqueue_idle_ns / per
         curve = Advisor.curve(demand, idle, @max_threads)
         threads = threads_on(curve)
         limited_by = curve[threads - 1].busy >= @target ? :throughput : :max_threads
@@ -250,7 +268,8 @@ module GVLScope
                    idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
                    max_wait_ns: max_wait_ns, limited_by: limited_by,
                    sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
-                                  without_cpu_wait: without_cpu_wait(demand, idle, per) })
+                                  runqueue_as_idle: runqueue_as_idle(demand, measured_idle, curve),
+                                  without_cpu_wait: without_cpu_wait(demand, measured_idle, per) })
       end
 
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
@@ -270,6 +289,12 @@ module GVLScope
         pool_held = (w.pool_held_ns || w.held_ns).to_f
         in_holds = w.held_cpu_wait_ns
         threads_for(demand * (1 - in_holds / pool_held), [idle - (w.cpu_wait_ns - in_holds) / per, 0.0].max)
+      end
+
+      # The answer had the wait for a core counted as IO (idle), when it differs; else nil.
+      def runqueue_as_idle(demand, measured_idle, curve)
+        as_idle = threads_for(demand, measured_idle)
+        as_idle unless as_idle == threads_on(curve)
       end
 
       # The recommendation for other idle times per request: how much the answer hangs on the IO.
