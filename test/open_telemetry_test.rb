@@ -222,7 +222,10 @@ class OpenTelemetryTest < Minitest::Test
                  "the in-memory reader of the same provider got every request"
     assert_empty @logged.string, "gvlscope's own collection did not fail"
   ensure
-    periodic&.instance_variable_set(:@continue, false) # its thread may be asleep in a retry back-off: let it end on its own
+    # Its thread may be asleep in a retry back-off for up to a minute: ended here, so that it cannot
+    # wake (and allocate, and take the GVL) in a later test that counts either.
+    periodic&.instance_variable_set(:@continue, false)
+    periodic&.instance_variable_get(:@thread)&.then { |thread| thread.kill.join(5) }
   end
 
   # install(otlp_endpoint:) for an app without OpenTelemetry: gvlscope's own provider posts there.
@@ -264,7 +267,11 @@ class OpenTelemetryTest < Minitest::Test
       assert_equal 1, lines.size, @logged.string
       assert_match(%r{\Agvlscope: GVLScope::OpenTelemetry: could not export to http://127\.0\.0\.1:#{closed_port}/v1/metrics; 1 failed exports so far}, lines.first)
     ensure
-      producer&.meter_provider&.metric_readers&.each { |reader| reader.instance_variable_set(:@continue, false) }
+      # As above: the reader's thread ended here, not left asleep in a back-off into later tests.
+      producer&.meter_provider&.metric_readers&.each do |reader|
+        reader.instance_variable_set(:@continue, false)
+        reader.instance_variable_get(:@thread)&.then { |thread| thread.kill.join(5) }
+      end
     end
   end
 

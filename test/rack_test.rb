@@ -72,6 +72,27 @@ class RackTest < Minitest::Test
     assert_operator beside["gvl-wait"], :>=, 50, beside.inspect
   end
 
+  # The pickup wait is what the thread waited since its previous request and since it last came
+  # back from idle (a server thread woken for the request). A thread that, between two requests,
+  # waited beside a CPU hog and then slept does not bring that wait into the next request: the
+  # suite's main thread is such a thread, which once reported 413 ms of wait for a 13 ms request.
+  def test_wait_between_requests_before_an_idle_is_not_the_next_requests_pickup
+    app = ->(_env) { [200, {}, ["ok"]] }
+    middleware = GVLScope::Rack.new(app)
+    request(middleware) # the thread's previous request: from here its pickup wait is known
+    hog = Thread.new { burn(0.5) }
+    sleep 0.05
+    before = GVLScope::Metrics.current_thread.wait_ns
+    5.times { sleep 0.001 } # each wake-up waits for the hog's timeslice
+    waited_ms = (GVLScope::Metrics.current_thread.wait_ns - before) / 1e6
+    hog.join
+    sleep 0.01 # idle: what comes after is the next request's pickup
+    after = server_timing(request(middleware))
+
+    assert_operator waited_ms, :>=, 50, "the wait between the requests"
+    assert_operator after["gvl-wait"], :<, 20, after.inspect
+  end
+
   def test_env_holds_the_timing_for_loggers_and_numbers_so_far_inside_the_app
     seen_inside = nil
     app = lambda do |env|

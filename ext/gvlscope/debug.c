@@ -88,7 +88,7 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations, VALUE preempted) {
     uint64_t last[4] = { 0 };
     for (unsigned long i = 0; i < n; i++) {
         uint64_t now[4];
-        gvls_metrics_counters_now(job.slot, gvls_now_ns(), now);
+        gvls_metrics_counters_now(job.slot, gvls_now_ns(), now, NULL);
         for (int c = 0; c < 4; c++) {
             if (now[c] + 10000 < last[c]) regressions++;
             last[c] = now[c];

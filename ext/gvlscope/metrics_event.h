@@ -63,6 +63,8 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             } else {
                 m->released_blocking++;
                 m->idle_ns += elapsed(m->since_ns, now_ns);
+                // Where a request's pickup wait starts: a server thread woken for work (RequestTiming).
+                m->wait_ns_at_wake = m->wait_ns;
                 m->since_ns = now_ns;
             }
         } else {

@@ -53,9 +53,16 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
     if (slot) {
-        gvls_metrics_counters_now(slot, timing->started_ns, timing->before);
-        // Before its first request (or after Metrics.reset) nothing is known of the pickup.
-        if (slot->request_end_known) timing->pickup_wait_ns = minus(timing->before[WAIT], slot->request_end_wait_ns);
+        uint64_t wait_at_wake;
+        gvls_metrics_counters_now(slot, timing->started_ns, timing->before, &wait_at_wake);
+        // Before its first request (or after Metrics.reset) nothing is known of the pickup. It is
+        // the wait since the previous request ended and since the thread last came back from idle
+        // (a server thread woken for this request): a thread that did other work between requests
+        // (waited beside a CPU hog, then slept) does not bring that wait into this request.
+        if (slot->request_end_known) {
+            uint64_t from = slot->request_end_wait_ns > wait_at_wake ? slot->request_end_wait_ns : wait_at_wake;
+            timing->pickup_wait_ns = minus(timing->before[WAIT], from);
+        }
     }
     return self;
 }
@@ -90,7 +97,7 @@ VALUE gvls_request_timing_start_current(void) { return start_current(cRequestTim
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t *out) {
     uint64_t now[COUNTERS] = { 0 };
-    if (slot) gvls_metrics_counters_now(slot, now_ns, now);
+    if (slot) gvls_metrics_counters_now(slot, now_ns, now, NULL);
     for (int i = 0; i < COUNTERS; i++) out[i] = minus(now[i], timing->before[i]);
     out[WAIT] += timing->pickup_wait_ns;
 }

@@ -28,6 +28,7 @@ typedef struct gvls_thread_metrics {
     uint64_t last_hold_ns;      // length of the hold that ended at the last SUSPENDED
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
+    uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
     uint64_t holds, waits, longest_hold_ns, longest_wait_ns;
     uint64_t released_blocking, released_preempted, released_exit;
     uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held

@@ -12,9 +12,11 @@ module GVLScope
   #
   # run, idle and GC count from #initialize to #finish!. GVL wait counts that too, plus the wait to
   # pick the request up (pickup_wait_ns): what the thread waited for the GVL since it finished its
-  # previous request. A server thread woken for a new request must get the GVL back before it can
-  # even parse it; beside a CPU-bound thread that is where a quick request loses its 100 ms, before
-  # the app is called. Numbers come from GVLScope::Metrics, which must be enabled.
+  # previous request and since it last came back from idle (waiting for work, a sleep, IO): waits
+  # before that belong to no request. A server thread woken for a new request must get the GVL
+  # back before it can even parse it; beside a CPU-bound thread that is where a quick request
+  # loses its 100 ms, before the app is called. Numbers come from GVLScope::Metrics, which must be
+  # enabled.
   class RequestTiming
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6
