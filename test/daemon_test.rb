@@ -49,7 +49,8 @@ class DaemonTest < Minitest::Test
   # The daemon is no child of ours: poll its pid. 20 s is far beyond its few ms of work.
   def assert_daemon_exits(pid_file)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
-    sleep 0.05 until File.exist?(pid_file) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    # File.write creates the file before it writes the pid: wait until it holds something.
+    sleep 0.05 until File.size?(pid_file) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
     assert_path_exists pid_file, "the daemon started"
     pid = Integer(File.read(pid_file))
     alive = true
