@@ -12,13 +12,16 @@ class MemorySafetyTest < Minitest::Test
   # already grown by the hold that just ended, the state still "run") counts the hold twice, and
   # the next reading is lower: "run_ns went back" in test/metrics_ractor_test.rb under load.
   def test_snapshots_of_a_slot_being_written_never_go_back
-    reads, regressions = GVLScope::Native.debug_metrics_race(10_000_000, false)
-    assert_equal 10_000_000, reads
-    # A half-written slot is read this way hundreds of times per run (about 1,300 in 10,000,000
-    # reads before the fix). A consistent reading can still run ahead of an event by the time the
-    # writer's stores take to become visible after its clock read: ~1.4 us normally, more in the
-    # rare case the VM stalls the writer's vCPU just then (1 reading in one CI run out of ~10).
-    assert_operator regressions, :<=, 3, "readings lower than the one before (a half-written slot counted twice)"
+    rounds = Array.new(5) { GVLScope::Native.debug_metrics_race(2_000_000, false) }
+    assert_equal [2_000_000] * 5, rounds.map(&:first)
+    # A half-written slot is read this way in every round: 77-106 per round of 2,000,000 reads
+    # with the seqlock's check taken out (27-39 per round in the test below). A consistent reading can still
+    # run ahead of an event by the time the writer's stores take to become visible after its clock
+    # read: ~1.4 us normally, more when the machine stalls the writer's CPU just then. Those stalls
+    # come in bursts with other load (4 and 11 in a run under ASan beside other tests), so the
+    # quietest of the rounds is judged.
+    regressions = rounds.map(&:last)
+    assert_operator regressions.min, :<=, 3, "readings lower than the one before (a half-written slot counted twice), per round: #{regressions.inspect}"
   end
 
   # A release after a long hold while others wait may be a timeslice switch: READY then counts the
@@ -27,10 +30,11 @@ class MemorySafetyTest < Minitest::Test
   # lower: "idle_ns went back" in test/metrics_ractor_test.rb. Here every release is such a switch
   # and lasts 20-80 us.
   def test_snapshots_during_a_preemption_never_go_back
-    reads, regressions = GVLScope::Native.debug_metrics_race(2_000_000, true)
-    assert_equal 2_000_000, reads
+    rounds = Array.new(4) { GVLScope::Native.debug_metrics_race(500_000, true) }
+    assert_equal [500_000] * 4, rounds.map(&:first)
     # Same allowance as above for a reading that runs ahead of an event in flight.
-    assert_operator regressions, :<=, 3, "readings lower than the one before (idle moved to wait)"
+    regressions = rounds.map(&:last)
+    assert_operator regressions.min, :<=, 3, "readings lower than the one before (idle moved to wait), per round: #{regressions.inspect}"
   end
 
   # EXITED runs without the GVL, maybe in another Ractor, while a snapshot on the main thread may

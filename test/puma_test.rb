@@ -74,8 +74,8 @@ class PumaTest < Minitest::Test
 
   def test_server_timing_shows_a_quick_request_waiting_behind_a_cpu_request
     server = start_puma("")
-    # Warm up every one of the 5 pool threads (5 requests at once, each holding the GVL for a
-    # while): a thread's first request has no known pickup wait and reports none.
+    # Warm up the pool threads (5 requests at once, each holding the GVL for a while). A thread's
+    # first request counts its pickup from its wake-up (test/rack_test.rb), as later ones do.
     Array.new(5) { Thread.new { get(server.port, "/cpu?cpu_ms=30") } }.each(&:join)
     3.times { get(server.port, "/fast") }
     alone = Array.new(5) { gvl_wait_ms(get(server.port, "/fast")) }

@@ -93,6 +93,35 @@ class RackTest < Minitest::Test
     assert_operator after["gvl-wait"], :<, 20, after.inspect
   end
 
+  # A thread's first request has no previous one: its pickup is the wait since it last came back
+  # from idle, as a Puma pool thread woken for its first request waits for the GVL before it can
+  # parse it. Each try is a new thread whose wake-up from sleep lands in a hog's timeslice.
+  def test_a_threads_first_request_brings_the_wait_since_it_woke
+    app = ->(_env) { [200, {}, ["ok"]] }
+    middleware = GVLScope::Rack.new(app)
+    GVLScope::Metrics.enable
+    hog = Thread.new { burn(3.0) }
+    sleep 0.05
+    tries = []
+    5.times do
+      tries << Thread.new do
+        before_sleep_ns = GVLScope::Metrics.current_thread.wait_ns # what it waited to start
+        sleep 0.001 # idle: the wake-up waits for the GVL behind the hog
+        woke_waited_ns = GVLScope::Metrics.current_thread.wait_ns - before_sleep_ns
+        env = Rack::MockRequest.env_for("/")
+        middleware.call(env)
+        [woke_waited_ns, env["gvlscope"].pickup_wait_ns]
+      end.value
+      break if tries.last[0] >= 10_000_000
+    end
+    hog.kill
+    woke_waited_ns, pickup_ns = tries.last
+
+    assert_operator woke_waited_ns, :>=, 10_000_000, "no try woke inside the hog's timeslice: #{tries.inspect}"
+    # Everything waited since the wake, and at most the wait between the reading and the start.
+    assert_operator pickup_ns, :>=, woke_waited_ns, tries.inspect
+    assert_operator pickup_ns - woke_waited_ns, :<, 5_000_000, tries.inspect
+  end
   def test_env_holds_the_timing_for_loggers_and_numbers_so_far_inside_the_app
     seen_inside = nil
     app = lambda do |env|

@@ -123,7 +123,7 @@ static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *liv
     m->others_wanted = live->others_wanted; m->last_hold_ns = live->last_hold_ns;  // release_undecided
     m->resume_seq_at_suspend = live->resume_seq_at_suspend;
     m->run_ns = live->run_ns; m->wait_ns = live->wait_ns; m->idle_ns = live->idle_ns; m->gc_ns = live->gc_ns;
-    m->wait_ns_at_wake = live->wait_ns_at_wake;
+    m->wait_ns_at_wake = live->wait_ns_at_wake; m->released_blocking = live->released_blocking;
 }
 
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms) {
@@ -183,7 +183,8 @@ void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_
     gvls_metrics_read(slot, &m, 0);
     add_in_progress(&m, now_ns, resume_seq);
     out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns;
-    if (wait_ns_at_wake) *wait_ns_at_wake = m.wait_ns_at_wake;
+    // released_blocking counts the wakes: none since counting began, no wake is known.
+    if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }
 
 #define COUNTER_FIELDS 11

@@ -55,12 +55,15 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
     if (slot) {
         uint64_t wait_at_wake;
         gvls_metrics_counters_now(slot, timing->started_ns, timing->before, &wait_at_wake);
-        // Before its first request (or after Metrics.reset) nothing is known of the pickup. It is
-        // the wait since the previous request ended and since the thread last came back from idle
-        // (a server thread woken for this request): a thread that did other work between requests
-        // (waited beside a CPU hog, then slept) does not bring that wait into this request.
-        if (slot->request_end_known) {
-            uint64_t from = slot->request_end_wait_ns > wait_at_wake ? slot->request_end_wait_ns : wait_at_wake;
+        // The pickup is the wait since the later of two points: the end of the thread's previous
+        // request, and its last return from idle (a server thread woken for this request). A
+        // thread that did other work between requests (waited beside a CPU hog, then slept) does
+        // not bring that wait in; a pool thread's first request brings the wait since it was woken.
+        // With neither known (no request and no wake since counting began) it is left out.
+        int woke = wait_at_wake != GVLS_NEVER_WOKE;
+        if (slot->request_end_known || woke) {
+            uint64_t from = slot->request_end_known ? slot->request_end_wait_ns : 0;
+            if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
         }
     }
