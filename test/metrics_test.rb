@@ -25,6 +25,40 @@ class MetricsTest < Minitest::Test
     GVLScope::Metrics.snapshot - before
   end
 
+  # --- exact event sequences (Native.debug_metrics_replay: the hook's metrics on a private slot) ---
+
+  MS = 1_000_000
+
+  # [run, wait, idle, gc] in ms of a slot that saw +events+, read +at+ ms after they began.
+  def replay(events, at) = GVLScope::Native.debug_metrics_replay(events, at).map { |ns| ns.fdiv(MS) }
+
+  def test_each_state_counts_until_the_next_event_and_a_snapshot_counts_the_one_in_progress
+    cycle = [[:resumed, 0], [:suspended, 2], [:ready, 5], [:resumed, 6]]
+    assert_equal [2.0, 1.0, 3.0, 0.0], replay(cycle, 6)
+    assert_equal [3.0, 1.0, 3.0, 0.0], replay(cycle, 7), "the hold in progress"
+    assert_equal [2.0, 0.0, 1.0, 0.0], replay(cycle.first(2), 3), "the idle in progress"
+  end
+
+  # A snapshot counts the state in progress; the thread's exit ends that state and must keep it
+  # where the snapshot put it. An exited thread's slot is retired into the process's totals, which
+  # Prometheus reads as counters: a total that goes back, even by microseconds, reads as a reset.
+  def test_a_thread_that_exits_keeps_what_a_snapshot_saw_of_its_last_state
+    { "idle" => [[[:resumed, 0], [:suspended, 1]], 2],
+      "a wait" => [[[:resumed, 0], [:suspended, 1], [:ready, 2]], 1],
+      "a GC" => [[[:resumed, 0], [:gc_enter, 1]], 3] }.each do |state, (events, counter)|
+      seen = replay(events, 6)
+      exited = replay(events + [[:exited, 11]], 20)
+      # The last state counts from its event to the exit at 11 ms.
+      assert_equal 11.0 - events.last[1], exited[counter], "exited from #{state}: #{seen.inspect} then #{exited.inspect}"
+      exited.zip(seen).each { |after, before| assert_operator after, :>=, before, "exited from #{state}: #{seen.inspect} then #{exited.inspect}" }
+    end
+  end
+
+  def test_a_replay_names_its_events
+    error = assert_raises(ArgumentError) { GVLScope::Native.debug_metrics_replay([[:started, 0]], 1) }
+    assert_equal "not an event kind: :started", error.message
+  end
+
   def test_one_cpu_thread_alone_holds_the_gvl_and_never_waits
     metrics = interval do
       deadline = clock + 0.5

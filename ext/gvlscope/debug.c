@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static _Atomic unsigned long freed_slot_writes;
@@ -104,6 +105,57 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations, VALUE preempted) {
     return rb_ary_new_from_args(2, ULONG2NUM(n), ULONG2NUM(regressions));
 }
 
+// Native.debug_metrics_replay(events, read_at_ms) -> [run_ns, wait_ns, idle_ns, gc_ns]: a private slot
+// sees +events+ ([[kind, ms], ...], kind one of :ready, :resumed, :suspended, :exited, :gc_enter,
+// :gc_exit, ms after the replay's start) exactly as the hook hands them to the metrics, and is
+// read read_at_ms after the start as a snapshot reads it (the state in progress included): the
+// metrics' arithmetic on exact event sequences.
+static unsigned replay_kind(VALUE name) {
+    static const char *names[] = { "ready", "resumed", "suspended", "exited", "gc_enter", "gc_exit" };
+    static const unsigned kinds[] = { GVLS_EV_READY, GVLS_EV_RESUMED, GVLS_EV_SUSPENDED, GVLS_EV_EXITED,
+                                      GVLS_EV_GC_ENTER, GVLS_EV_GC_EXIT };
+    if (SYMBOL_P(name)) {
+        const char *given = rb_id2name(SYM2ID(name));
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            if (strcmp(given, names[i]) == 0) return kinds[i];
+    }
+    rb_raise(rb_eArgError, "not an event kind: %"PRIsVALUE, rb_inspect(name));
+}
+
+static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
+    Check_Type(events, T_ARRAY);
+    long n = RARRAY_LEN(events);
+    unsigned kinds[64];
+    double at_ms[64];
+    if (n > 64) rb_raise(rb_eArgError, "at most 64 events");
+    for (long i = 0; i < n; i++) {
+        VALUE event = rb_ary_entry(events, i);
+        Check_Type(event, T_ARRAY);
+        kinds[i] = replay_kind(rb_ary_entry(event, 0));
+        at_ms[i] = NUM2DBL(rb_ary_entry(event, 1));
+    }
+    double read_ms = NUM2DBL(read_at_ms);
+    gvls_thread *slot = calloc(1, sizeof(gvls_thread));
+    if (!slot) rb_raise(rb_eNoMemError, "debug_metrics_replay");
+    slot->ractor_id = GVLS_MAX_RACTORS - 2;  // a Ractor counter slot no real Ractor uses here
+    gvls_ractor_counters *ractor = &gvls_metrics.ractors[GVLS_MAX_RACTORS - 2];
+    uint64_t kept[4] = { atomic_load(&ractor->readied), atomic_load(&ractor->acquired), atomic_load(&ractor->abandoned),
+                         atomic_load(&ractor->resume_seq) };
+    uint64_t start_ns = gvls_now_ns();       // after the epoch: the metrics count from there
+    for (long i = 0; i < n; i++) {
+        uint32_t seq = gvls_metrics_write_begin(slot);
+        gvls_metrics_event(kinds[i], slot, start_ns + (uint64_t)(at_ms[i] * 1e6));
+        gvls_metrics_write_end(slot, seq);
+    }
+    uint64_t out[4];
+    gvls_metrics_counters_now(slot, start_ns + (uint64_t)(read_ms * 1e6), out, NULL);
+    free(slot);
+    // A replay that ends waiting would leave a waiter behind for the race tests: put them back.
+    atomic_store(&ractor->readied, kept[0]); atomic_store(&ractor->acquired, kept[1]);
+    atomic_store(&ractor->abandoned, kept[2]); atomic_store(&ractor->resume_seq, kept[3]);
+    return rb_ary_new_from_args(4, ULL2NUM(out[0]), ULL2NUM(out[1]), ULL2NUM(out[2]), ULL2NUM(out[3]));
+}
+
 // Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.
 unsigned gvls_debug_nogvl_delay_us;
 
@@ -123,4 +175,5 @@ void gvls_debug_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "debug_registry_size", debug_registry_size, 0);
     rb_define_singleton_method(mNative, "debug_registry_threads", debug_registry_threads, 0);
     rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 2);
+    rb_define_singleton_method(mNative, "debug_metrics_replay", debug_metrics_replay, 2);
 }

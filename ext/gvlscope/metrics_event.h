@@ -110,10 +110,18 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
         return;
       }
 
+      // The state in progress ends here, counted where a snapshot counted it so far (metrics.c,
+      // in_progress): an exited thread's counters, and the totals it is retired into, never go back.
       case GVLS_EV_EXITED:
-        if (m->state == GVLS_STATE_IDLE) m->released_exit++;
-        else if (m->state == GVLS_STATE_RUN) { m->run_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
-        else if (m->state == GVLS_STATE_WAIT) gvls_ractor_add(&M.ractors[ractor].abandoned, ractor);
+        if (m->state == GVLS_STATE_IDLE) { m->idle_ns += elapsed(m->since_ns, now_ns); m->released_exit++; }
+        else if (m->state == GVLS_STATE_RUN) {
+            if (m->gc_started_ns) m->gc_ns += elapsed(m->gc_started_ns, now_ns);
+            else m->run_ns += elapsed(m->since_ns, now_ns);
+            m->released_exit++;
+        } else if (m->state == GVLS_STATE_WAIT) {
+            m->wait_ns += elapsed(m->since_ns, now_ns);
+            gvls_ractor_add(&M.ractors[ractor].abandoned, ractor);
+        }
         m->state = GVLS_STATE_EXITED;
         m->since_ns = now_ns;
         return;
