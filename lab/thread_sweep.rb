@@ -178,6 +178,8 @@ advise_live = lambda do |reading|
     run_ms_per_request: (workload.run_ns / 1e6 / requests).round(3),
     cpu_ms_per_request: cpu_ns && (cpu_ns / 1e6 / requests).round(3),
     runqueue_share: (workload.cpu_wait_ns.to_f / workload.total_ns).round(4),
+    io_overlap_share: (workload.io_overlap_wait_ns.to_f / workload.total_ns).round(4),
+    threads_without_io_overlap: advice.sensitivity[:without_io_overlap],
     threads_without_runqueue: advice.sensitivity[:without_cpu_wait] }
 end
 live_run = ->(server_args) { advise_live.(run_server.(server_args, live_env) { |port, pid| run_wrk.(port, 1); read_under_load.(port, pid, [seconds, 2].max) }) }
@@ -237,10 +239,12 @@ begin
       run = live_runs.last
       say format("%-9s round %d: advisor, %d threads read live (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%; " \
                  "GVL held %.0f%%; 1/run share %.1f -> %d threads; pool's CPU %.2f ms and GVL run %.2f ms per request; " \
-                 "CPU run-queue wait %.0f%% (without it: %s)", mix, round + 1, DEFAULT_THREADS, run[:rps],
+                 "CPU run-queue wait %.0f%% (without it: %s); IO in flight during GVL wait %.0f%% (as wait: %s)",
+                 mix, round + 1, DEFAULT_THREADS, run[:rps],
                  100 * run[:shares][:run], 100 * run[:shares][:wait], 100 * run[:shares][:idle], 100 * run[:held_ratio],
                  run[:no_collision_threads], run[:threads], run[:cpu_ms_per_request] || Float::NAN, run[:run_ms_per_request],
-                 100 * run[:runqueue_share], run[:threads_without_runqueue].inspect)
+                 100 * run[:runqueue_share], run[:threads_without_runqueue].inspect, 100 * run[:io_overlap_share].to_f,
+                 run[:threads_without_io_overlap].inspect)
       swept = (counts + live_runs.map { |live| live[:threads] }).uniq.sort
       (round.even? ? swept : swept.reverse).each { |threads| measure.(threads, round + 1) }
     end

@@ -330,6 +330,71 @@ class AdviseTest < Minitest::Test
     lines.join("\n") + "\n"
   end
 
+  # --- IO in flight during a GVL wait ---
+
+  def test_the_traces_rule_is_the_hooks
+    assert_equal GVLScope::Native::QUICK_RELEASE_NS, Inputs::QUICK_RELEASE_NS
+    assert_equal GVLScope::Native::OVERLAP_HOLD_NS, Inputs::OVERLAP_HOLD_NS
+  end
+
+  # 2 workers, 100 cycles of 10 ms: wait 0.5 ms, run 0.9 ms, a write that returns at once (idle
+  # 0.05 ms), 1 ms of wait while its answer is on its way, 0.05 ms of run to call the read, then
+  # the read blocks until the next cycle. As a trace (whose intervals the advisor reads by the
+  # hook's rule) and as live snapshots whose counters the hook would have: the same advice, with
+  # the 1 ms per cycle counted as the requests' IO.
+  def overlap_trace(path)
+    events = [{ "ph" => "M", "pid" => 7, "tid" => 0, "name" => "thread_name", "args" => { "name" => "Main Thread" } },
+              { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => 0, "name" => "started_tracing" },
+              { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => 0, "name" => "waiting" }]
+    2.times do |k|
+      tid = k + 1
+      events << { "ph" => "M", "pid" => 7, "tid" => tid, "name" => "thread_name", "args" => { "name" => "worker #{tid}" } }
+      events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => 0, "name" => "waiting" }
+      CYCLES.times do |cycle|
+        base = cycle * 10_000 + k * 5_000 + 2_000 # us
+        [[0, "wants_gvl"], [500, "running"], [1_400, "waiting"], [1_450, "wants_gvl"], [2_450, "running"],
+         [2_500, "waiting"]].each { |at, name| events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => base + at, "name" => name } }
+      end
+      events << { "ph" => "B", "pid" => 7, "tid" => tid, "ts" => CYCLES * 10_000 + 3_000, "name" => "wants_gvl" }
+    end
+    events << { "ph" => "B", "pid" => 7, "tid" => 0, "ts" => CYCLES * 10_000 + 4_000, "name" => "stopped_tracing" }
+    File.write(path, JSON.generate({ "traceEvents" => events }))
+  end
+
+  def test_io_in_flight_during_a_wait_counts_as_the_requests_io
+    Dir.mktmpdir do |dir|
+      trace = File.join(dir, "overlap.json")
+      overlap_trace(trace)
+      from_trace = Inputs.from_report(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace)))
+      assert_equal 2 * CYCLES * MS, from_trace.io_overlap_wait_ns, "1 ms per cycle per worker"
+
+      # The same counters as a live snapshot: per worker and cycle run 0.95 ms and wait 1.5 ms (and
+      # the last wait, 1 ms, until the trace stops), the rest idle.
+      wall = (CYCLES * 10_000 + 4_000) * 1_000
+      run = CYCLES * 950_000
+      wait = CYCLES * 1_500_000 + MS
+      rows = [["main", 0, 0, wall, 0]] + (1..2).map { |k| ["worker #{k}", run, wait, wall - run - wait, 0] }
+      hash = snapshot(rows, time_ns: wall, wall_ns: wall)
+      hash["threads"].each { |t| t["io_overlap_wait_ns"] = CYCLES * MS if t["label"].start_with?("worker") }
+      from_live = Inputs.from_live(Snapshot.from_h(hash), source: "test")
+      assert_equal from_trace.io_overlap_wait_ns, from_live.io_overlap_wait_ns
+      %i[run_ns wait_ns idle_ns].each { |counter| assert_equal from_trace.public_send(counter), from_live.public_send(counter), counter }
+
+      advice = Advisor.new(from_live, cores: 1).advice
+      assert_equal Advisor.new(from_trace, cores: 1).advice.threads, advice.threads
+      # The model's idle is the measured idle plus the overlapped wait; without it the answer is lower.
+      d = from_live.held_ns.to_f
+      expected = Advisor.curve(d, (from_live.idle_ns + from_live.io_overlap_wait_ns).to_f).find { |p| p.busy >= 0.95 }.threads
+      assert_equal expected, advice.threads
+      without = Advisor.curve(d, from_live.idle_ns.to_f).find { |p| p.busy >= 0.95 }.threads
+      assert_operator without, :<, expected
+      assert_equal without, advice.sensitivity[:without_io_overlap]
+      assert_match(/Idle includes the \d+\.\d % of the time the pool waited for the GVL while IO it had started was on its way/,
+                   advice.reasoning.first)
+      assert(advice.what_would_change.any? { |line| line.include?("the answer #{Advisor.count(without, 'thread')}") })
+    end
+  end
+
   def test_a_metrics_url_with_the_current_thread_count
     with_metrics_server(->(n) { exposition(100 + 10 * n, 20 + 5 * n, 30 + 10 * n) }) do |url|
       json = advise_json("advise", "--url", url, "--interval", "0.05", "--current-threads", "3", "--cores", "4")

@@ -9,11 +9,12 @@ class LiveSnapshotTest < Minitest::Test
   MS = 1_000_000
   Snapshot = GVLScope::Live::Snapshot
 
-  def row(serial, label, state: :run, run: 0, wait: 0, idle: 0, gc: 0, waits: 0, blocking: 0, preempted: 0, exited: false)
+  def row(serial, label, state: :run, run: 0, wait: 0, idle: 0, gc: 0, waits: 0, blocking: 0, preempted: 0, exited: false,
+          overlap: 0)
     Snapshot::ThreadRow.new(serial: serial, label: label, ractor_id: 1, state: state, exited: exited, run_ns: run,
                             wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: waits, waits: waits,
                             longest_hold_ns: run, longest_wait_ns: wait, released_blocking: blocking,
-                            released_preempted: preempted, released_exit: 0, code: nil)
+                            released_preempted: preempted, released_exit: 0, code: nil, io_overlap_wait_ns: overlap)
   end
 
   def snapshot(time_ms, threads, exited: row(0, "(exited threads)", state: :exited), waiting: 0, histogram: [])
@@ -26,7 +27,8 @@ class LiveSnapshotTest < Minitest::Test
   end
 
   def test_json_round_trip_keeps_every_field
-    first = snapshot(1000, [row(1, "main", run: 300 * MS, idle: 700 * MS), row(2, "hog", run: 600 * MS, wait: 10 * MS)],
+    first = snapshot(1000, [row(1, "main", run: 300 * MS, idle: 700 * MS),
+                            row(2, "hog", run: 600 * MS, wait: 10 * MS, overlap: 4 * MS)],
                      waiting: 1, histogram: [3, 1, 0, 2])
     copy = Snapshot.from_json(first.to_json)
     assert_equal first.to_h, copy.to_h
@@ -34,20 +36,30 @@ class LiveSnapshotTest < Minitest::Test
     assert_equal :run, copy.threads.first.state
     assert_in_delta 0.9, copy.held_ratio
     assert_in_delta 10 * MS, copy.wait_ns_per_s
+    assert_equal [0, 4 * MS], copy.threads.map(&:io_overlap_wait_ns)
     assert_equal [3, 1, 0, 2], copy.to_h["waiters_at_acquire_histogram"], "trailing zero buckets are not written"
     assert_equal 64, copy.waiters_at_acquire_histogram.size
   end
 
+  # A snapshot file written before io_overlap_wait_ns existed reads as none.
+  def test_a_row_without_io_overlap_reads_as_zero
+    hash = snapshot(1000, [row(1, "main", run: 300 * MS, overlap: 5 * MS)]).to_h
+    hash["threads"].each { |thread| thread.delete("io_overlap_wait_ns") }
+    assert_equal [0], Snapshot.from_h(hash).threads.map(&:io_overlap_wait_ns)
+  end
+
   def test_an_interval_subtracts_counters_and_keeps_gauges
-    before = snapshot(1000, [row(1, "main", run: 100 * MS, idle: 900 * MS), row(2, "worker", run: 500 * MS, wait: 50 * MS)])
+    before = snapshot(1000, [row(1, "main", run: 100 * MS, idle: 900 * MS),
+                             row(2, "worker", run: 500 * MS, wait: 50 * MS, overlap: 10 * MS)])
     after = snapshot(3000, [row(1, "main", state: :idle, run: 150 * MS, idle: 2800 * MS),
-                            row(2, "worker", state: :wait, run: 1500 * MS, wait: 400 * MS)], waiting: 1)
+                            row(2, "worker", state: :wait, run: 1500 * MS, wait: 400 * MS, overlap: 30 * MS)], waiting: 1)
     interval = after - before
     assert_equal 2000 * MS, interval.interval_ns
     assert_equal 2000 * MS, interval.wall_ns
     assert_equal [50 * MS, 1000 * MS], interval.threads.map(&:run_ns)
     assert_equal [1900 * MS, 0], interval.threads.map(&:idle_ns)
     assert_equal [0, 350 * MS], interval.threads.map(&:wait_ns)
+    assert_equal [0, 20 * MS], interval.threads.map(&:io_overlap_wait_ns)
     assert_equal %i[idle wait], interval.threads.map(&:state)
     assert_equal 1, interval.waiting_threads
     assert_in_delta 0.525, interval.held_ratio

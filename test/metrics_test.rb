@@ -30,7 +30,32 @@ class MetricsTest < Minitest::Test
   MS = 1_000_000
 
   # [run, wait, idle, gc] in ms of a slot that saw +events+, read +at+ ms after they began.
-  def replay(events, at) = GVLScope::Native.debug_metrics_replay(events, at).map { |ns| ns.fdiv(MS) }
+  def replay(events, at) = GVLScope::Native.debug_metrics_replay(events, at).first(4).map { |ns| ns.fdiv(MS) }
+
+  # The slot's io_overlap_wait_ns after +events+, in ms.
+  def overlap(events) = GVLScope::Native.debug_metrics_replay(events, events.last[1])[4].fdiv(MS)
+
+  # A request's ask to a server: the write returns at once (READY 0.01 ms after SUSPENDED), the
+  # thread waits 4 ms for the GVL while the answer is on its way, calls the read, which blocks.
+  ASK = [[:resumed, 0], [:suspended, 1], [:ready, 1.01], [:resumed, 5.01], [:suspended, 5.02]].freeze
+
+  def test_a_wait_between_a_call_that_returned_at_once_and_one_that_blocked_overlapped_io
+    assert_equal 4.0, overlap(ASK + [[:ready, 9]]), "the read blocked 4 ms: the answer came 8 ms after the write"
+    assert_equal [1.01, 4.0, 3.99, 0.0], replay(ASK + [[:ready, 9]], 9).map { |ms| ms.round(2) }, "the wait stays a wait"
+    # The read returned at once (the answer had come during the wait): nothing blocked, so nothing
+    # tells the wait apart from any other, and it is not counted.
+    assert_equal 0.0, overlap(ASK + [[:ready, 5.03]])
+    # A read that found no answer yet returns at once too, and the thread waits again before the
+    # call that blocks: both waits were the answer's way (a socket's gets does this).
+    assert_equal 4.97, overlap(ASK + [[:ready, 5.03], [:resumed, 6], [:suspended, 6.05], [:ready, 20]]).round(2)
+    # A hold of 1 ms or more between them is other work: the waits before it are not counted.
+    assert_equal 0.0, overlap(ASK + [[:ready, 5.03], [:resumed, 6], [:suspended, 7], [:ready, 20]]).round(2)
+  end
+
+  def test_a_wait_after_a_call_that_blocked_is_not_io_in_flight
+    # The thread woke from 3 ms of IO, waited 4 ms for the GVL, then blocked again: its IO had ended.
+    assert_equal 0.0, overlap([[:resumed, 0], [:suspended, 1], [:ready, 4], [:resumed, 8], [:suspended, 9], [:ready, 15]])
+  end
 
   def test_each_state_counts_until_the_next_event_and_a_snapshot_counts_the_one_in_progress
     cycle = [[:resumed, 0], [:suspended, 2], [:ready, 5], [:resumed, 6]]
@@ -57,6 +82,71 @@ class MetricsTest < Minitest::Test
   def test_a_replay_names_its_events
     error = assert_raises(ArgumentError) { GVLScope::Native.debug_metrics_replay([[:started, 0]], 1) }
     assert_equal "not an event kind: :started", error.message
+  end
+
+  # The same on a real socket: a thread asks a server in another process for 9 ms of IO (write the
+  # ask, read the answer), 20 times, beside a thread that holds the GVL 4 ms at a time. Each ask's
+  # wait inside the write is IO in flight when the write returned at once and the read blocked;
+  # the counter is exactly the sum of those, and with the read's idle makes up the 9 ms.
+  DELAY_SERVER = <<~RUBY
+    require "socket"
+    server = TCPServer.new("127.0.0.1", 0)
+    $stdout.puts(server.addr[1]); $stdout.flush
+    connection = server.accept
+    while (line = connection.gets)
+      sleep(Float(line) / 1000)
+      connection.write("ok\n")
+    end
+  RUBY
+
+  def test_the_wait_after_a_write_whose_answer_the_read_then_waits_for_is_io_in_flight
+    require "socket"
+    server = IO.popen([RbConfig.ruby, "-e", DELAY_SERVER])
+    socket = TCPSocket.new("127.0.0.1", Integer(server.gets))
+    stop = false
+    neighbour = Thread.new do
+      until stop
+        deadline = clock + 0.004
+        x = 0
+        x += 1 while clock < deadline
+        Thread.pass
+      end
+    end
+    me = -> { GVLScope::Metrics.current_thread }
+    least_ns = most_ns = 0
+    asks = []
+    20.times do
+      before = me.()
+      socket.write("9\n")
+      written = me.()
+      socket.gets # a read that finds no answer yet, a wait for the GVL, then the wait for the answer
+      read = me.()
+      write_idle, read_idle = written.idle_ns - before.idle_ns, read.idle_ns - written.idle_ns
+      write_wait = written.wait_ns - before.wait_ns
+      counted = read.io_overlap_wait_ns - before.io_overlap_wait_ns
+      # At least the write's wait when the write returned at once and the read blocked; at most
+      # every wait of the ask (the one after the answer came is not: it follows a blocking call).
+      least_ns += write_wait if write_idle < 1_000_000 && read_idle >= 1_000_000
+      most_ns += read.wait_ns - before.wait_ns
+      asks << { counted_ms: counted / 1e6, write_idle_ms: write_idle / 1e6, write_wait_ms: write_wait / 1e6, read_idle_ms: read_idle / 1e6 }
+    end
+    counted_ns = asks.sum { |ask| ask[:counted_ms] } * 1e6
+    stop = true
+    neighbour.join
+
+    assert_operator counted_ns.round, :>=, least_ns, asks.inspect
+    assert_operator counted_ns.round, :<=, most_ns, asks.inspect
+    assert_operator counted_ns, :>=, 20 * 1_000_000, "beside 4 ms holds, a ms or more of wait per ask: #{asks.inspect}"
+    # The server sleeps 9 ms per ask: what is counted and the read's idle make up at least that
+    # (the median ask: the machine may delay the server's wake-up, never shorten its sleep).
+    made_up = asks.map { |ask| ask[:counted_ms] + ask[:read_idle_ms] }.sort
+    assert_operator made_up[10], :>=, 9.0, asks.inspect
+  ensure
+    socket&.close
+    if server
+      Process.kill(:KILL, server.pid)
+      server.close
+    end
   end
 
   def test_one_cpu_thread_alone_holds_the_gvl_and_never_waits

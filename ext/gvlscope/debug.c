@@ -105,7 +105,7 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations, VALUE preempted) {
     return rb_ary_new_from_args(2, ULONG2NUM(n), ULONG2NUM(regressions));
 }
 
-// Native.debug_metrics_replay(events, read_at_ms) -> [run_ns, wait_ns, idle_ns, gc_ns]: a private slot
+// Native.debug_metrics_replay(events, read_at_ms) -> [run_ns, wait_ns, idle_ns, gc_ns, io_overlap_wait_ns]: a private slot
 // sees +events+ ([[kind, ms], ...], kind one of :ready, :resumed, :suspended, :exited, :gc_enter,
 // :gc_exit, ms after the replay's start) exactly as the hook hands them to the metrics, and is
 // read read_at_ms after the start as a snapshot reads it (the state in progress included): the
@@ -149,11 +149,12 @@ static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
     }
     uint64_t out[4];
     gvls_metrics_counters_now(slot, start_ns + (uint64_t)(read_ms * 1e6), out, NULL);
+    uint64_t overlap_ns = slot->metrics.io_overlap_wait_ns;
     free(slot);
     // A replay that ends waiting would leave a waiter behind for the race tests: put them back.
     atomic_store(&ractor->readied, kept[0]); atomic_store(&ractor->acquired, kept[1]);
     atomic_store(&ractor->abandoned, kept[2]); atomic_store(&ractor->resume_seq, kept[3]);
-    return rb_ary_new_from_args(4, ULL2NUM(out[0]), ULL2NUM(out[1]), ULL2NUM(out[2]), ULL2NUM(out[3]));
+    return rb_ary_new_from_args(5, ULL2NUM(out[0]), ULL2NUM(out[1]), ULL2NUM(out[2]), ULL2NUM(out[3]), ULL2NUM(overlap_ns));
 }
 
 // Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.

@@ -25,7 +25,7 @@ static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m
     if (m->longest_hold_ns > into->longest_hold_ns) into->longest_hold_ns = m->longest_hold_ns;
     if (m->longest_wait_ns > into->longest_wait_ns) into->longest_wait_ns = m->longest_wait_ns;
     into->released_blocking += m->released_blocking; into->released_preempted += m->released_preempted;
-    into->released_exit += m->released_exit;
+    into->released_exit += m->released_exit; into->io_overlap_wait_ns += m->io_overlap_wait_ns;
     for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) {
         into->hold_histogram[b] += m->hold_histogram[b];
         into->wait_histogram[b] += m->wait_histogram[b];
@@ -187,13 +187,13 @@ void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }
 
-#define COUNTER_FIELDS 11
+#define COUNTER_FIELDS 12
 #define ROW_FIELDS (4 + COUNTER_FIELDS)
 
 static void counters_of(const gvls_thread_metrics *m, uint64_t *out) {
     uint64_t values[COUNTER_FIELDS] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits,
                                         m->longest_hold_ns, m->longest_wait_ns, m->released_blocking,
-                                        m->released_preempted, m->released_exit };
+                                        m->released_preempted, m->released_exit, m->io_overlap_wait_ns };
     memcpy(out, values, sizeof(values));
 }
 
@@ -348,4 +348,8 @@ void gvls_metrics_init(VALUE mNative) {
     VALUE states = rb_ary_new();
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) rb_ary_push(states, ID2SYM(rb_intern(names[i])));
     rb_define_const(mNative, "STATES", rb_ary_freeze(states));
+    // io_overlap_wait_ns's bounds (metrics_event.h), for a trace's reading of the same
+    // (Analysis::AdvisorInputs.io_overlap_wait_ns).
+    rb_define_const(mNative, "QUICK_RELEASE_NS", ULL2NUM(GVLS_QUICK_RELEASE_NS));
+    rb_define_const(mNative, "OVERLAP_HOLD_NS", ULL2NUM(GVLS_OVERLAP_HOLD_NS));
 }

@@ -9,6 +9,14 @@
 
 #define M gvls_metrics
 
+// A blocking release whose idle is shorter than this returned at once (a write with buffer room, a
+// read that found nothing yet): 10-50 us for a loopback write on a quiet machine, several hundred
+// on a busy one (the thread back from the syscall waits for a core). The IO that matters for how
+// many threads to run (a database, an HTTP call) takes longer.
+#define GVLS_QUICK_RELEASE_NS 1000000
+// The longest hold between a call that started IO and the one that waits for its answer.
+#define GVLS_OVERLAP_HOLD_NS 1000000
+
 // A release is a preemption (the thread stayed runnable) when it held the GVL for at least half a
 // timeslice, others wanted it, and READY follows SUSPENDED on the same native thread before any
 // other thread of the Ractor got the GVL. Why the hold length: a blocking call that returns at
@@ -60,15 +68,25 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             if (m->yielded) {
                 // The wait for the GVL began at SUSPENDED: keep since_ns.
                 m->released_preempted++;
+                m->woke_at_once = 0;
             } else {
+                uint64_t idle = elapsed(m->since_ns, now_ns);
                 m->released_blocking++;
-                m->idle_ns += elapsed(m->since_ns, now_ns);
+                m->idle_ns += idle;
+                // A release that blocked, after waits that followed ones that did not: the IO those
+                // calls started (a write's answer) was in flight during the waits (thread_state.h).
+                m->woke_at_once = idle < GVLS_QUICK_RELEASE_NS;
+                if (!m->woke_at_once) {
+                    m->io_overlap_wait_ns += m->pending_overlap_ns;
+                    m->pending_overlap_ns = 0;
+                }
                 // Where a request's pickup wait starts: a server thread woken for work (RequestTiming).
                 m->wait_ns_at_wake = m->wait_ns;
                 m->since_ns = now_ns;
             }
         } else {
             m->yielded = 0;
+            m->woke_at_once = 0;
             m->since_ns = now_ns;
         }
         m->state = GVLS_STATE_WAIT;
@@ -87,6 +105,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             if (waited > m->longest_wait_ns) m->longest_wait_ns = waited;
             m->wait_histogram[gvls_log2_bucket(waited)]++;
             m->waiters_histogram[gvls_log2_bucket(still_waiting > 0 ? (uint64_t)still_waiting : 0)]++;
+            if (m->woke_at_once) m->pending_overlap_ns += waited;
         }
         m->state = GVLS_STATE_RUN;
         m->since_ns = m->hold_started_ns = now_ns;
@@ -101,6 +120,9 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             m->last_hold_ns = held;
             if (held > m->longest_hold_ns) m->longest_hold_ns = held;
             m->hold_histogram[gvls_log2_bucket(held)]++;
+            // Between a call and the wait for its answer a client runs microseconds of Ruby; a
+            // longer hold is other work, and the waits before it were not that IO's.
+            if (held >= GVLS_OVERLAP_HOLD_NS) m->pending_overlap_ns = 0;
         }
         m->others_wanted = gvls_waiting_threads(ractor) > 0;
         m->suspend_native = gvls_native_serial();

@@ -29,6 +29,12 @@ typedef struct gvls_thread_metrics {
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
+    // IO in flight during a GVL wait: calls that returned at once (a write, a read that found no
+    // data yet: READY within GVLS_QUICK_RELEASE_NS of SUSPENDED), the waits for the GVL after them,
+    // then a release that blocks (the wait for the answer). The answer was on its way all along.
+    uint8_t woke_at_once;         // the last blocking release's idle was shorter than GVLS_QUICK_RELEASE_NS
+    uint64_t pending_overlap_ns;  // waits after such releases since the last one that blocked
+    uint64_t io_overlap_wait_ns;  // the pending waits a blocking release confirmed (metrics_event.h)
     uint64_t holds, waits, longest_hold_ns, longest_wait_ns;
     uint64_t released_blocking, released_preempted, released_exit;
     uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held

@@ -18,14 +18,16 @@ module GVLScope
   #   puts interval        # table and histograms
   module Metrics
     COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
-                  released_preempted released_exit].freeze
+                  released_preempted released_exit io_overlap_wait_ns].freeze
     HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
     BUCKETS = Log2::BUCKETS
     MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
 
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
-    # gc_ns: holding the GVL in GC.
+    # gc_ns: holding the GVL in GC. io_overlap_wait_ns: the part of wait_ns that IO the thread had
+    # started overlapped (a write returned at once, the thread waited for the GVL back, then its
+    # read blocked: the answer was on its way during that wait; docs/metrics.md).
     # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
     # arguments cost 5 us a row.)
     ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS) do

@@ -45,9 +45,11 @@ module GVLScope
       #   pool_labels:     the pool's thread labels
       #   cpu_wait_ns:     the pool's time runnable but waiting for a CPU core (Linux, a live pid), or nil
       #   cpu_ns:          the pool's time on a CPU core in the same window (Linux, a live pid), or nil
+      #   io_overlap_wait_ns: the pool's GVL wait that IO it had started overlapped (a write returned
+      #                    at once, the thread waited for the GVL back, its read then blocked), or nil
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, keyword_init: true) do
+                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
 
@@ -108,6 +110,11 @@ module GVLScope
                           "the time the pool's threads waited for a CPU core outside their holds: more threads lengthen that " \
                           "wait, they cannot overlap it."
                       end
+          if workload.io_overlap_wait_ns.to_i.positive?
+            idle_note = "#{idle_note} Idle includes the #{format('%.1f %%', 100.0 * workload.io_overlap_wait_ns / workload.total_ns)} " \
+                        "of the time the pool waited for the GVL while IO it had started was on its way (a call that " \
+                        "returned at once, then a wait, then one that blocked): without the wait that was IO."
+          end
           lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
                    "what threads add).#{idle_note} With no collisions, (D + Z) / D = 1 / run share = " \
                    "#{format('%.1f', no_collision_threads)}: that many threads keep the GVL busy, each idle while the others hold it."]
@@ -163,6 +170,10 @@ module GVLScope
           as_idle = if sensitivity[:runqueue_as_idle]
                       " Counted as IO, that wait would make the answer #{Advisor.count(sensitivity[:runqueue_as_idle], 'thread')}."
                     end
+          if sensitivity[:without_io_overlap]
+            lines << "IO hidden in GVL wait: counted as wait, the IO in flight while the pool waited for the GVL would make " \
+                     "the answer #{Advisor.count(sensitivity[:without_io_overlap], 'thread')}."
+          end
           lines << if sensitivity[:without_cpu_wait] && workload.cpu_ns
                      "A machine short of CPU: the pool waited for a core #{format('%.1f %%', 100.0 * workload.cpu_wait_ns / workload.total_ns)} " \
                        "of its time (Linux's run-queue wait); #{format('%.1f %%', 100.0 * workload.held_cpu_wait_ns / workload.total_ns)} " \
@@ -249,7 +260,9 @@ module GVLScope
         w = @workload
         per = w.count.to_i.positive? ? w.count.to_f : 1.0
         demand = w.held_ns * w.charge / per
-        measured_idle = w.idle_ns / per
+        # IO in flight during a GVL wait (a write's answer on its way while the thread waited for
+        # the GVL back) is IO the request does: without the wait it would have been idle.
+        measured_idle = (w.idle_ns + w.io_overlap_wait_ns.to_i) / per
         # A wait for a CPU core is not IO that more threads overlap (Workload#runqueue_idle_ns).
         idle = measured_idle - w.runqueue_idle_ns / per
         curve = Advisor.curve(demand, idle, @max_threads)
@@ -269,6 +282,7 @@ module GVLScope
                    max_wait_ns: max_wait_ns, limited_by: limited_by,
                    sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
                                   runqueue_as_idle: runqueue_as_idle(demand, measured_idle, curve),
+                                  without_io_overlap: without_io_overlap(demand, idle, per, curve),
                                   without_cpu_wait: without_cpu_wait(demand, measured_idle, per) })
       end
 
@@ -295,6 +309,16 @@ module GVLScope
       def runqueue_as_idle(demand, measured_idle, curve)
         as_idle = threads_for(demand, measured_idle)
         as_idle unless as_idle == threads_on(curve)
+      end
+
+      # The answer with the wait that IO in flight overlapped left as GVL wait (what the idle alone
+      # says), when it differs; else nil.
+      def without_io_overlap(demand, idle, per, curve)
+        overlap = @workload.io_overlap_wait_ns.to_i
+        return nil unless overlap.positive?
+
+        alone = threads_for(demand, [idle - overlap / per, 0.0].max)
+        alone unless alone == threads_on(curve)
       end
 
       # The recommendation for other idle times per request: how much the answer hangs on the IO.

@@ -12,11 +12,51 @@ module GVLScope
     # apart). The same numbers give the same Workload whichever way they came.
     module AdvisorInputs
       # A thread's numbers, whichever input they came from.
-      Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, keyword_init: true) do
+      # io_overlap_wait_ns: the part of wait_ns that IO the thread had started overlapped (Metrics).
+      Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, :io_overlap_wait_ns,
+                       keyword_init: true) do
         def held_ns = run_ns + gc_ns
       end
 
+      # The hook's bounds for io_overlap_wait_ns (ext/gvlscope/metrics_event.h; Native has them too,
+      # test/advise_test.rb checks they agree): a release shorter than QUICK_RELEASE_NS returned at
+      # once; a hold of OVERLAP_HOLD_NS or more is other work.
+      QUICK_RELEASE_NS = 1_000_000
+      OVERLAP_HOLD_NS = 1_000_000
+
       module_function
+
+      # A trace's io_overlap_wait_ns for one thread's intervals, by the hook's rule
+      # (metrics_event.h): the waits after releases that returned at once, counted when a release
+      # that blocked follows without a hold of OVERLAP_HOLD_NS or more in between.
+      def io_overlap_wait_ns(intervals)
+        counted = pending = hold = 0
+        woke_at_once = false
+        previous = nil
+        intervals.each do |interval|
+          case interval.state
+          when :run, :gc then hold += interval.duration_ns
+          when :idle
+            pending = 0 if hold >= OVERLAP_HOLD_NS
+            hold = 0
+            woke_at_once = interval.duration_ns < QUICK_RELEASE_NS
+            unless woke_at_once
+              counted += pending
+              pending = 0
+            end
+          when :wait
+            if previous == :idle # after a blocking release (one that returned at once, or not)
+              pending += interval.duration_ns if woke_at_once
+            else # a preemption: the hold ended at its SUSPENDED (a timeslice: other work)
+              pending = 0 if hold >= OVERLAP_HOLD_NS
+              woke_at_once = false
+            end
+            hold = 0
+          end
+          previous = interval.state
+        end
+        counted
+      end
 
       # The pool a thread belongs to: its label without numbers or creation site, so "puma srv tp
       # 001" .. "puma srv tp 005" (or "worker 1", "worker 2") are one pool.
@@ -57,19 +97,23 @@ module GVLScope
         pool_held = pool.sum(&:held_ns)
         entries = Array(breakdown).select { |entry| entry[:count].to_i.positive? }
         sum = ->(key) { entries.sum { |entry| entry[key].to_i } }
+        # Per thread only (the hook counts it, a request's timing does not): the pool's, as for
+        # per-request numbers its run-queue wait is (Advisor#build divides both by the count).
+        overlap = pool.sum { |row| row.io_overlap_wait_ns.to_i }
         if entries.empty?
           Advisor::Workload.new(source: source, unit: :thread, count: nil, run_ns: pool.sum(&:run_ns),
                                 gc_ns: pool.sum(&:gc_ns), wait_ns: pool.sum(&:wait_ns), idle_ns: pool.sum(&:idle_ns),
                                 excluded_idle_ns: pool.sum { |row| row.excluded_idle_ns.to_i }, other_held_ns: other_held,
                                 pool_held_ns: pool_held, threads: pool.size, pool: name, held_ratio: held_ratio,
-                                window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq)
+                                window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq,
+                                io_overlap_wait_ns: overlap)
         else
           kinds = entries.map { |entry| entry[:kind].to_s }.uniq
           Advisor::Workload.new(source: source, unit: kinds == ["job"] ? :job : :request, count: sum.(:count),
                                 run_ns: sum.(:run_ns), gc_ns: sum.(:gc_ns), wait_ns: sum.(:wait_ns), idle_ns: sum.(:idle_ns),
                                 excluded_idle_ns: 0, other_held_ns: other_held, pool_held_ns: pool_held,
                                 threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes,
-                                pool_labels: pool.map(&:label).uniq)
+                                pool_labels: pool.map(&:label).uniq, io_overlap_wait_ns: overlap)
         end
       end
 
@@ -81,11 +125,12 @@ module GVLScope
             sums[interval.reason] += interval.duration_ns if interval.state == :idle
           end
         end
+        overlaps = report.timeline.threads.transform_values { |thread| io_overlap_wait_ns(thread.intervals) }
         rows = report.all_rows.map do |row|
           idle_by = reasons.fetch(row.serial, {})
           excluded = idle_by.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
           Row.new(label: row.label, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns,
-                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded)
+                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: overlaps[row.serial].to_i)
         end
         duration = report.duration_ns
         held = rows.sum(&:held_ns)
@@ -107,7 +152,7 @@ module GVLScope
 
         rows = snapshot.threads.map do |row|
           Row.new(label: row.label.to_s, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns, idle_ns: row.idle_ns,
-                  excluded_idle_ns: 0)
+                  excluded_idle_ns: 0, io_overlap_wait_ns: row.io_overlap_wait_ns.to_i)
         end
         workload(rows, source: source, pattern: threads, held_ratio: snapshot.held_ratio, window_ns: window,
                        breakdown: breakdown)

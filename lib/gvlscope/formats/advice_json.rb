@@ -27,7 +27,7 @@ module GVLScope
             shares: w.shares.transform_values { |share| share.round(6) },
             run_ns: w.run_ns, gc_ns: w.gc_ns, wait_ns: w.wait_ns, idle_ns: w.idle_ns,
             excluded_idle_ns: w.excluded_idle_ns, other_held_ns: w.other_held_ns, cpu_wait_ns: w.cpu_wait_ns,
-            cpu_ns: w.cpu_ns,
+            cpu_ns: w.cpu_ns, io_overlap_wait_ns: w.io_overlap_wait_ns,
             held_ratio: w.held_ratio&.round(6), notes: w.notes.to_a
           },
           model: {

@@ -268,12 +268,14 @@ module GVLScope
               judgement = sweep_judge.(m, mix)
               format("advisor %d (the median of %d untraced runs at %d threads read live, one per round: %s; in its round " \
                      "run %.0f %%, GVL wait %.0f %%, idle %.0f %%, 1 / run share %.1f; the pool's CPU %s ms and GVL run %.2f ms " \
-                     "per request; %.0f %% of its time waiting for a CPU core); traced at %d threads: %d (run %.0f %%, " \
+                     "per request; %.0f %% of its time waiting for a CPU core; %.0f %% waiting for the GVL while its IO " \
+                     "was on its way, counted as idle); traced at %d threads: %d (run %.0f %%, " \
                      "GVL wait %.0f %%, idle %.0f %%, %.0f requests/s); knee %s; %s: %s", advisor[:threads], runs.size,
                      advisor[:from_threads], runs.map { |run| run[:threads] }.join(", "), 100 * median[:shares][:run],
                      100 * median[:shares][:wait], 100 * median[:shares][:idle], median[:no_collision_threads],
                      median[:cpu_ms_per_request] ? format("%.2f", median[:cpu_ms_per_request]) : "?",
-                     median[:run_ms_per_request], 100 * median[:runqueue_share], trace[:from_threads], trace[:threads],
+                     median[:run_ms_per_request], 100 * median[:runqueue_share], 100 * median[:io_overlap_share].to_f,
+                     trace[:from_threads], trace[:threads],
                      100 * trace[:shares][:run], 100 * trace[:shares][:wait], 100 * trace[:shares][:idle], trace[:rps],
                      judgement.knee || "none", judgement.verdict.to_s.tr("_", " "), judgement.reason)
             },

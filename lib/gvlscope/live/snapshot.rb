@@ -27,8 +27,10 @@ module GVLScope
       # moment of the snapshot (vocabulary.rb's words), and where its code was (+code+: nil, or a
       # Hash: "at" => "Class#method (file:line)" where it was at the snapshot, when asked for with
       # stacks; `gvlscope top` adds "holding" and "released_at" from a trace with stacks).
+      # io_overlap_wait_ns: the part of wait_ns that IO the thread had started overlapped (Metrics).
       THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
-                         longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code].freeze
+                         longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code
+                         io_overlap_wait_ns].freeze
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
         def held_ns = run_ns + gc_ns
@@ -40,7 +42,7 @@ module GVLScope
             "run_ns" => run_ns, "wait_ns" => wait_ns, "idle_ns" => idle_ns, "gc_ns" => gc_ns, "holds" => holds,
             "waits" => waits, "longest_hold_ns" => longest_hold_ns, "longest_wait_ns" => longest_wait_ns,
             "released_blocking" => released_blocking, "released_preempted" => released_preempted,
-            "released_exit" => released_exit, "code" => code }
+            "released_exit" => released_exit, "code" => code, "io_overlap_wait_ns" => io_overlap_wait_ns }
         end
 
         def self.from_h(hash)
@@ -231,7 +233,7 @@ module GVLScope
       def self.thread_row(row, code = nil)
         ThreadRow.new(row.serial, row.name, row.ractor_id, row.state, row.exited, row.run_ns, row.wait_ns, row.idle_ns,
                       row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns, row.released_blocking,
-                      row.released_preempted, row.released_exit, code).freeze
+                      row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
       end
 
       private
@@ -257,7 +259,7 @@ module GVLScope
           next unless field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
           next if field.start_with?("longest_") # maxima keep the later value
 
-          values[field] -= before.public_send(field)
+          values[field] = values[field].to_i - before.public_send(field).to_i # nil: a row made without it
         end
         ThreadRow.new(**values).freeze
       end
