@@ -11,32 +11,14 @@
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require "gvlscope"
 require "socket"
+require_relative "lab_helper"
 
 DELAY_MS = 9
 ASKS = 40
 NEIGHBOUR_HOLDS_MS = [0, 4, 100].freeze
 
-# The delay server, in its own process (its threads would share our GVL): answers each line after
-# that many ms.
-delay_reader, delay_writer = IO.pipe
-delay_pid = fork do
-  delay_reader.close
-  server = TCPServer.new("127.0.0.1", 0)
-  delay_writer.puts(server.addr[1])
-  delay_writer.close
-  loop do
-    Thread.new(server.accept) do |connection|
-      while (line = connection.gets)
-        sleep(Float(line) / 1000)
-        connection.write("ok\n")
-      end
-    rescue IOError, SystemCallError
-      nil
-    end
-  end
-end
-delay_writer.close
-port = Integer(delay_reader.gets)
+# The delay server, in its own process (its threads would share our GVL).
+delay_pid, port, = LabHelper.spawn_helper(LabHelper::DELAY_SERVER)
 
 clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
 me = -> { GVLScope::Metrics.current_thread }
@@ -45,7 +27,7 @@ GVLScope::Metrics.enable
 puts "| neighbour holds the GVL for | wait inside the write | idle inside the read | wait after the read | wall per ask | write's wait + read's idle |"
 puts "|---|---:|---:|---:|---:|---:|"
 begin
-  socket = TCPSocket.new("127.0.0.1", port)
+  socket = TCPSocket.new("127.0.0.1", Integer(port))
   NEIGHBOUR_HOLDS_MS.each do |hold_ms|
     stop = false
     neighbour = if hold_ms.positive?
@@ -79,6 +61,5 @@ begin
                 mean[:read_wait], mean[:wall], mean[:write_wait] + mean[:read_idle])
   end
 ensure
-  Process.kill(:KILL, delay_pid)
-  Process.wait(delay_pid)
+  LabHelper.stop_helper(delay_pid)
 end

@@ -93,6 +93,29 @@ module LabHelper
     nil
   end
 
+  # A delay server in its own process (its threads would share the measured process's GVL):
+  # prints its port, then answers each line N on a connection with "ok" after N ms (a database or
+  # HTTP call's round trip without its CPU). For spawn_helper.
+  DELAY_SERVER = <<~'RUBY'
+    require "socket"
+    $stdout.sync = true
+    server = TCPServer.new("127.0.0.1", 0)
+    puts server.addr[1]
+    loop do
+      client = server.accept
+      Thread.new(client) do |connection|
+        while (line = connection.gets)
+          sleep(Float(line) / 1000)
+          connection.write("ok\n")
+        end
+      rescue IOError, SystemCallError
+        nil
+      ensure
+        connection.close
+      end
+    end
+  RUBY
+
   # A loopback HTTP/1.1 server in its own process that answers every GET after +delay+ seconds
   # (standing in for a remote service's round trip). Returns [pid, port].
   HTTP_SERVER = <<~'RUBY'

@@ -67,26 +67,6 @@ lib = File.expand_path("../lib", __dir__)
 traced_rubyopt = "#{untraced_rubyopt} -I#{lib} -rgvlscope/autorun"
 $LOAD_PATH.unshift(lib) # the advisor reads the traces here (run alone: `ruby lab/thread_sweep.rb`)
 
-DELAY_SERVER = <<~'RUBY'
-  require "socket"
-  $stdout.sync = true
-  server = TCPServer.new("127.0.0.1", 0)
-  puts server.addr[1]
-  loop do
-    client = server.accept
-    Thread.new(client) do |connection|
-      while (line = connection.gets)
-        sleep(Float(line) / 1000)
-        connection.write("ok\n")
-      end
-    rescue IOError, SystemCallError
-      nil
-    ensure
-      connection.close
-    end
-  end
-RUBY
-
 # Starts a Puma server process; returns [pid, port, its stdout reader].
 def start_server(env, command)
   reader, writer = IO.pipe
@@ -184,7 +164,7 @@ advise_live = lambda do |reading|
 end
 live_run = ->(server_args) { advise_live.(run_server.(server_args, live_env) { |port, pid| run_wrk.(port, 1); read_under_load.(port, pid, [seconds, 2].max) }) }
 lower_median = ->(values) { values.sort[(values.size - 1) / 2] } # a count that was measured
-delay_pid, delay_port, = spawn_helper(DELAY_SERVER)
+delay_pid, delay_port, = spawn_helper(LabHelper::DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
     "#{pinning}; #{iterations_per_ms} iterations/ms"
 # The machine's load average while the sweep ran (Linux): other work on it is the sweep's noise.
