@@ -160,7 +160,12 @@ advise_live = lambda do |reading|
     runqueue_share: (workload.cpu_wait_ns.to_f / workload.total_ns).round(4),
     io_overlap_share: (workload.io_overlap_wait_ns.to_f / workload.total_ns).round(4),
     threads_without_io_overlap: advice.sensitivity[:without_io_overlap],
-    threads_without_runqueue: advice.sensitivity[:without_cpu_wait] }
+    threads_without_runqueue: advice.sensitivity[:without_cpu_wait],
+    # Per endpoint (GVLScope::Rack's routes), the model's D and Z in ms, and the answer as one mean request.
+    kinds: advice.kinds&.map do |kind|
+      { label: kind.label, share: kind.share.round(3), hold_ms: (kind.demand / 1e6).round(3), idle_ms: (kind.idle / 1e6).round(3) }
+    end,
+    threads_as_one_kind: advice.sensitivity[:one_kind] }
 end
 live_run = ->(server_args) { advise_live.(run_server.(server_args, live_env) { |port, pid| run_wrk.(port, 1); read_under_load.(port, pid, [seconds, 2].max) }) }
 lower_median = ->(values) { values.sort[(values.size - 1) / 2] } # a count that was measured
@@ -219,12 +224,14 @@ begin
       run = live_runs.last
       say format("%-9s round %d: advisor, %d threads read live (%.0f requests/s): run %.0f%%, wait %.0f%%, idle %.0f%%; " \
                  "GVL held %.0f%%; 1/run share %.1f -> %d threads; pool's CPU %.2f ms and GVL run %.2f ms per request; " \
-                 "CPU run-queue wait %.0f%% (without it: %s); IO in flight during GVL wait %.0f%% (as wait: %s)",
+                 "CPU run-queue wait %.0f%% (without it: %s); IO in flight during GVL wait %.0f%% (as wait: %s)%s",
                  mix, round + 1, DEFAULT_THREADS, run[:rps],
                  100 * run[:shares][:run], 100 * run[:shares][:wait], 100 * run[:shares][:idle], 100 * run[:held_ratio],
                  run[:no_collision_threads], run[:threads], run[:cpu_ms_per_request] || Float::NAN, run[:run_ms_per_request],
                  100 * run[:runqueue_share], run[:threads_without_runqueue].inspect, 100 * run[:io_overlap_share].to_f,
-                 run[:threads_without_io_overlap].inspect)
+                 run[:threads_without_io_overlap].inspect,
+                 run[:kinds] ? "; per endpoint #{run[:kinds].map { |k| format('%s D %.2f ms Z %.2f ms', k[:label], k[:hold_ms], k[:idle_ms]) }.join(', ')} " \
+                               "(as one mean request: #{run[:threads_as_one_kind]})" : "")
       swept = (counts + live_runs.map { |live| live[:threads] }).uniq.sort
       (round.even? ? swept : swept.reverse).each { |threads| measure.(threads, round + 1) }
     end

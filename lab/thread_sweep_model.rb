@@ -4,58 +4,31 @@
 # beside what the sweep measured: `ruby lab/thread_sweep_model.rb`. docs/advise.md ("Why the mixed
 # mix misses") reads the table it prints.
 #
-# The model is a closed network simulated request by request: T threads, each going round its
-# requests' segments (:hold, the GVL held for ms; :io, off it for ms), the GVL granted in the order
-# asked for (a hold shorter than the 100 ms timeslice is never preempted). Each request is one of
-# the mix's endpoints at random. With one endpoint and exponential times it is the model
-# `gvlscope advise` solves by mean value analysis (GVLScope::Analysis::Advisor.curve); with
-# several it keeps what the mean loses: which requests bring IO with their hold.
+# The model is the advisor's for several kinds of request (GVLScope::Analysis::GVLSimulation): T
+# threads, each request one of the mix's endpoints at random, holding the GVL for the endpoint's
+# Ruby, then off it for its IO, the GVL granted in the order asked for (a hold shorter than the
+# 100 ms timeslice is never preempted). With one endpoint and exponential times it is the model
+# `gvlscope advise` solves by mean value analysis (Advisor.curve); with several it keeps what the
+# mean loses: which requests bring IO with their hold.
+require_relative "../lib/gvlscope/analysis/gvl_simulation"
+
 module ThreadSweepModel
   module_function
 
-  # Requests per second with +threads+ threads. +endpoints+: arrays of segments, one picked at
-  # random per request. +exponential+: draw each segment's time from an exponential of its mean
-  # (else every segment takes exactly its time). The rate is over the second half of +requests+
-  # (the first half brings the threads from all starting at once to their steady state).
-  def requests_per_second(threads, endpoints, requests: 20_000, exponential: true, seed: 1)
-    random = Random.new(seed)
-    draw = exponential ? ->(ms) { -ms * Math.log(1 - random.rand) } : ->(ms) { ms }
-    pick = -> { endpoints[random.rand(endpoints.size)] }
-    at = Array.new(threads) { [pick.(), 0] } # each thread's request and segment index
-    io_ends = {}  # thread => when its IO ends
-    queue = []    # threads asking for the GVL, in order
-    holder = nil
-    hold_ends = nil
-    now = 0.0
-    finished = []
-    # The thread reaches its next segment (the next request's first when its request is done).
-    arrive = lambda do |thread|
-      if at[thread][1] == at[thread][0].size
-        finished << now
-        at[thread] = [pick.(), 0]
+  # Requests per second with +threads+ threads. +endpoints+: arrays of segments ([:hold, ms], then
+  # optionally [:io, ms]), one picked at random per request. +exponential+: draw each segment's
+  # time from an exponential of its mean (else every segment takes exactly its time).
+  def requests_per_second(threads, endpoints, requests: GVLScope::Analysis::GVLSimulation::REQUESTS, exponential: true, seed: 1)
+    kinds = endpoints.map do |segments|
+      unless segments.map(&:first).uniq == [:hold] || segments.map(&:first) == %i[hold io]
+        raise ArgumentError, "an endpoint is a hold, then optionally IO: #{segments.inspect}"
       end
-      kind, ms = at[thread][0][at[thread][1]]
-      kind == :io ? io_ends[thread] = now + draw.(ms) : queue << thread
+
+      GVLScope::Analysis::GVLSimulation::Kind.new(share: 1, hold_ns: segments.sum { |kind, ms| kind == :hold ? ms : 0 },
+                                                  idle_ns: segments.sum { |kind, ms| kind == :io ? ms : 0 })
     end
-    threads.times { |thread| arrive.(thread) }
-    while finished.size < requests
-      if holder.nil? && (holder = queue.shift)
-        hold_ends = now + draw.(at[holder][0][at[holder][1]][1])
-      end
-      thread, ends = io_ends.min_by { |_thread, time| time }
-      if holder && (thread.nil? || hold_ends <= ends)
-        thread = holder
-        now = hold_ends
-        holder = nil
-      else
-        io_ends.delete(thread)
-        now = ends
-      end
-      at[thread][1] += 1
-      arrive.(thread)
-    end
-    half = requests / 2
-    (requests - half) / (finished.last - finished[half - 1]) * 1000
+    simulation = GVLScope::Analysis::GVLSimulation.new(kinds, requests: requests, seed: seed, exponential: exponential)
+    simulation.run(threads).busy / simulation.mean_hold_ns * 1000 # times are in ms here
   end
 
   # requests/s for each count in +counts+, and each as a share of the best of them.

@@ -5,7 +5,8 @@
 # Prints "port N" once it listens, serves until TERM. Each request does the work of its mix
 # (THREAD_SWEEP_MIXES): CPU work holding the GVL (a countdown loop sized to the machine) and IO
 # (a read from the delay server, which answers after the asked milliseconds: a database or
-# HTTP call's round trip without its CPU).
+# HTTP call's round trip without its CPU). Where gvlscope is loaded, GVLScope::Rack counts each
+# endpoint as a route.
 require "socket"
 require_relative "puma_boot"
 require_relative "thread_sweep_mixes"
@@ -29,14 +30,19 @@ delay = lambda do |ms|
 end
 
 random = Random.new(42)
-app = lambda do |_env|
+app = lambda do |env|
   # Endpoints in the mix's proportions (a shared Random is fine: its state changes under the GVL).
   endpoint = mix.size == 1 ? mix.first : mix[random.rand(mix.size)]
+  env["thread_sweep.endpoint"] = endpoint[:name]
   countdown.call((endpoint[:cpu_ms] * iterations_per_ms).round) if endpoint[:cpu_ms].positive?
   delay.call(endpoint[:io_ms]) if endpoint[:io_ms].positive?
   [200, { "content-type" => "text/plain" }, [endpoint[:name]]]
 end
 
+# The advisor's runs load gvlscope (-rgvlscope/autorun, GVLSCOPE_LIVE=1): there the app counts its
+# requests per endpoint as a Rack app would per route, and the live socket serves those numbers.
+# The sweep's own runs load no gvlscope.
+app = GVLScope::Rack.new(app, route: ->(env) { env["thread_sweep.endpoint"] }) if defined?(GVLScope::Metrics)
 server = PumaBoot.start(app, min_threads: threads, max_threads: threads)
 port = server.port
 puts "port #{port}"

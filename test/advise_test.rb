@@ -167,8 +167,8 @@ class AdviseTest < Minitest::Test
     Dir.mktmpdir do |dir|
       path = File.join(dir, "snap.json")
       File.write(path, JSON.generate([earlier, later]))
-      later_snapshot, earlier_snapshot, entries = Inputs.read_snapshot_file(path)
-      workload = Inputs.from_live(later_snapshot, earlier_snapshot, source: "snap.json", breakdown: entries)
+      later_snapshot, earlier_snapshot = Inputs.read_snapshot_file(path)
+      workload = Inputs.from_live(later_snapshot, earlier_snapshot, source: "snap.json")
       assert_equal [:request, 2_000], [workload.unit, workload.count]
       advice = Advisor.new(workload, cores: 1).advice
       assert_in_delta 2 * MS, advice.demand_ns, 1
@@ -186,6 +186,73 @@ class AdviseTest < Minitest::Test
       assert_match(%r{^  per request \(2000 requests\) +run 44\.4 %   GVL wait 11\.1 %   idle 44\.4 %   gc 0\.0 %$}, out)
       assert_match(/^  per request: run 2\.0 ms, GVL wait 0\.5 ms, idle 2\.0 ms, gc 0\.0 ms$/, out)
       assert_match(/^  4 +98\.5 % +4\.1 ms +<- recommended$/, out)
+    end
+  end
+
+  # Two routes as the lab's mixed mix reads per endpoint: 4.9 ms of Ruby and no IO, 1.6 ms of Ruby
+  # and 9 ms of IO (cumulative sums of +count+ requests each).
+  def two_routes(count)
+    [["cpu", 4.9, 0.0], ["io", 1.6, 9.0]].map do |label, run_ms, idle_ms|
+      { "kind" => "route", "label" => label, "tags" => {}, "count" => count, "run_ns" => (count * run_ms * MS).round,
+        "wait_ns" => count * 5 * MS, "idle_ns" => (count * idle_ms * MS).round, "gc_ns" => 0,
+        "duration_ns" => (count * (run_ms + 5 + idle_ms) * MS).round }
+    end
+  end
+
+  # The routes are kept apart: the mean request (3.25 ms of hold, 4.5 ms of IO) would keep the GVL
+  # 96 % busy at 4 threads (mean value analysis), the two kinds only 94 % (GVLSimulation): a thread
+  # on the CPU route overlaps no IO. The pool's IO hidden in GVL wait goes to the route with idle.
+  def test_routes_that_differ_are_modelled_apart
+    wall = 10_000 * MS
+    rows = (1..5).map { |n| ["puma srv tp #{n}", 1_600 * MS, 5_000 * MS, 3_400 * MS, 0] }
+    earlier = snapshot(rows.map { |label, *| [label, 0, 0, 0, 0] }, time_ns: 0, wall_ns: 0, breakdown: two_routes(0))
+    later = snapshot(rows, time_ns: wall, wall_ns: wall, breakdown: two_routes(1_000))
+    workload = Inputs.from_live(Snapshot.from_h(later), Snapshot.from_h(earlier), source: "test")
+    assert_equal [:request, 2_000, %w[cpu io]], [workload.unit, workload.count, workload.kinds.map(&:label)]
+    advice = Advisor.new(workload, cores: 1).advice
+    assert_equal [5, 4], [advice.threads, advice.sensitivity[:one_kind]]
+    assert_in_delta 3.25 * MS, advice.demand_ns, 1
+    assert_in_delta 4.5 * MS, advice.idle_per_request_ns, 1
+    assert_operator advice.point(4).busy, :<, Advisor.curve(3.25, 4.5, 4)[3].busy - 0.01
+    assert_match(/2 kinds of request kept apart \(cpu 50 %: D 4\.9 ms, Z 0\.0 ms; io 50 %: D 1\.6 ms, Z 9\.0 ms\).* As one mean request the answer would be 4 threads\./,
+                 advice.reasoning.join("\n"))
+    json = GVLScope::Formats::AdviceJSON.new(advice).to_h
+    assert_equal [["cpu", 4_900_000, 0], ["io", 1_600_000, 9_000_000]],
+                 json[:model][:kinds].map { |kind| kind.values_at(:label, :demand_ns, :idle_ns) }
+    # The curve goes a few counts past 99 % busy, not to --max-threads.
+    assert_operator advice.curve.size, :<, Advisor::MAX_THREADS
+
+    # 1 s of the pool's GVL wait overlapped IO: all of it is the io route's (the cpu route has no idle).
+    workload.io_overlap_wait_ns = 1_000 * MS
+    overlapped = Advisor.new(workload, cores: 1).advice
+    assert_equal [0.0, 10.0], overlapped.kinds.map { |kind| (kind.idle / MS).round(6) }
+    assert_equal [0.0, 1.0], overlapped.kinds.map { |kind| (kind.overlap / MS).round(6) }
+
+    # Kinds alike give the one-kind answer.
+    alike = [["a", 2.0, 2.0], ["b", 2.0, 2.0]].map do |label, run_ms, idle_ms|
+      { kind: "route", label: label, tags: {}, count: 1_000, run_ns: run_ms * 1_000 * MS, wait_ns: 0,
+        idle_ns: idle_ms * 1_000 * MS, gc_ns: 0 }
+    end
+    same = Inputs.from_live(Snapshot.from_h(later), Snapshot.from_h(earlier), source: "test", breakdown: alike)
+    assert_equal Advisor.new(same.dup.tap { |w| w.kinds = nil }, cores: 1).advice.threads, Advisor.new(same, cores: 1).advice.threads
+  end
+
+  # The kinds travel in a snapshot file; `advise --snapshot` says how it modelled them.
+  def test_advise_on_a_snapshot_with_two_routes_simulates_them
+    wall = 10_000 * MS
+    rows = (1..5).map { |n| ["puma srv tp #{n}", 1_600 * MS, 5_000 * MS, 3_400 * MS, 0] }
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "routes.json")
+      File.write(path, JSON.generate(snapshot(rows, time_ns: wall, wall_ns: wall, breakdown: two_routes(1_000))))
+      out, err, status = gvlscope("advise", "--snapshot", path, "--cores", "1")
+      assert status.success?, err
+      assert_match(/\Agvlscope advise: 5 threads per process/, out)
+      assert_match(/simulated request by request with 2 kinds\s+of request/, out)
+      json, err, status = gvlscope("advise", "--snapshot", path, "--cores", "1", "--json")
+      assert status.success?, err
+      model = JSON.parse(json)["model"]
+      assert_equal %w[cpu io], model["kinds"].map { |kind| kind["label"] }
+      assert_equal 4, model["sensitivity"]["one_kind"]
     end
   end
 

@@ -60,6 +60,26 @@ class LiveServerTest < Minitest::Test
     end
   end
 
+  # A process counting its requests per route (GVLScope::Rack) serves those numbers on the socket:
+  # `gvlscope advise --pid` then advises per request and per route.
+  def test_the_socket_serves_per_route_numbers
+    body = <<~RUBY
+      app = GVLScope::Rack.new(->(env) { sleep 0.001 if env["PATH_INFO"] == "/io"; [200, {}, ["ok"]] }, route: true)
+      env = ->(path) { { "REQUEST_METHOD" => "GET", "PATH_INFO" => path, "SCRIPT_NAME" => "", "rack.input" => StringIO.new } }
+      3.times { app.call(env.("/io")) }
+      2.times { app.call(env.("/cpu")) }
+      $stdout.puts "served"; $stdout.flush
+      sleep
+    RUBY
+    with_target("require 'stringio'; #{body}") do |pid, _path, out|
+      assert_equal "served", out.gets&.chomp
+      snapshot = GVLScope::Live.fetch(pid: pid)
+      routes = snapshot.breakdown.to_h { |entry| [entry[:label], entry] }
+      assert_equal({ "GET /io" => 3, "GET /cpu" => 2 }, routes.transform_values { |entry| entry[:count] })
+      assert_operator routes["GET /io"][:idle_ns], :>=, 3 * 1_000_000, "3 sleeps of 1 ms are idle"
+    end
+  end
+
   def test_socket_is_owner_only
     with_target do |_pid, path|
       assert_equal 0o600, File.stat(path).mode & 0o777

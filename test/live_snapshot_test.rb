@@ -67,6 +67,26 @@ class LiveSnapshotTest < Minitest::Test
     assert_equal({ blocking: 0, preempted: 0, exit: 0 }, interval.releases)
   end
 
+  # Per-route numbers (GVLScope::Breakdown) travel with the snapshot and subtract per series; a
+  # series new in the interval counts whole.
+  def test_breakdown_series_round_trip_and_subtract_by_series
+    entry = ->(label, count, tags = {}) { { kind: :route, label: label, tags: tags, count: count, run_ns: count * MS, wait_ns: 0, idle_ns: 2 * count * MS, gc_ns: 0, duration_ns: 3 * count * MS, pickup_wait_ns: 0 } }
+    before = snapshot(1000, [row(1, "main")]).with(breakdown: [entry.("GET /a", 10), entry.("job", 4, { queue: "x" })])
+    after = snapshot(2000, [row(1, "main")]).with(breakdown: [entry.("GET /a", 25), entry.("job", 4, { queue: "x" }), entry.("GET /b", 3)])
+    copy = Snapshot.from_json(after.to_json)
+    assert_equal after.to_h, copy.to_h
+    assert_equal [{ "queue" => "x" }], copy.breakdown.select { |e| e[:label] == "job" }.map { |e| e[:tags] }
+    interval = copy - Snapshot.from_json(before.to_json)
+    assert_equal({ "GET /a" => [15, 30 * MS], "job" => [0, 0], "GET /b" => [3, 6 * MS] },
+                 interval.breakdown.to_h { |e| [e[:label], [e[:count], e[:idle_ns]]] })
+    # A snapshot without the key (older files, a scrape) has none; a non-number in it is refused.
+    hash = after.to_h.tap { |h| h.delete("breakdown") }
+    assert_equal [], Snapshot.from_h(hash).breakdown
+    hash["breakdown"] = [{ "kind" => "route", "label" => "x", "count" => "many" }]
+    error = assert_raises(GVLScope::Error) { Snapshot.from_h(hash) }
+    assert_match(/not a gvlscope live snapshot/, error.message)
+  end
+
   def test_a_thread_that_exited_in_between_leaves_only_its_interval_in_exited_threads
     before = snapshot(1000, [row(1, "main", run: 100 * MS), row(2, "short", run: 300 * MS)])
     # After: "short" exited having run 100 ms more; its 400 ms moved into the exited row.

@@ -542,8 +542,8 @@ module GVLScope
       if (path = paths.first)
         with_gc_paused(File.file?(path) ? path : nil) { Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose) }
       elsif (file = options[:snapshot])
-        later, earlier, breakdown = Analysis::AdvisorInputs.read_snapshot_file(file)
-        Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}", breakdown: breakdown,
+        later, earlier = Analysis::AdvisorInputs.read_snapshot_file(file)
+        Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}",
                                                            current_threads: options[:current_threads], **choose)
       else
         interval = options[:interval]

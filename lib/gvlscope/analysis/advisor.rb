@@ -3,6 +3,7 @@
 require "etc"
 require_relative "../errors"
 require_relative "../units"
+require_relative "gvl_simulation"
 
 module GVLScope
   module Analysis
@@ -47,9 +48,12 @@ module GVLScope
       #   cpu_ns:          the pool's time on a CPU core in the same window (Linux, a live pid), or nil
       #   io_overlap_wait_ns: the pool's GVL wait that IO it had started overlapped (a write returned
       #                    at once, the thread waited for the GVL back, its read then blocked), or nil
+      #   kinds:           the units by kind (routes, job classes: WorkKind, summed like the unit's
+      #                    numbers) when there are two or more; the model then keeps them apart
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, keyword_init: true) do
+                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, :kinds,
+                            keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
 
@@ -84,12 +88,24 @@ module GVLScope
         end
       end
 
+      # One kind of unit (a route, a job class): how many, and their times summed (ns).
+      WorkKind = Struct.new(:label, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, keyword_init: true) do
+        def held_ns = run_ns + gc_ns
+      end
+
+      # What the model is given for one kind (per unit, ns): its share of the units, its GVL hold D
+      # and idle Z, and the parts of Z measured as such: +cpu_wait+ (the run-queue wait left out)
+      # and +overlap+ (the GVL wait that was IO, put in).
+      ModelKind = Struct.new(:label, :share, :demand, :measured_idle, :cpu_wait, :overlap, keyword_init: true) do
+        def idle = measured_idle - cpu_wait
+      end
+
       # One row of the model's curve.
       Point = Struct.new(:threads, :busy, :wait_per_demand, keyword_init: true)
 
       Advice = Struct.new(:workload, :threads, :processes, :cores, :current_processes, :no_collision_threads,
                           :demand_ns, :idle_per_request_ns, :run_share, :curve, :target, :max_wait_ns,
-                          :limited_by, :sensitivity, keyword_init: true) do
+                          :limited_by, :sensitivity, :kinds, :max_threads, keyword_init: true) do
         def point(threads) = curve[threads - 1]
         def per_request? = workload.count.to_i.positive?
         def unit_name = per_request? ? workload.unit.to_s : "thread"
@@ -118,13 +134,22 @@ module GVLScope
           lines = ["Run share = (run + GC) / (run + GC + idle) = #{format('%.3f', run_share)} (GVL wait left out: it is " \
                    "what threads add).#{idle_note} With no collisions, (D + Z) / D = 1 / run share = " \
                    "#{format('%.1f', no_collision_threads)}: that many threads keep the GVL busy, each idle while the others hold it."]
+          if kinds
+            described = kinds.map do |kind|
+              "#{kind.label} #{pct.(kind.share)}: D #{Units.ms(kind.demand)}, Z #{Units.ms(kind.idle)}"
+            end
+            lines << "#{kinds.size} kinds of #{unit_name} kept apart (#{described.join('; ')}): one mean #{unit_name} " \
+                     "hides that a thread busy with a kind that does little IO overlaps none, so the model simulates " \
+                     "them #{unit_name} by #{unit_name}. As one mean #{unit_name} the answer would be " \
+                     "#{Advisor.count(sensitivity[:one_kind], 'thread')}."
+          end
           unless limited_by == :max_threads
             lines << "Holds collide, so the model counts them: #{threads} thread#{'s' unless threads == 1} " \
                      "#{threads == 1 ? 'keeps' : 'keep'} the GVL busy #{pct.(chosen.busy)} of the time, " \
                      "the fewest to reach #{pct.(target)} of what one GVL allows."
           end
           if limited_by == :max_threads
-            lines << "That many threads are past --max-threads #{curve.size}: #{Advisor.count(threads, 'thread')} keep the GVL busy " \
+            lines << "That many threads are past --max-threads #{max_threads}: #{Advisor.count(threads, 'thread')} keep the GVL busy " \
                      "#{pct.(chosen.busy)}; the rest is IO that more processes can overlap as well as more threads."
           elsif limited_by == :wait
             lines << "Lowered to #{threads} by --max-wait-ms #{format('%g', max_wait_ns / 1e6)}: one more thread would " \
@@ -194,7 +219,7 @@ module GVLScope
           end
           lines << "A latency budget: --max-wait-ms caps the GVL wait per request and with it the threads." if per_request? && !max_wait_ns
           lines << "Memory: if it limits the processes, more threads per process still add throughput up to " \
-                   "#{Advisor.count(curve.index { |p| p.busy >= 0.99 }&.+(1) || curve.size, 'thread')} (99 % of one GVL), " \
+                   "#{Advisor.count(curve.index { |p| p.busy >= 0.99 }&.+(1) || max_threads, 'thread')} (99 % of one GVL), " \
                    "at the cost of GVL wait." if processes > current_processes
           lines
         end
@@ -258,14 +283,10 @@ module GVLScope
 
       def build
         w = @workload
-        per = w.count.to_i.positive? ? w.count.to_f : 1.0
-        demand = w.held_ns * w.charge / per
-        # IO in flight during a GVL wait (a write's answer on its way while the thread waited for
-        # the GVL back) is IO the request does: without the wait it would have been idle.
-        measured_idle = (w.idle_ns + w.io_overlap_wait_ns.to_i) / per
-        # A wait for a CPU core is not IO that more threads overlap (Workload#runqueue_idle_ns).
-        idle = measured_idle - w.runqueue_idle_ns / per
-        curve = Advisor.curve(demand, idle, @max_threads)
+        kinds = model_kinds
+        demand = kinds.sum { |kind| kind.share * kind.demand }
+        idle = kinds.sum { |kind| kind.share * kind.idle }
+        curve = curve_of(kinds.map { |kind| [kind.share, kind.demand, kind.idle] })
         threads = threads_on(curve)
         limited_by = curve[threads - 1].busy >= @target ? :throughput : :max_threads
         max_wait_ns = @max_wait_ms && @max_wait_ms * 1e6
@@ -279,11 +300,66 @@ module GVLScope
         Advice.new(workload: w, threads: threads, processes: processes_for, cores: @cores,
                    current_processes: @processes, no_collision_threads: (demand + idle) / demand, demand_ns: demand,
                    idle_per_request_ns: idle, run_share: demand / (demand + idle), curve: curve, target: @target,
-                   max_wait_ns: max_wait_ns, limited_by: limited_by,
-                   sensitivity: { idle_halved: threads_for(demand, idle / 2.0), idle_doubled: threads_for(demand, idle * 2.0),
-                                  runqueue_as_idle: runqueue_as_idle(demand, measured_idle, curve),
-                                  without_io_overlap: without_io_overlap(demand, idle, per, curve),
-                                  without_cpu_wait: without_cpu_wait(demand, measured_idle, per) })
+                   max_wait_ns: max_wait_ns, limited_by: limited_by, kinds: kinds.size > 1 ? kinds : nil,
+                   max_threads: @max_threads,
+                   sensitivity: { idle_halved: threads_for(kinds) { |k| [k.demand, k.idle / 2.0] },
+                                  idle_doubled: threads_for(kinds) { |k| [k.demand, k.idle * 2.0] },
+                                  runqueue_as_idle: unless_same(threads_on(curve), kinds) { |k| [k.demand, k.measured_idle] },
+                                  without_io_overlap: without_io_overlap(kinds, curve),
+                                  without_cpu_wait: without_cpu_wait(kinds),
+                                  one_kind: (threads_on(Advisor.curve(demand, idle, @max_threads)) if kinds.size > 1) })
+      end
+
+      # The model's kinds of unit: one (the unit's totals), or one per WorkKind when the workload has
+      # two or more. D per unit: the kind's holds with other threads' holds charged (Workload#charge).
+      # Z per unit: the kind's idle, with the pool's per-thread figures (IO hidden in GVL wait, put in;
+      # the wait for a CPU core, left out: Workload#runqueue_idle_ns) shared out by each kind's idle.
+      def model_kinds
+        w = @workload
+        charge = w.charge
+        overlap = w.io_overlap_wait_ns.to_i
+        cpu_wait = w.runqueue_idle_ns
+        # IO in flight during a GVL wait (a write's answer on its way while the thread waited for
+        # the GVL back) is IO the request does: without the wait it would have been idle.
+        one = lambda do |label, count, held, idle, part|
+          ModelKind.new(label: label, share: count, demand: held * charge / count, measured_idle: (idle + overlap * part) / count,
+                        cpu_wait: cpu_wait * part / count, overlap: overlap * part / count)
+        end
+        kinds = Array(w.kinds).select { |kind| kind.count.to_i.positive? }
+        if w.count.to_i.positive? && kinds.size > 1
+          idle_total = kinds.sum(&:idle_ns).to_f
+          units = kinds.sum(&:count).to_f
+          kinds.map do |kind|
+            part = idle_total.positive? ? kind.idle_ns / idle_total : kind.count / units
+            one.(kind.label, kind.count, kind.held_ns, kind.idle_ns, part).tap { |model| model.share = kind.count / units }
+          end
+        else
+          [one.(nil, w.count.to_i.positive? ? w.count.to_f : 1.0, w.held_ns, w.idle_ns, 1.0).tap { |model| model.share = 1.0 }]
+        end
+      end
+
+      # The model's curve for kinds given as [share, D, Z]: one kind by mean value analysis (exact),
+      # several by GVLSimulation, up to a few counts past the GVL's 99 % (and the current count).
+      def curve_of(kinds)
+        d, z = kinds.first[1..] if kinds.size == 1
+        return Advisor.curve(d, z, @max_threads) if kinds.size == 1
+
+        simulation = simulation_of(kinds)
+        points = []
+        past = nil
+        (1..@max_threads).each do |threads|
+          result = simulation.run(threads)
+          points << Point.new(threads: threads, busy: result.busy, wait_per_demand: result.wait_ns / simulation.mean_hold_ns)
+          past ||= threads if result.busy >= 0.99
+          break if past && threads >= past + 2 && threads >= @workload.threads.to_i + 2
+        end
+        points
+      end
+
+      def simulation_of(kinds)
+        GVLSimulation.new(kinds.map do |share, d, z|
+          GVLSimulation::Kind.new(share: share, hold_ns: d, idle_ns: [z, 0.0].max)
+        end)
       end
 
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
@@ -292,37 +368,62 @@ module GVLScope
       # The fewest threads whose GVL busy share reaches the target, or the most considered.
       def threads_on(curve) = (curve.find { |p| p.busy >= @target } || curve.last).threads
 
+      # The recommendation with each kind's D and Z as the block gives them ([D, Z] for a ModelKind).
+      # Several kinds: the simulation at counts around the one-kind answer (its busy share grows with
+      # the count), not the whole curve.
+      def threads_for(kinds)
+        given = kinds.map { |kind| [kind.share, *yield(kind)] }
+        return threads_on(curve_of(given)) if given.size == 1
+
+        d = given.sum { |share, demand, _| share * demand }
+        z = given.sum { |share, _, idle| share * idle }
+        simulation = simulation_of(given)
+        reaches = ->(threads) { simulation.run(threads).busy >= @target }
+        threads = threads_on(Advisor.curve(d, z, @max_threads))
+        if reaches.(threads)
+          threads -= 1 while threads > 1 && reaches.(threads - 1)
+        else
+          threads += 1 while threads < @max_threads && !reaches.(threads)
+        end
+        threads
+      end
+
+      # threads_for's answer when it differs from +answer+; else nil.
+      def unless_same(answer, kinds, &block)
+        other = threads_for(kinds, &block)
+        other unless other == answer
+      end
+
       # The answer with the pool's run-queue wait taken out (a core free whenever a thread can run):
       # the part inside its holds (Workload#held_cpu_wait_ns) out of D, the rest out of idle (where
       # a thread back from IO waits for a core). Without the CPU time all of it comes out of idle:
       # the least the answer can be. nil without the run-queue wait.
-      def without_cpu_wait(demand, idle, per)
+      def without_cpu_wait(kinds)
         w = @workload
         return nil unless w.cpu_wait_ns
 
-        pool_held = (w.pool_held_ns || w.held_ns).to_f
         in_holds = w.held_cpu_wait_ns
-        threads_for(demand * (1 - in_holds / pool_held), [idle - (w.cpu_wait_ns - in_holds) / per, 0.0].max)
+        held_scale = 1 - in_holds / (w.pool_held_ns || w.held_ns).to_f
+        # The wait outside holds, shared out as the run-queue idle is (each kind's cpu_wait part).
+        outside = w.cpu_wait_ns - in_holds
+        counted = w.runqueue_idle_ns.to_f
+        threads_for(kinds) do |kind|
+          # (with none counted, shared by count: each unit gets the same)
+          out_of_idle = counted.positive? ? kind.cpu_wait * outside / counted : outside / per_unit
+          [kind.demand * held_scale, [kind.measured_idle - out_of_idle, 0.0].max]
+        end
       end
 
-      # The answer had the wait for a core counted as IO (idle), when it differs; else nil.
-      def runqueue_as_idle(demand, measured_idle, curve)
-        as_idle = threads_for(demand, measured_idle)
-        as_idle unless as_idle == threads_on(curve)
-      end
+      # Units the workload's totals are of (1 for per-thread numbers).
+      def per_unit = @workload.count.to_i.positive? ? @workload.count.to_f : 1.0
 
       # The answer with the wait that IO in flight overlapped left as GVL wait (what the idle alone
       # says), when it differs; else nil.
-      def without_io_overlap(demand, idle, per, curve)
-        overlap = @workload.io_overlap_wait_ns.to_i
-        return nil unless overlap.positive?
+      def without_io_overlap(kinds, curve)
+        return nil unless @workload.io_overlap_wait_ns.to_i.positive?
 
-        alone = threads_for(demand, [idle - overlap / per, 0.0].max)
-        alone unless alone == threads_on(curve)
+        unless_same(threads_on(curve), kinds) { |kind| [kind.demand, [kind.idle - kind.overlap, 0.0].max] }
       end
-
-      # The recommendation for other idle times per request: how much the answer hangs on the IO.
-      def threads_for(demand, idle) = threads_on(Advisor.curve(demand, idle, @max_threads))
     end
   end
 end

@@ -108,12 +108,25 @@ module GVLScope
                                 window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq,
                                 io_overlap_wait_ns: overlap)
         else
-          kinds = entries.map { |entry| entry[:kind].to_s }.uniq
-          Advisor::Workload.new(source: source, unit: kinds == ["job"] ? :job : :request, count: sum.(:count),
+          units = entries.map { |entry| entry[:kind].to_s }.uniq
+          Advisor::Workload.new(source: source, unit: units == ["job"] ? :job : :request, count: sum.(:count),
                                 run_ns: sum.(:run_ns), gc_ns: sum.(:gc_ns), wait_ns: sum.(:wait_ns), idle_ns: sum.(:idle_ns),
                                 excluded_idle_ns: 0, other_held_ns: other_held, pool_held_ns: pool_held,
                                 threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes,
-                                pool_labels: pool.map(&:label).uniq, io_overlap_wait_ns: overlap)
+                                pool_labels: pool.map(&:label).uniq, io_overlap_wait_ns: overlap,
+                                kinds: work_kinds(entries))
+        end
+      end
+
+      # The entries as the model's kinds (one per route or job class with its tags: a series), when
+      # there are two or more; else nil.
+      def work_kinds(entries)
+        return nil if entries.size < 2
+
+        entries.map do |entry|
+          label = entry[:tags].is_a?(Hash) && !entry[:tags].empty? ? "#{entry[:label]} #{entry[:tags].map { |k, v| "#{k}=#{v}" }.join(',')}" : entry[:label].to_s
+          Advisor::WorkKind.new(label: label, count: entry[:count].to_i,
+                                **%i[run_ns gc_ns wait_ns idle_ns].to_h { |key| [key, entry[key].to_i] })
         end
       end
 
@@ -140,11 +153,14 @@ module GVLScope
 
       # From live snapshots (Live::Snapshot: a snapshot file, Live.fetch): +later+ alone (counts
       # since metrics started in the target) or the interval from +earlier+ to +later+.
-      # +breakdown+: per-request/per-job entries (Hashes) for the same span, when the target had them.
+      # +breakdown+: per-request/per-job entries (Hashes) for the same span; by default the snapshots'
+      # own (Live::Snapshot#breakdown: a live socket serves them where GVLScope::Rack or
+      # GVLScope::Sidekiq counts, a snapshot file may carry them).
       # A Prometheus scrape has no per-thread rows: +current_threads+ (the threads each process
       # runs now) then turns its GVL held and wait into per-thread shares.
       def from_live(later, earlier = nil, source:, threads: nil, current_threads: nil, breakdown: nil)
         snapshot = earlier ? later - earlier : later
+        breakdown ||= snapshot.breakdown unless snapshot.breakdown.empty?
         window = snapshot.interval_ns
         if snapshot.threads.empty?
           return from_process_totals(snapshot, source: source, current_threads: current_threads, window_ns: window)
@@ -223,8 +239,8 @@ module GVLScope
       end
 
       # The snapshots of a snapshot file: one JSON object, a JSON array, or one object per line
-      # (what `gvlscope top --once --json` prints, run twice). Returns [later, earlier or nil,
-      # breakdown entries for that span or nil].
+      # (what `gvlscope top --once --json` prints, run twice). Returns [later, earlier or nil]: their
+      # per-request/per-job entries ("breakdown") are in them.
       def read_snapshot_file(path)
         raise Error, "#{path}: no such file" unless File.exist?(path)
         raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
@@ -247,31 +263,7 @@ module GVLScope
         rescue Error => e
           raise Error, "#{path}: #{e.message}"
         end
-        earlier = snapshots.size > 1 ? snapshots.first : nil
-        entries = ->(hash) { hash["breakdown"].is_a?(Array) ? hash["breakdown"].map { |entry| symbolize(entry) } : nil }
-        breakdown = earlier ? subtract_breakdown(entries.(hashes.last), entries.(hashes.first)) : entries.(hashes.last)
-        [snapshots.last, earlier, breakdown]
-      end
-
-      def symbolize(value)
-        case value
-        when Hash then value.to_h { |key, inner| [key.to_sym, symbolize(inner)] }
-        when Array then value.map { |inner| symbolize(inner) }
-        else value
-        end
-      end
-
-      NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns].freeze
-
-      # Breakdown entries are cumulative: the span's are later minus earlier, by kind, label, tags.
-      def subtract_breakdown(now, before)
-        return nil unless now
-
-        earlier = Array(before).to_h { |entry| [[entry[:kind], entry[:label], entry[:tags]], entry] }
-        now.map do |entry|
-          previous = earlier[[entry[:kind], entry[:label], entry[:tags]]]
-          previous ? entry.merge(NUMBERS.to_h { |key| [key, entry[key].to_i - previous[key].to_i] }) : entry
-        end
+        [snapshots.last, snapshots.size > 1 ? snapshots.first : nil]
       end
     end
   end

@@ -31,7 +31,15 @@ module GVLScope
             held_ratio: w.held_ratio&.round(6), notes: w.notes.to_a
           },
           model: {
-            name: "closed queueing network of one GVL, mean value analysis (exponential times)",
+            name: if advice.kinds
+                    "closed queueing network of one GVL, #{advice.kinds.size} kinds of #{advice.unit_name} simulated (exponential times)"
+                  else
+                    "closed queueing network of one GVL, mean value analysis (exponential times)"
+                  end,
+            kinds: advice.kinds&.map do |kind|
+              { label: kind.label, share: kind.share.round(6), demand_ns: kind.demand.round, idle_ns: kind.idle.round,
+                io_overlap_wait_ns: kind.overlap.round, cpu_wait_ns: kind.cpu_wait.round }
+            end,
             demand_ns: advice.per_request? ? advice.demand_ns.round : nil,
             idle_ns: advice.per_request? ? advice.idle_per_request_ns.round : nil,
             charge: w.charge.round(6), run_share: advice.run_share.round(6),

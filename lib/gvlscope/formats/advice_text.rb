@@ -81,8 +81,14 @@ module GVLScope
 
       def model(advice)
         per_request = advice.per_request?
+        solved = if advice.kinds
+                   "simulated #{advice.unit_name} by #{advice.unit_name} with #{advice.kinds.size} kinds of " \
+                     "#{advice.unit_name} (exponential times around each kind's D and Z)"
+                 else
+                   "solved by mean value analysis"
+                 end
         lines = wrap("Model: one GVL and threads going round: idle (IO, sleep) for Z, in line for the GVL (wait), then " \
-                     "holding it for D (run + GC). A closed queueing network, solved by mean value analysis for each " \
+                     "holding it for D (run + GC). A closed queueing network, #{solved} for each " \
                      "thread count: the GVL's busy share (= throughput / the most one GVL allows) and the GVL wait " \
                      "per #{advice.unit_name}.", "", "  ")
         advice.reasoning.each { |line| lines.concat(wrap(line, "  - ", "    ")) }

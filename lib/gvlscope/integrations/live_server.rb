@@ -113,8 +113,10 @@ module GVLScope
 
     # The snapshot a client gets: this process's metrics now (and with +stacks+ where each thread is).
     def snapshot(stacks: false)
+      # Per-route/per-job numbers when GVLScope::Rack or GVLScope::Sidekiq counts them (advise reads them).
+      breakdown = defined?(GVLScope::Breakdown) ? Breakdown.snapshot : []
       Live::Snapshot.from_metrics(Metrics.snapshot, pid: @pid, trace_path: GVLScope.trace_path, timeslice_ns: @timeslice_ns,
-                                                    stacks: stacks)
+                                                    stacks: stacks, breakdown: breakdown)
     end
 
     private

@@ -64,7 +64,10 @@ module GVLScope
 
       COUNTERS = %i[wall_ns held_ns run_ns gc_ns wait_ns idle_ns acquisitions].freeze
       FIELDS = %i[source pid time_ns interval_ns processes waiting_threads releases threads exited_threads workers
-                  findings trace_path timeslice_ns].freeze
+                  findings trace_path timeslice_ns breakdown].freeze
+      # Per-route and per-job numbers (GVLScope::Breakdown, what GVLScope::Rack and GVLScope::Sidekiq
+      # count), one Hash per series: kind ("route" or "job"), label, tags, and these cumulative sums.
+      BREAKDOWN_NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns].freeze
 
       attr_reader(*COUNTERS, *HISTOGRAMS, *FIELDS)
 
@@ -74,7 +77,7 @@ module GVLScope
                      run_ns: nil, gc_ns: nil, idle_ns: nil, acquisitions: 0, waiting_threads: 0, releases: {},
                      hold_histogram: [], wait_histogram: [], waiters_at_acquire_histogram: [], threads: [],
                      exited_threads: nil, workers: [], findings: [], trace_path: nil,
-                     timeslice_ns: DEFAULT_TIMESLICE_NS)
+                     timeslice_ns: DEFAULT_TIMESLICE_NS, breakdown: [])
         @source = source.to_s
         @pid = pid
         @time_ns = time_ns
@@ -100,6 +103,7 @@ module GVLScope
         @findings = findings.freeze
         @trace_path = trace_path
         @timeslice_ns = timeslice_ns || DEFAULT_TIMESLICE_NS
+        @breakdown = Array(breakdown).map { |entry| Snapshot.breakdown_entry(entry) }.freeze
         freeze
       end
 
@@ -142,8 +146,15 @@ module GVLScope
         histograms = HISTOGRAMS.to_h do |name|
           [name, public_send(name).zip(earlier.public_send(name)).map { |now, was| [now - was, 0].max }]
         end
+        # Per-route/per-job sums are cumulative too: the interval's are later minus earlier, by series.
+        before_series = earlier.breakdown.to_h { |entry| [entry.values_at(:kind, :label, :tags), entry] }
+        breakdown = self.breakdown.map do |entry|
+          old = before_series[entry.values_at(:kind, :label, :tags)]
+          old ? entry.merge(BREAKDOWN_NUMBERS.to_h { |key| [key, entry[key] - old[key]] }) : entry
+        end
         interval = self.class.new(
           source: source, pid: pid, time_ns: time_ns, interval_ns: time_ns - earlier.time_ns, processes: processes,
+          breakdown: breakdown,
           waiting_threads: waiting_threads, releases: releases.to_h { |cause, count| [cause, count - earlier.releases[cause]] },
           threads: rows, exited_threads: exited, workers: workers, trace_path: trace_path, timeslice_ns: timeslice_ns,
           **counters, **histograms
@@ -164,7 +175,8 @@ module GVLScope
           "releases" => releases.transform_keys(&:to_s),
           **HISTOGRAMS.to_h { |name| [name.to_s, trimmed(public_send(name))] },
           "threads" => threads.map(&:to_h), "exited_threads" => exited_threads&.to_h,
-          "workers" => workers.map(&:to_h), "findings" => findings, "trace_path" => trace_path, "timeslice_ns" => timeslice_ns
+          "workers" => workers.map(&:to_h), "findings" => findings, "trace_path" => trace_path, "timeslice_ns" => timeslice_ns,
+          "breakdown" => breakdown.map { |entry| entry.transform_keys(&:to_s) }
         }
       end
 
@@ -184,7 +196,8 @@ module GVLScope
           threads: (hash["threads"] || []).map { |row| ThreadRow.from_h(row) },
           exited_threads: hash["exited_threads"] && ThreadRow.from_h(hash["exited_threads"]),
           workers: (hash["workers"] || []).map { |row| WorkerRow.from_h(row) },
-          findings: hash["findings"] || [], trace_path: hash["trace_path"], timeslice_ns: hash["timeslice_ns"]
+          findings: hash["findings"] || [], trace_path: hash["trace_path"], timeslice_ns: hash["timeslice_ns"],
+          breakdown: hash["breakdown"].is_a?(Array) ? hash["breakdown"] : []
         )
       rescue ArgumentError, TypeError, NoMethodError => e
         raise Error, "not a gvlscope live snapshot: #{e.message}"
@@ -199,7 +212,9 @@ module GVLScope
       # A snapshot of this process from a Metrics::Snapshot (what the live socket answers).
       # With +stacks+, each thread's row says where its code is now ("at"): the snapshot is taken
       # holding the GVL, so every other thread is stopped where it runs or waits.
-      def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false)
+      # +breakdown+: GVLScope::Breakdown::Entry objects (or Hashes) of the same moment.
+      def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false,
+                            breakdown: [])
         threads = stacks ? metrics.ruby_threads : []
         cwd = "#{Dir.pwd}/"
         rows = metrics.threads.each_with_index.map do |row, index|
@@ -212,8 +227,18 @@ module GVLScope
           acquisitions: metrics.acquisitions, waiting_threads: metrics.waiting_threads,
           releases: { blocking: metrics.released_blocking, preempted: metrics.released_preempted, exit: metrics.released_exit },
           **HISTOGRAMS.to_h { |name| [name, metrics.public_send(name)] },
-          threads: rows, exited_threads: thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns
+          threads: rows, exited_threads: thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
+          breakdown: breakdown
         )
+      end
+
+      # One series of +breakdown+ as a frozen Hash with symbol keys (from an Entry, or a Hash with
+      # string or symbol keys, as a snapshot file has it); a number missing is 0.
+      def self.breakdown_entry(entry)
+        values = entry.to_h.transform_keys(&:to_sym)
+        tags = values[:tags].is_a?(Hash) ? values[:tags].to_h { |key, value| [key.to_s, value] } : {}
+        { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze,
+          **BREAKDOWN_NUMBERS.to_h { |key| [key, Integer(values[key] || 0)] } }.freeze
       end
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
@@ -242,7 +267,7 @@ module GVLScope
         {
           source: source, pid: pid, time_ns: time_ns, interval_ns: interval_ns, processes: processes,
           waiting_threads: waiting_threads, releases: releases, threads: threads, exited_threads: exited_threads,
-          workers: workers, findings: findings, trace_path: trace_path, timeslice_ns: timeslice_ns,
+          workers: workers, findings: findings, trace_path: trace_path, timeslice_ns: timeslice_ns, breakdown: breakdown,
           **COUNTERS.to_h { |counter| [counter, public_send(counter)] },
           **HISTOGRAMS.to_h { |name| [name, public_send(name)] }
         }
