@@ -115,12 +115,17 @@ class MetricsTest < Minitest::Test
     me = -> { GVLScope::Metrics.current_thread }
     least_ns = most_ns = 0
     asks = []
+    by_request = []
     20.times do
       before = me.()
+      timing = GVLScope::RequestTiming.start # a request around the ask counts the same (per route: Breakdown)
       socket.write("9\n")
       written = me.()
       socket.gets # a read that finds no answer yet, a wait for the GVL, then the wait for the answer
+      timing.finish!
+      GVLScope::Breakdown.record(:route, "metrics_test ask", timing)
       read = me.()
+      by_request << timing.io_overlap_wait_ns
       write_idle, read_idle = written.idle_ns - before.idle_ns, read.idle_ns - written.idle_ns
       write_wait = written.wait_ns - before.wait_ns
       counted = read.io_overlap_wait_ns - before.io_overlap_wait_ns
@@ -134,6 +139,10 @@ class MetricsTest < Minitest::Test
     stop = true
     neighbour.join
 
+    # The counter moves only at the hook's events, and none falls between the reads and the request's ends.
+    assert_equal asks.map { |ask| (ask[:counted_ms] * 1e6).round }, by_request
+    series = GVLScope::Breakdown.snapshot.find { |entry| entry.label == "metrics_test ask" }
+    assert_equal [20, by_request.sum], [series.count, series.io_overlap_wait_ns]
     assert_operator counted_ns.round, :>=, least_ns, asks.inspect
     assert_operator counted_ns.round, :<=, most_ns, asks.inspect
     assert_operator counted_ns, :>=, 20 * 1_000_000, "beside 4 ms holds, a ms or more of wait per ask: #{asks.inspect}"

@@ -7,7 +7,8 @@
 #include <ruby/encoding.h>
 #include <string.h>
 
-enum { COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, SUMS };
+// RUN .. IO_OVERLAP: a request's values in gvls_request_timing_values' order.
+enum { COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, IO_OVERLAP, SUMS };
 #define BUCKETS 64
 
 typedef struct {
@@ -33,9 +34,9 @@ static VALUE series_alloc(VALUE klass) {
 
 static series *series_of(VALUE self) { return rb_check_typeddata(self, &series_type); }
 
-static void add(series *s, const uint64_t values[6], double sample_rate) {
+static void add(series *s, const uint64_t values[GVLS_REQUEST_VALUES], double sample_rate) {
     s->sums[COUNT] += 1;
-    for (int i = 0; i < 6; i++) s->sums[RUN + i] += values[i];
+    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) s->sums[RUN + i] += values[i];
     s->sample_rate = sample_rate;
     unsigned bucket = gvls_log2_bucket(values[1]);
     s->buckets[bucket < BUCKETS ? bucket : BUCKETS - 1] += 1;
@@ -44,22 +45,22 @@ static void add(series *s, const uint64_t values[6], double sample_rate) {
 // series.add(timing, sample_rate) -> true, or false when timing is not a RequestTiming (the Ruby
 // side then reads its numbers and calls add_values).
 static VALUE series_add(VALUE self, VALUE timing, VALUE sample_rate) {
-    uint64_t values[6];
+    uint64_t values[GVLS_REQUEST_VALUES];
     if (!gvls_request_timing_values(timing, values)) return Qfalse;
     add(series_of(self), values, NUM2DBL(sample_rate));
     return Qtrue;
 }
 
-// series.add_values(run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, sample_rate)
+// series.add_values(run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, io_overlap_wait_ns, sample_rate)
 static VALUE series_add_values(int argc, VALUE *argv, VALUE self) {
-    rb_check_arity(argc, 7, 7);
-    uint64_t values[6];
-    for (int i = 0; i < 6; i++) values[i] = NUM2ULL(argv[i]);  // converts (and raises) before adding anything
-    add(series_of(self), values, NUM2DBL(argv[6]));
+    rb_check_arity(argc, GVLS_REQUEST_VALUES + 1, GVLS_REQUEST_VALUES + 1);
+    uint64_t values[GVLS_REQUEST_VALUES];
+    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) values[i] = NUM2ULL(argv[i]);  // converts (and raises) before adding anything
+    add(series_of(self), values, NUM2DBL(argv[GVLS_REQUEST_VALUES]));
     return Qtrue;
 }
 
-// [count, run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, sample_rate, *64 buckets]
+// [count, run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, io_overlap_wait_ns, sample_rate, *64 buckets]
 static VALUE series_to_a(VALUE self) {
     series copy = *series_of(self);  // copied before any allocation: what one moment held
     VALUE out = rb_ary_new_capa(SUMS + 1 + BUCKETS);
@@ -442,7 +443,7 @@ static series *known_route(route_table *t, VALUE env, VALUE response) {
 // middleware's work after the response (a slow-request log, the flight recorder).
 static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     route_table *t = table_of(self);
-    uint64_t values[6];
+    uint64_t values[GVLS_REQUEST_VALUES];
     gvls_request_timing_finish_values(timing, values);
     if (t->routes == ROUTES_BUILT_IN) {
         series *s = known_route(t, env, response);

@@ -88,7 +88,7 @@ static VALUE debug_metrics_race(VALUE self, VALUE iterations, VALUE preempted) {
     if (pthread_create(&writer, NULL, race_writer, &job)) { free(job.slot); rb_raise(rb_eRuntimeError, "pthread_create"); }
     uint64_t last[4] = { 0 };
     for (unsigned long i = 0; i < n; i++) {
-        uint64_t now[4];
+        uint64_t now[GVLS_COUNTERS_NOW];
         gvls_metrics_counters_now(job.slot, gvls_now_ns(), now, NULL);
         for (int c = 0; c < 4; c++) {
             if (now[c] + 10000 < last[c]) regressions++;
@@ -147,7 +147,7 @@ static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
         gvls_metrics_event(kinds[i], slot, start_ns + (uint64_t)(at_ms[i] * 1e6));
         gvls_metrics_write_end(slot, seq);
     }
-    uint64_t out[4];
+    uint64_t out[GVLS_COUNTERS_NOW];
     gvls_metrics_counters_now(slot, start_ns + (uint64_t)(read_ms * 1e6), out, NULL);
     uint64_t overlap_ns = slot->metrics.io_overlap_wait_ns;
     free(slot);

@@ -124,6 +124,7 @@ static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *liv
     m->resume_seq_at_suspend = live->resume_seq_at_suspend;
     m->run_ns = live->run_ns; m->wait_ns = live->wait_ns; m->idle_ns = live->idle_ns; m->gc_ns = live->gc_ns;
     m->wait_ns_at_wake = live->wait_ns_at_wake; m->released_blocking = live->released_blocking;
+    m->io_overlap_wait_ns = live->io_overlap_wait_ns;  // a request's IO hidden in GVL wait (request_timing.c)
 }
 
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms) {
@@ -177,12 +178,13 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns, uint64_t re
 
 // Copies only the fields add_in_progress reads and writes, not the histograms (1.5 KiB): this
 // runs twice per web request.
-void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4], uint64_t *wait_ns_at_wake) {
+void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
+                               uint64_t *wait_ns_at_wake) {
     gvls_thread_metrics m;
     uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, &m, 0);
     add_in_progress(&m, now_ns, resume_seq);
-    out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns;
+    out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns; out[4] = m.io_overlap_wait_ns;
     // released_blocking counts the wakes: none since counting began, no wake is known.
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }

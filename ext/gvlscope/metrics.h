@@ -58,11 +58,14 @@ void gvls_metrics_init(VALUE mNative);
 // A consistent copy of a slot's metrics (all of them, or only the state and the four time
 // counters: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms);
-// A thread's run, wait, idle and GC ns so far, the state it is in counted up to now_ns.
+// A thread's run, wait, idle and GC ns so far, the state it is in counted up to now_ns, and its
+// io_overlap_wait_ns (counted when a blocking release confirms it: no part in progress).
 // wait_ns_at_wake (may be NULL): wait_ns when the thread last came back from idle, GVLS_NEVER_WOKE
 // if it has not since counting began.
 #define GVLS_NEVER_WOKE UINT64_MAX
-void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[4], uint64_t *wait_ns_at_wake);
+#define GVLS_COUNTERS_NOW 5
+void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
+                               uint64_t *wait_ns_at_wake);
 // In a forked child: every other thread is gone, and the parent's counters are not the child's.
 void gvls_metrics_after_fork(void);
 

@@ -7,7 +7,9 @@
 #include "metrics.h"
 #include <string.h>
 
-enum { RUN, WAIT, IDLE, GC, COUNTERS };
+// The thread's counters a request takes deltas of (gvls_metrics_counters_now's order). OVERLAP:
+// the GVL wait that IO the request had started overlapped (docs/metrics.md, io_overlap_wait_ns).
+enum { RUN, WAIT, IDLE, GC, OVERLAP, COUNTERS };
 
 typedef struct {
     VALUE thread;
@@ -98,7 +100,7 @@ static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
 VALUE gvls_request_timing_start_current(void) { return start_current(cRequestTiming); }
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
-static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t *out) {
+static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS]) {
     uint64_t now[COUNTERS] = { 0 };
     if (slot) gvls_metrics_counters_now(slot, now_ns, now, NULL);
     for (int i = 0; i < COUNTERS; i++) out[i] = minus(now[i], timing->before[i]);
@@ -144,18 +146,28 @@ static VALUE timing_wait_ns(VALUE self) { return ULL2NUM(counter(self, WAIT)); }
 static VALUE timing_idle_ns(VALUE self) { return ULL2NUM(counter(self, IDLE)); }
 static VALUE timing_gc_ns(VALUE self) { return ULL2NUM(counter(self, GC)); }
 static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->pickup_wait_ns); }
+static VALUE timing_io_overlap_wait_ns(VALUE self) { return ULL2NUM(counter(self, OVERLAP)); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
-// For breakdown.c: a RequestTiming's run, wait, idle, gc, duration and pickup wait (the numbers so
-// far if it is not finished) into out; 0 if obj is not a RequestTiming.
-int gvls_request_timing_values(VALUE obj, uint64_t out[6]) {
+// deltas and the rest in gvlscope.h's order (GVLS_REQUEST_VALUES).
+static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
+                       uint64_t out[GVLS_REQUEST_VALUES]) {
+    out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
+    out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP];
+}
+
+// For breakdown.c: a RequestTiming's numbers (so far if it is not finished) into out; 0 if obj is
+// not a RequestTiming.
+int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]) {
     if (!rb_typeddata_is_kind_of(obj, &timing_type)) return 0;
     request_timing *timing = timing_of(obj);
-    uint64_t now_ns = timing->finished ? 0 : gvls_now_ns();
-    if (timing->finished) memcpy(out, timing->delta, sizeof(timing->delta));
-    else deltas_now(timing, now_ns, out);
-    out[4] = timing->finished ? timing->duration_ns : minus(now_ns, timing->started_ns);
-    out[5] = timing->pickup_wait_ns;
+    if (timing->finished) {
+        put_values(timing, timing->delta, timing->duration_ns, out);
+    } else {
+        uint64_t now_ns = gvls_now_ns(), deltas[COUNTERS];
+        deltas_now(timing, now_ns, deltas);
+        put_values(timing, deltas, minus(now_ns, timing->started_ns), out);
+    }
     return 1;
 }
 
@@ -250,12 +262,10 @@ static VALUE add_server_timing(VALUE self, VALUE response) {
 
 // For breakdown.c's RackRequests#finish: finishes the timing and copies its numbers to out (as
 // gvls_request_timing_values; raises TypeError if timing is not a RequestTiming).
-void gvls_request_timing_finish_values(VALUE self, uint64_t out[6]) {
+void gvls_request_timing_finish_values(VALUE self, uint64_t out[GVLS_REQUEST_VALUES]) {
     request_timing *timing = timing_of(self);
     finish(timing);
-    memcpy(out, timing->delta, sizeof(timing->delta));
-    out[4] = timing->duration_ns;
-    out[5] = timing->pickup_wait_ns;
+    put_values(timing, timing->delta, timing->duration_ns, out);
 }
 
 // Then, as finish_response does on the finished timing.
@@ -276,6 +286,7 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "idle_ns", timing_idle_ns, 0);
     rb_define_method(cTiming, "gc_ns", timing_gc_ns, 0);
     rb_define_method(cTiming, "pickup_wait_ns", timing_pickup_wait_ns, 0);
+    rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
     rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);
     rb_define_method(cTiming, "finish_response", timing_finish_response, 2);

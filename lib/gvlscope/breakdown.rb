@@ -32,17 +32,18 @@ module GVLScope
 
     # Where each number sits in a series' to_a (Native::BreakdownSeries, ext/gvlscope/breakdown.c:
     # a request is added in one C call, atomic under the GVL, so adding takes no lock).
-    COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, RATE = 0, 1, 2, 3, 4, 5, 6, 7 # rubocop:disable Style/ParallelAssignment
-    FIRST_BUCKET = 8
+    COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, IO_OVERLAP, RATE = 0, 1, 2, 3, 4, 5, 6, 7, 8 # rubocop:disable Style/ParallelAssignment
+    FIRST_BUCKET = 9
 
     # One series: totals since start. duration_ns: the app call / the job (as RequestTiming's);
     # wait_ns includes pickup_wait_ns, the wait for the GVL before the request/job started (see
     # RequestTiming), so run + wait + idle + gc = duration + pickup_wait (to the clock's
-    # resolution). wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0
-    # counts zero waits).
+    # resolution). io_overlap_wait_ns: the part of wait_ns that IO the request/job had started
+    # overlapped (docs/metrics.md). wait_buckets: Log2 buckets of each request's/job's GVL wait in
+    # ns (bucket 0 counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, :count, :run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns,
-                       :pickup_wait_ns, :wait_buckets, :sample_rate, keyword_init: true) do
-      SUMS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns].freeze
+                       :pickup_wait_ns, :io_overlap_wait_ns, :wait_buckets, :sample_rate, keyword_init: true) do
+      SUMS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns].freeze
 
       def wait_ms = wait_ns / 1e6
       def key = [kind, label, tags]
@@ -90,7 +91,8 @@ module GVLScope
         series ||= series_for(kind, label, tags)
         unless series.add(timing, sample_rate)
           series.add_values(timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns,
-                            timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0, sample_rate)
+                            timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0,
+                            timing.respond_to?(:io_overlap_wait_ns) ? timing.io_overlap_wait_ns : 0, sample_rate)
         end
         series
       end
@@ -105,7 +107,8 @@ module GVLScope
         rows.map do |kind, label, tags, row|
           Entry.new(kind: kind, label: label, tags: tags, count: row[COUNT], run_ns: row[RUN], wait_ns: row[WAIT],
                     idle_ns: row[IDLE], gc_ns: row[GC], duration_ns: row[DURATION],
-                    pickup_wait_ns: row[PICKUP], wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze,
+                    pickup_wait_ns: row[PICKUP], io_overlap_wait_ns: row[IO_OVERLAP],
+                    wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze,
                     sample_rate: row[RATE]).freeze
         end
       end

@@ -15,8 +15,10 @@ module GVLScope
   # previous request and since it last came back from idle (waiting for work, a sleep, IO): waits
   # before that belong to no request. A server thread woken for a new request must get the GVL
   # back before it can even parse it; beside a CPU-bound thread that is where a quick request
-  # loses its 100 ms, before the app is called. Numbers come from GVLScope::Metrics, which must be
-  # enabled.
+  # loses its 100 ms, before the app is called. io_overlap_wait_ns: the part of wait_ns that IO
+  # the request had started overlapped (a write returned at once, the thread waited for the GVL
+  # back while the answer was on its way, then its read blocked: docs/metrics.md). Numbers come
+  # from GVLScope::Metrics, which must be enabled.
   class RequestTiming
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6

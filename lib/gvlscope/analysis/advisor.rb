@@ -88,8 +88,9 @@ module GVLScope
         end
       end
 
-      # One kind of unit (a route, a job class): how many, and their times summed (ns).
-      WorkKind = Struct.new(:label, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, keyword_init: true) do
+      # One kind of unit (a route, a job class): how many, and their times summed (ns);
+      # io_overlap_wait_ns: theirs, or nil where the source does not count it per unit.
+      WorkKind = Struct.new(:label, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :io_overlap_wait_ns, keyword_init: true) do
         def held_ns = run_ns + gc_ns
       end
 
@@ -312,8 +313,9 @@ module GVLScope
 
       # The model's kinds of unit: one (the unit's totals), or one per WorkKind when the workload has
       # two or more. D per unit: the kind's holds with other threads' holds charged (Workload#charge).
-      # Z per unit: the kind's idle, with the pool's per-thread figures (IO hidden in GVL wait, put in;
-      # the wait for a CPU core, left out: Workload#runqueue_idle_ns) shared out by each kind's idle.
+      # Z per unit: the kind's idle, with its IO hidden in GVL wait put in (its own where counted per
+      # unit, else the pool's shared out by each kind's idle) and the pool's wait for a CPU core left
+      # out (Workload#runqueue_idle_ns), shared out by each kind's idle.
       def model_kinds
         w = @workload
         charge = w.charge
@@ -321,17 +323,20 @@ module GVLScope
         cpu_wait = w.runqueue_idle_ns
         # IO in flight during a GVL wait (a write's answer on its way while the thread waited for
         # the GVL back) is IO the request does: without the wait it would have been idle.
-        one = lambda do |label, count, held, idle, part|
-          ModelKind.new(label: label, share: count, demand: held * charge / count, measured_idle: (idle + overlap * part) / count,
-                        cpu_wait: cpu_wait * part / count, overlap: overlap * part / count)
+        one = lambda do |label, count, held, idle, part, own_overlap = nil|
+          hidden = own_overlap || overlap * part
+          ModelKind.new(label: label, share: count, demand: held * charge / count, measured_idle: (idle + hidden) / count,
+                        cpu_wait: cpu_wait * part / count, overlap: hidden / count)
         end
         kinds = Array(w.kinds).select { |kind| kind.count.to_i.positive? }
         if w.count.to_i.positive? && kinds.size > 1
           idle_total = kinds.sum(&:idle_ns).to_f
           units = kinds.sum(&:count).to_f
+          own = kinds.all?(&:io_overlap_wait_ns)
           kinds.map do |kind|
             part = idle_total.positive? ? kind.idle_ns / idle_total : kind.count / units
-            one.(kind.label, kind.count, kind.held_ns, kind.idle_ns, part).tap { |model| model.share = kind.count / units }
+            one.(kind.label, kind.count, kind.held_ns, kind.idle_ns, part, own ? kind.io_overlap_wait_ns.to_f : nil)
+               .tap { |model| model.share = kind.count / units }
           end
         else
           [one.(nil, w.count.to_i.positive? ? w.count.to_f : 1.0, w.held_ns, w.idle_ns, 1.0).tap { |model| model.share = 1.0 }]

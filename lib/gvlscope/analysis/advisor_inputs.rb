@@ -97,9 +97,11 @@ module GVLScope
         pool_held = pool.sum(&:held_ns)
         entries = Array(breakdown).select { |entry| entry[:count].to_i.positive? }
         sum = ->(key) { entries.sum { |entry| entry[key].to_i } }
-        # Per thread only (the hook counts it, a request's timing does not): the pool's, as for
-        # per-request numbers its run-queue wait is (Advisor#build divides both by the count).
+        # The requests' own where the entries have it (a RequestTiming counts it), else the pool's
+        # (per thread: it also counts waits between requests), as for per-request numbers its
+        # run-queue wait is (Advisor#model_kinds divides both by the count).
         overlap = pool.sum { |row| row.io_overlap_wait_ns.to_i }
+        overlap = entries.sum { |entry| entry[:io_overlap_wait_ns] } if !entries.empty? && entries.all? { |entry| entry[:io_overlap_wait_ns] }
         if entries.empty?
           Advisor::Workload.new(source: source, unit: :thread, count: nil, run_ns: pool.sum(&:run_ns),
                                 gc_ns: pool.sum(&:gc_ns), wait_ns: pool.sum(&:wait_ns), idle_ns: pool.sum(&:idle_ns),
@@ -125,7 +127,7 @@ module GVLScope
 
         entries.map do |entry|
           label = entry[:tags].is_a?(Hash) && !entry[:tags].empty? ? "#{entry[:label]} #{entry[:tags].map { |k, v| "#{k}=#{v}" }.join(',')}" : entry[:label].to_s
-          Advisor::WorkKind.new(label: label, count: entry[:count].to_i,
+          Advisor::WorkKind.new(label: label, count: entry[:count].to_i, io_overlap_wait_ns: entry[:io_overlap_wait_ns],
                                 **%i[run_ns gc_ns wait_ns idle_ns].to_h { |key| [key, entry[key].to_i] })
         end
       end

@@ -269,12 +269,19 @@ module GVLScope
               format("advisor %d (the median of %d untraced runs at %d threads read live, one per round: %s; in its round " \
                      "run %.0f %%, GVL wait %.0f %%, idle %.0f %%, 1 / run share %.1f; the pool's CPU %s ms and GVL run %.2f ms " \
                      "per request; %.0f %% of its time waiting for a CPU core; %.0f %% waiting for the GVL while its IO " \
-                     "was on its way, counted as idle); traced at %d threads: %d (run %.0f %%, " \
+                     "was on its way, counted as idle%s); traced at %d threads: %d (run %.0f %%, " \
                      "GVL wait %.0f %%, idle %.0f %%, %.0f requests/s); knee %s; %s: %s", advisor[:threads], runs.size,
                      advisor[:from_threads], runs.map { |run| run[:threads] }.join(", "), 100 * median[:shares][:run],
                      100 * median[:shares][:wait], 100 * median[:shares][:idle], median[:no_collision_threads],
                      median[:cpu_ms_per_request] ? format("%.2f", median[:cpu_ms_per_request]) : "?",
                      median[:run_ms_per_request], 100 * median[:runqueue_share], 100 * median[:io_overlap_share].to_f,
+                     if median[:kinds]
+                       "; per endpoint (GVLScope::Rack's routes), hold D and idle Z: " +
+                         median[:kinds].map { |k| format("%s D %.2f ms, Z %.2f ms", k[:label], k[:hold_ms], k[:idle_ms]) }.join("; ") +
+                         "; as one mean request the answer would be #{median[:threads_as_one_kind]}"
+                     else
+                       ""
+                     end,
                      trace[:from_threads], trace[:threads],
                      100 * trace[:shares][:run], 100 * trace[:shares][:wait], 100 * trace[:shares][:idle], trace[:rps],
                      judgement.knee || "none", judgement.verdict.to_s.tr("_", " "), judgement.reason)
@@ -282,9 +289,8 @@ module GVLScope
             holds: ->(m) { sweep_judge.(m, mix).inside? },
             applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
             differs_because: "IO hidden in GVL wait beyond what the hook counts (a wait that outlasts the IO it " \
-                             "overlapped leaves nothing that blocks after it: lab/io_overlap.rb), the model's one kind of " \
-                             "request for endpoints that differ (lab/thread_sweep_model.rb; docs/advise.md, \"Why the mixed " \
-                             "mix misses\"), noise on a shared machine (the load average and the spread of the rounds are below the " \
+                             "overlapped leaves nothing that blocks after it: lab/io_overlap.rb; docs/advise.md, \"Why the mixed " \
+                             "mix missed\"), noise on a shared machine (the load average and the spread of the rounds are below the " \
                              "table), CPU contention measured as idle or run " \
                              "(a thread back from a syscall waits for a core: the advisor counts it as IO; a holder set " \
                              "aside by the kernel counts as run), more threads taking a larger share of a busy machine's " \

@@ -66,8 +66,9 @@ module GVLScope
       FIELDS = %i[source pid time_ns interval_ns processes waiting_threads releases threads exited_threads workers
                   findings trace_path timeslice_ns breakdown].freeze
       # Per-route and per-job numbers (GVLScope::Breakdown, what GVLScope::Rack and GVLScope::Sidekiq
-      # count), one Hash per series: kind ("route" or "job"), label, tags, and these cumulative sums.
-      BREAKDOWN_NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns].freeze
+      # count), one Hash per series: kind ("route" or "job"), label, tags, and these cumulative sums
+      # (io_overlap_wait_ns is nil where the source did not have it: older gvlscope, a file).
+      BREAKDOWN_NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns].freeze
 
       attr_reader(*COUNTERS, *HISTOGRAMS, *FIELDS)
 
@@ -150,7 +151,7 @@ module GVLScope
         before_series = earlier.breakdown.to_h { |entry| [entry.values_at(:kind, :label, :tags), entry] }
         breakdown = self.breakdown.map do |entry|
           old = before_series[entry.values_at(:kind, :label, :tags)]
-          old ? entry.merge(BREAKDOWN_NUMBERS.to_h { |key| [key, entry[key] - old[key]] }) : entry
+          old ? entry.merge(BREAKDOWN_NUMBERS.to_h { |key| [key, entry[key] && old[key] && entry[key] - old[key]] }) : entry
         end
         interval = self.class.new(
           source: source, pid: pid, time_ns: time_ns, interval_ns: time_ns - earlier.time_ns, processes: processes,
@@ -233,12 +234,13 @@ module GVLScope
       end
 
       # One series of +breakdown+ as a frozen Hash with symbol keys (from an Entry, or a Hash with
-      # string or symbol keys, as a snapshot file has it); a number missing is 0.
+      # string or symbol keys, as a snapshot file has it); a number missing is 0 (io_overlap_wait_ns: nil).
       def self.breakdown_entry(entry)
         values = entry.to_h.transform_keys(&:to_sym)
         tags = values[:tags].is_a?(Hash) ? values[:tags].to_h { |key, value| [key.to_s, value] } : {}
-        { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze,
-          **BREAKDOWN_NUMBERS.to_h { |key| [key, Integer(values[key] || 0)] } }.freeze
+        numbers = BREAKDOWN_NUMBERS.to_h { |key| [key, values[key] && Integer(values[key])] }
+        BREAKDOWN_NUMBERS.each { |key| numbers[key] ||= 0 unless key == :io_overlap_wait_ns }
+        { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers }.freeze
       end
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
