@@ -5,7 +5,7 @@
 # then read the answer), 40 times, beside a neighbour thread that holds the GVL for 0, 4 or 100 ms
 # at a time. gvlscope's counters of the asking thread split each ask into the GVL wait inside the
 # write (the write returns at once, then the thread waits for the GVL to come back), the idle
-# inside the read, and the wait after it. docs/advise.md ("Why the mixed mix misses") reads it: the
+# inside the read, and the wait after it. docs/advise.md ("Why the mixed mix missed") reads it: the
 # delay server's 9 ms pass while the thread waits for the GVL after its write, so the idle the
 # read shows is shorter by that wait, and `gvlscope advise` reads less IO than the request does.
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))

@@ -2,7 +2,7 @@
 
 # What models of one GVL predict for the thread-sweep scenario's mixes (lab/thread_sweep.rb), set
 # beside what the sweep measured: `ruby lab/thread_sweep_model.rb`. docs/advise.md ("Why the mixed
-# mix misses") reads the table it prints.
+# mix missed") reads the table it prints.
 #
 # The model is the advisor's for several kinds of request (GVLScope::Analysis::GVLSimulation): T
 # threads, each request one of the mix's endpoints at random, holding the GVL for the endpoint's

@@ -253,6 +253,24 @@ class AdviseTest < Minitest::Test
       model = JSON.parse(json)["model"]
       assert_equal %w[cpu io], model["kinds"].map { |kind| kind["label"] }
       assert_equal 4, model["sensitivity"]["one_kind"]
+      # Each kind's times exact: the lab's model says 4 for these endpoints (lab/thread_sweep_model.rb).
+      assert_equal 4, model["sensitivity"]["exact_times"]
+
+      # A hand-edited file: a route's sums below zero count as none; a sum that is not a number is
+      # one line naming the file.
+      routes = two_routes(1_000)
+      routes[1]["run_ns"] = -5
+      routes[1]["idle_ns"] = -7
+      File.write(path, JSON.generate(snapshot(rows, time_ns: wall, wall_ns: wall, breakdown: routes)))
+      out, err, status = gvlscope("advise", "--snapshot", path, "--cores", "1")
+      assert status.success?, err
+      assert_match(/io 50 %: D 0\.0 ms, Z 0\.0 ms/, out.gsub(/\s+/, " "))
+      routes[1]["count"] = "lots"
+      File.write(path, JSON.generate(snapshot(rows, time_ns: wall, wall_ns: wall, breakdown: routes)))
+      out, err, status = gvlscope("advise", "--snapshot", path, "--cores", "1")
+      assert_equal [1, ""], [status.exitstatus, out]
+      assert_equal 1, err.lines.size, err
+      assert_match(/\Agvlscope: .*routes\.json: not a gvlscope live snapshot/, err)
     end
   end
 

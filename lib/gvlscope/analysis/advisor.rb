@@ -186,8 +186,14 @@ module GVLScope
         def what_would_change
           lines = ["Slower IO: with twice the idle time per #{unit_name} the answer is " \
                    "#{Advisor.count(sensitivity[:idle_doubled], 'thread')}; with half, #{sensitivity[:idle_halved]}. Faster Ruby (less run time) moves it like more idle."]
-          lines << "Steadier requests: the model takes hold and idle times as varied as exponential times; " \
-                   "with no variation at all, #{Advisor.count(no_collision_threads.ceil, 'thread')} would do."
+          lines << if kinds
+                     "Steadier requests: the model takes each kind's hold and idle times as varied as exponential " \
+                       "times; with each kind's times exact (the kinds still mixed at random), " \
+                       "#{Advisor.count(sensitivity[:exact_times], 'thread')} would do."
+                   else
+                     "Steadier requests: the model takes hold and idle times as varied as exponential times; " \
+                       "with no variation at all, #{Advisor.count(no_collision_threads.ceil, 'thread')} would do."
+                   end
           if workload.unit == :thread
             lines << "Idle time between requests: these are per-thread numbers, so a thread that waited for work " \
                      "counts as doing IO and the answer comes out higher. Measure under load#{workload.excluded_idle_ns.to_i.positive? ? ' (a trace leaves out idle on locks, queues and joins: that is how thread pools wait for work)' : ''}, " \
@@ -308,7 +314,8 @@ module GVLScope
                                   runqueue_as_idle: unless_same(threads_on(curve), kinds) { |k| [k.demand, k.measured_idle] },
                                   without_io_overlap: without_io_overlap(kinds, curve),
                                   without_cpu_wait: without_cpu_wait(kinds),
-                                  one_kind: (threads_on(Advisor.curve(demand, idle, @max_threads)) if kinds.size > 1) })
+                                  one_kind: (threads_on(Advisor.curve(demand, idle, @max_threads)) if kinds.size > 1),
+                                  exact_times: (threads_for(kinds, exponential: false) { |k| [k.demand, k.idle] } if kinds.size > 1) })
       end
 
       # The model's kinds of unit: one (the unit's totals), or one per WorkKind when the workload has
@@ -361,10 +368,10 @@ module GVLScope
         points
       end
 
-      def simulation_of(kinds)
+      def simulation_of(kinds, exponential: true)
         GVLSimulation.new(kinds.map do |share, d, z|
           GVLSimulation::Kind.new(share: share, hold_ns: d, idle_ns: [z, 0.0].max)
-        end)
+        end, exponential: exponential)
       end
 
       # A busy GVL runs Ruby on one core at a time: one process per core uses them all.
@@ -376,13 +383,13 @@ module GVLScope
       # The recommendation with each kind's D and Z as the block gives them ([D, Z] for a ModelKind).
       # Several kinds: the simulation at counts around the one-kind answer (its busy share grows with
       # the count), not the whole curve.
-      def threads_for(kinds)
+      def threads_for(kinds, exponential: true)
         given = kinds.map { |kind| [kind.share, *yield(kind)] }
         return threads_on(curve_of(given)) if given.size == 1
 
         d = given.sum { |share, demand, _| share * demand }
         z = given.sum { |share, _, idle| share * idle }
-        simulation = simulation_of(given)
+        simulation = simulation_of(given, exponential: exponential)
         reaches = ->(threads) { simulation.run(threads).busy >= @target }
         threads = threads_on(Advisor.curve(d, z, @max_threads))
         if reaches.(threads)

@@ -127,8 +127,10 @@ module GVLScope
 
         entries.map do |entry|
           label = entry[:tags].is_a?(Hash) && !entry[:tags].empty? ? "#{entry[:label]} #{entry[:tags].map { |k, v| "#{k}=#{v}" }.join(',')}" : entry[:label].to_s
-          Advisor::WorkKind.new(label: label, count: entry[:count].to_i, io_overlap_wait_ns: entry[:io_overlap_wait_ns],
-                                **%i[run_ns gc_ns wait_ns idle_ns].to_h { |key| [key, entry[key].to_i] })
+          # (a sum below zero, from a file, is none: the model's times cannot go back)
+          Advisor::WorkKind.new(label: label, count: entry[:count].to_i,
+                                io_overlap_wait_ns: entry[:io_overlap_wait_ns] && [entry[:io_overlap_wait_ns], 0].max,
+                                **%i[run_ns gc_ns wait_ns idle_ns].to_h { |key| [key, [entry[key].to_i, 0].max] })
         end
       end
 

@@ -311,8 +311,13 @@ module GVLScope
                judgement = sweep_judge.(m, mix)
                endpoints = sweep_mix.(m, mix).fetch(:endpoints).map { |e| format("%s %g ms Ruby + %g ms IO", e[:name], e[:cpu_ms], e[:io_ms]) }
                lines << "" unless lines.empty?
+               numbers = sweep_mix.(m, mix)
+               speed = if numbers[:slowest_kept]
+                         format("; %d measurement(s) taken again with the machine below %.0f %% of its fastest, the slowest kept at %.0f %%",
+                                numbers[:retries].to_i, 100 * m.fetch(:slow, 0.85), 100 * numbers[:slowest_kept])
+                       end
                lines << "#{mix} (#{endpoints.join(', ')} per request; #{m[:rounds]} round(s) of #{m[:seconds]} s per count; " \
-                        "#{m[:pinning]}):"
+                        "#{m[:pinning]}#{speed}):"
                lines << ""
                lines.concat(Sweep.table(judgement))
              end
