@@ -295,4 +295,7 @@ ensure
 end
 loads.compact!
 result(mixes: results, cores: Etc.nprocessors, load_average: loads.empty? ? nil : [loads.min, loads.sum / loads.size, loads.max].map { |l| l.round(1) }, counts: counts, seconds: seconds, rounds: rounds, connections: CONNECTIONS,
-       default_threads: DEFAULT_THREADS, pinning: pinning, puma_cores: puma_cores, slow: SLOW)
+       default_threads: DEFAULT_THREADS, pinning: pinning, puma_cores: puma_cores, slow: SLOW,
+       # The fastest probe against the sizing loop (1.0: as fast as when the endpoints were sized;
+       # 1.6: their "4 ms" of Ruby took 2.5 ms at the machine's fastest).
+       fastest_speed: fastest.round(3))

@@ -158,6 +158,46 @@ class MetricsTest < Minitest::Test
     end
   end
 
+  # A response written just before the next request starts: its write returns at once and the
+  # thread waits for the GVL, then the request asks the delay server. Without the request's start
+  # dropping that wait, the request's blocking read counted it as the request's IO.
+  def test_io_started_before_a_request_is_not_the_requests
+    require "socket"
+    server = IO.popen([RbConfig.ruby, "-e", DELAY_SERVER])
+    socket = TCPSocket.new("127.0.0.1", Integer(server.gets))
+    stop = false
+    neighbour = Thread.new do
+      until stop
+        deadline = clock + 0.004
+        x = 0
+        x += 1 while clock < deadline
+        Thread.pass
+      end
+    end
+    reader, writer = IO.pipe
+    results = 10.times.map do
+      writer.write("response") # returns at once, then the wait for the GVL beside the neighbour
+      reader.read(8)
+      timing = GVLScope::RequestTiming.start
+      socket.write("9\n")
+      socket.gets
+      timing.finish!
+      [timing.io_overlap_wait_ns, timing.wait_ns - timing.pickup_wait_ns]
+    end
+    stop = true
+    neighbour.join
+    # What a request counts as IO hidden in its wait is part of the wait inside it.
+    results.each { |overlap, inside| assert_operator overlap, :<=, inside, results.inspect }
+    assert_operator results.sum(&:first), :>, 0, results.inspect
+  ensure
+    socket&.close
+    [reader, writer].each { |io| io&.close }
+    if server
+      Process.kill(:KILL, server.pid)
+      server.close
+    end
+  end
+
   def test_one_cpu_thread_alone_holds_the_gvl_and_never_waits
     metrics = interval do
       deadline = clock + 0.5

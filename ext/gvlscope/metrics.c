@@ -189,6 +189,14 @@ void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }
 
+// The caller is the slot's own thread, holding the GVL: no hook writes this slot meanwhile (a
+// thread's events run on it); the seqlock is for the readers on other threads.
+void gvls_metrics_request_started(gvls_thread *slot) {
+    uint32_t seq = gvls_metrics_write_begin(slot);
+    slot->metrics.pending_overlap_ns = 0;
+    gvls_metrics_write_end(slot, seq);
+}
+
 #define COUNTER_FIELDS 12
 #define ROW_FIELDS (4 + COUNTER_FIELDS)
 

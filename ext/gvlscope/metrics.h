@@ -66,6 +66,9 @@ void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int wi
 #define GVLS_COUNTERS_NOW 5
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
                                uint64_t *wait_ns_at_wake);
+// A request or job starts on the calling thread, whose slot this is (request_timing.c): the waits
+// pending for IO it started before (metrics_event.h) are not the request's, and are dropped.
+void gvls_metrics_request_started(gvls_thread *slot);
 // In a forked child: every other thread is gone, and the parent's counters are not the child's.
 void gvls_metrics_after_fork(void);
 

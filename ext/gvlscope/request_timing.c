@@ -68,6 +68,8 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
         }
+        // IO the thread started before the request (a response's write) is not the request's.
+        if (thread == rb_thread_current()) gvls_metrics_request_started(slot);
     }
     return self;
 }

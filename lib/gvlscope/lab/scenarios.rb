@@ -307,6 +307,11 @@ module GVLScope
                lines << format("Load average while it ran (other work on the machine): %.1f to %.1f, mean %.1f, on %d cores.",
                                low, high, mean, m.fetch(:cores, Etc.nprocessors))
              end
+             if (fastest = m[:fastest_speed])
+               lines << format("The machine's speed (a 10 ms loop before and after each measurement) reached %.2f times what it " \
+                               "was when the endpoints were sized: at its fastest their Ruby took %.0f %% of the milliseconds named below.",
+                               fastest, 100 / fastest)
+             end
              m.fetch(:mixes).each_key do |mix|
                judgement = sweep_judge.(m, mix)
                endpoints = sweep_mix.(m, mix).fetch(:endpoints).map { |e| format("%s %g ms Ruby + %g ms IO", e[:name], e[:cpu_ms], e[:io_ms]) }
