@@ -79,6 +79,34 @@ class MetricsTest < Minitest::Test
     end
   end
 
+  # A thread's GVL wait since a moment in the recent past (a request's hand-off: handoff.c), from
+  # the log of its last waits: [wait ms, exact].
+  def wait_since(events, from, at)
+    wait, exact = GVLScope::Native.debug_wait_since(events, from, at)
+    [wait.fdiv(MS), exact]
+  end
+
+  # Waits 0-10, 20-50 (after 8 ms of idle: a lock), 60-61 (after 9 ms: another).
+  THREE_WAITS = [[:ready, 0], [:resumed, 10], [:suspended, 12], [:ready, 20], [:resumed, 50],
+                 [:suspended, 51], [:ready, 60], [:resumed, 61]].freeze
+
+  def test_the_wait_since_a_moment_counts_every_wait_after_it_across_idles
+    assert_equal [41.0, true], wait_since(THREE_WAITS, 0, 70)
+    assert_equal [31.0, true], wait_since(THREE_WAITS, 15, 70), "a lock's idle between does not restart it"
+    assert_equal [21.0, true], wait_since(THREE_WAITS, 30, 70), "the part of a wait after the moment"
+    assert_equal [0.0, true], wait_since(THREE_WAITS, 62, 70)
+    # A wait in progress counts up to the reading.
+    assert_equal [5.0, true], wait_since(THREE_WAITS + [[:suspended, 63], [:ready, 65]], 62, 70)
+    assert_equal [36.0, true], wait_since(THREE_WAITS + [[:suspended, 63], [:ready, 65]], 15, 70)
+  end
+
+  def test_the_wait_since_a_moment_older_than_the_log_is_a_lower_bound
+    # 20 waits of 1 ms, one every 3 ms: the log keeps the last 16.
+    events = 20.times.flat_map { |i| [[:ready, 3 * i], [:resumed, 3 * i + 1], [:suspended, 3 * i + 2]] }
+    assert_equal [16.0, false], wait_since(events, 0, 70), "the 4 oldest waits are not in the log any more"
+    assert_equal [10.0, true], wait_since(events, 30, 70), "the log goes back past the moment"
+  end
+
   def test_a_replay_names_its_events
     error = assert_raises(ArgumentError) { GVLScope::Native.debug_metrics_replay([[:started, 0]], 1) }
     assert_equal "not an event kind: :started", error.message

@@ -122,7 +122,10 @@ static unsigned replay_kind(VALUE name) {
     rb_raise(rb_eArgError, "not an event kind: %"PRIsVALUE, rb_inspect(name));
 }
 
-static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
+typedef struct { gvls_thread *slot; uint64_t start_ns, kept[4]; } replay;
+
+// A private slot that saw +events+ as the hook hands them to the metrics (put back with replay_end).
+static replay replay_begin(VALUE events) {
     Check_Type(events, T_ARRAY);
     long n = RARRAY_LEN(events);
     unsigned kinds[64];
@@ -134,27 +137,48 @@ static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
         kinds[i] = replay_kind(rb_ary_entry(event, 0));
         at_ms[i] = NUM2DBL(rb_ary_entry(event, 1));
     }
-    double read_ms = NUM2DBL(read_at_ms);
-    gvls_thread *slot = calloc(1, sizeof(gvls_thread));
-    if (!slot) rb_raise(rb_eNoMemError, "debug_metrics_replay");
-    slot->ractor_id = GVLS_MAX_RACTORS - 2;  // a Ractor counter slot no real Ractor uses here
+    replay r = { .slot = calloc(1, sizeof(gvls_thread)) };
+    if (!r.slot) rb_raise(rb_eNoMemError, "debug_metrics_replay");
+    r.slot->ractor_id = GVLS_MAX_RACTORS - 2;  // a Ractor counter slot no real Ractor uses here
     gvls_ractor_counters *ractor = &gvls_metrics.ractors[GVLS_MAX_RACTORS - 2];
-    uint64_t kept[4] = { atomic_load(&ractor->readied), atomic_load(&ractor->acquired), atomic_load(&ractor->abandoned),
-                         atomic_load(&ractor->resume_seq) };
-    uint64_t start_ns = gvls_now_ns();       // after the epoch: the metrics count from there
+    r.kept[0] = atomic_load(&ractor->readied); r.kept[1] = atomic_load(&ractor->acquired);
+    r.kept[2] = atomic_load(&ractor->abandoned); r.kept[3] = atomic_load(&ractor->resume_seq);
+    r.start_ns = gvls_now_ns();       // after the epoch: the metrics count from there
     for (long i = 0; i < n; i++) {
-        uint32_t seq = gvls_metrics_write_begin(slot);
-        gvls_metrics_event(kinds[i], slot, start_ns + (uint64_t)(at_ms[i] * 1e6));
-        gvls_metrics_write_end(slot, seq);
+        uint32_t seq = gvls_metrics_write_begin(r.slot);
+        gvls_metrics_event(kinds[i], r.slot, r.start_ns + (uint64_t)(at_ms[i] * 1e6));
+        gvls_metrics_write_end(r.slot, seq);
     }
-    uint64_t out[GVLS_COUNTERS_NOW];
-    gvls_metrics_counters_now(slot, start_ns + (uint64_t)(read_ms * 1e6), out, NULL);
-    uint64_t overlap_ns = slot->metrics.io_overlap_wait_ns;
-    free(slot);
+    return r;
+}
+
+static void replay_end(replay *r) {
+    free(r->slot);
     // A replay that ends waiting would leave a waiter behind for the race tests: put them back.
-    atomic_store(&ractor->readied, kept[0]); atomic_store(&ractor->acquired, kept[1]);
-    atomic_store(&ractor->abandoned, kept[2]); atomic_store(&ractor->resume_seq, kept[3]);
+    gvls_ractor_counters *ractor = &gvls_metrics.ractors[GVLS_MAX_RACTORS - 2];
+    atomic_store(&ractor->readied, r->kept[0]); atomic_store(&ractor->acquired, r->kept[1]);
+    atomic_store(&ractor->abandoned, r->kept[2]); atomic_store(&ractor->resume_seq, r->kept[3]);
+}
+
+static uint64_t replay_ns(const replay *r, VALUE ms) { return r->start_ns + (uint64_t)(NUM2DBL(ms) * 1e6); }
+
+static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
+    replay r = replay_begin(events);
+    uint64_t out[GVLS_COUNTERS_NOW];
+    gvls_metrics_counters_now(r.slot, replay_ns(&r, read_at_ms), out, NULL);
+    uint64_t overlap_ns = r.slot->metrics.io_overlap_wait_ns;
+    replay_end(&r);
     return rb_ary_new_from_args(5, ULL2NUM(out[0]), ULL2NUM(out[1]), ULL2NUM(out[2]), ULL2NUM(out[3]), ULL2NUM(overlap_ns));
+}
+
+// Native.debug_wait_since(events, from_ms, read_at_ms) -> [wait_ns, exact]: as debug_metrics_replay,
+// then the slot's GVL wait between from_ms and read_at_ms from its wait log (handoff.c's window).
+static VALUE debug_wait_since(VALUE self, VALUE events, VALUE from_ms, VALUE read_at_ms) {
+    replay r = replay_begin(events);
+    int exact;
+    uint64_t wait = gvls_metrics_wait_since(r.slot, replay_ns(&r, from_ms), replay_ns(&r, read_at_ms), &exact, NULL);
+    replay_end(&r);
+    return rb_ary_new_from_args(2, ULL2NUM(wait), exact ? Qtrue : Qfalse);
 }
 
 // Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.
@@ -177,4 +201,5 @@ void gvls_debug_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "debug_registry_threads", debug_registry_threads, 0);
     rb_define_singleton_method(mNative, "debug_metrics_race", debug_metrics_race, 2);
     rb_define_singleton_method(mNative, "debug_metrics_replay", debug_metrics_replay, 2);
+    rb_define_singleton_method(mNative, "debug_wait_since", debug_wait_since, 3);
 }

@@ -20,6 +20,7 @@ static int fork_was_tracing;
 static void atfork_child(void) {
     gvls_thread_state_after_fork();
     if (gvls_session_after_fork()) fork_was_tracing = 1;
+    gvls_handoff_after_fork();
 }
 
 // Native.after_fork_in_child -> whether a trace was recording when the process forked.
@@ -46,6 +47,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_metrics_init(mNative);
     gvls_request_timing_init(mGVLScope);
     gvls_breakdown_init(mNative);
+    gvls_handoff_init(mNative);
     gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     pthread_atfork(NULL, NULL, atfork_child);

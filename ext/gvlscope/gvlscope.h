@@ -19,6 +19,9 @@ int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
 void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
 VALUE gvls_request_timing_start_current(void);
 VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
+// Hand-offs of work between threads before a request or job starts (handoff.c).
+void gvls_handoff_init(VALUE mNative);
+void gvls_handoff_after_fork(void);
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
 #endif

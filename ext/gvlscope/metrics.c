@@ -189,6 +189,55 @@ void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }
 
+// What gvls_metrics_wait_since reads of a slot, copied under the seqlock.
+typedef struct {
+    uint8_t state;
+    uint64_t since_ns, waits, wait_ns;
+    uint64_t start[GVLS_WAIT_LOG], end[GVLS_WAIT_LOG];
+} wait_log_copy;
+
+static void read_wait_log(const gvls_thread *slot, wait_log_copy *out) {
+    gvls_thread *writable = (gvls_thread *)slot;
+    const gvls_thread_metrics *m = &slot->metrics;
+    for (unsigned tries = 0;; tries++) {
+        uint32_t before = atomic_load_explicit(&writable->metrics_seq, memory_order_acquire);
+        out->state = m->state; out->since_ns = m->since_ns; out->waits = m->waits; out->wait_ns = m->wait_ns;
+        memcpy(out->start, m->wait_log_start, sizeof(out->start));
+        memcpy(out->end, m->wait_log_end, sizeof(out->end));
+        atomic_thread_fence(memory_order_acquire);
+        uint32_t after = atomic_load_explicit(&writable->metrics_seq, memory_order_relaxed);
+        if (before == after && !(before & 1)) return;
+        if (tries >= 64) sched_yield();  // as gvls_metrics_read
+        if (tries >= 100000) return;
+    }
+}
+
+uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
+                                 uint64_t *wait_ns_now) {
+    wait_log_copy log;
+    read_wait_log(slot, &log);
+    uint64_t total = 0;
+    // A wait in progress: READY came, RESUMED not yet.
+    if (log.state == GVLS_STATE_WAIT) {
+        uint64_t start = since_epoch(log.since_ns) > from_ns ? since_epoch(log.since_ns) : from_ns;
+        if (now_ns > start) total += now_ns - start;
+        if (wait_ns_now) *wait_ns_now = log.wait_ns + elapsed(log.since_ns, now_ns);
+    } else if (wait_ns_now) {
+        *wait_ns_now = log.wait_ns;
+    }
+    uint64_t logged = log.waits < GVLS_WAIT_LOG ? log.waits : GVLS_WAIT_LOG;
+    int reached = 0;  // a logged wait ended at or before from_ns: everything after it is counted
+    for (uint64_t k = 0; k < logged; k++) {
+        unsigned i = (unsigned)(log.waits - 1 - k) & (GVLS_WAIT_LOG - 1);
+        if (log.end[i] <= from_ns) { reached = 1; break; }
+        uint64_t start = log.start[i] > from_ns ? log.start[i] : from_ns;
+        total += log.end[i] - start;
+    }
+    // Every wait since counting began was logged, or the log goes back past from_ns.
+    if (exact) *exact = reached || log.waits <= GVLS_WAIT_LOG;
+    return total;
+}
+
 // The caller is the slot's own thread, holding the GVL: no hook writes this slot meanwhile (a
 // thread's events run on it); the seqlock is for the readers on other threads.
 void gvls_metrics_request_started(gvls_thread *slot) {

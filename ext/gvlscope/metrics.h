@@ -66,6 +66,11 @@ void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int wi
 #define GVLS_COUNTERS_NOW 5
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
                                uint64_t *wait_ns_at_wake);
+// The GVL wait of the slot's thread in [from_ns, now_ns], from its last GVLS_WAIT_LOG waits and the one
+// in progress. exact (may be NULL): 0 when older waits than the log holds may fall in the window (the
+// result is then a lower bound). wait_ns_now (may be NULL): its wait_ns, counted up to now_ns.
+uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
+                                 uint64_t *wait_ns_now);
 // A request or job starts on the calling thread, whose slot this is (request_timing.c): the waits
 // pending for IO it started before (metrics_event.h) are not the request's, and are dropped.
 void gvls_metrics_request_started(gvls_thread *slot);

@@ -82,6 +82,9 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
                 }
                 // Where a request's pickup wait starts: a server thread woken for work (RequestTiming).
                 m->wait_ns_at_wake = m->wait_ns;
+                m->woke_ns = now_ns;
+                // A job runner's fetch: the first long block since it began is the wait for the job.
+                if (!m->woke_at_once && !m->first_long_wake_ns) m->first_long_wake_ns = now_ns;
                 m->since_ns = now_ns;
             }
         } else {
@@ -101,6 +104,9 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
             int64_t still_waiting = gvls_waiting_threads(ractor);
             uint64_t waited = elapsed(m->since_ns, now_ns);
             m->wait_ns += waited;
+            unsigned logged = (unsigned)m->waits & (GVLS_WAIT_LOG - 1);
+            m->wait_log_start[logged] = now_ns - waited;
+            m->wait_log_end[logged] = now_ns;
             m->waits++;
             if (waited > m->longest_wait_ns) m->longest_wait_ns = waited;
             m->wait_histogram[gvls_log2_bucket(waited)]++;

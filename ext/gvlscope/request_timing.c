@@ -16,6 +16,8 @@ typedef struct {
     uint64_t started_ns, duration_ns;
     uint64_t before[COUNTERS], delta[COUNTERS];
     uint64_t pickup_wait_ns;  // waited for the GVL between the thread's previous request and this one
+    uint64_t arrival_ns;      // when the work reached the process (a hand-off's stamp), 0 if unknown
+    int pickup_exact;         // pickup_wait_ns counts every wait since arrival_ns (else: at least that)
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
 } request_timing;
@@ -63,7 +65,14 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
         // not bring that wait in; a pool thread's first request brings the wait since it was woken.
         // With neither known (no request and no wake since counting began) it is left out.
         int woke = wait_at_wake != GVLS_NEVER_WOKE;
-        if (slot->request_end_known || woke) {
+        if (slot->ticket.set && thread == rb_thread_current()) {
+            // Handed over (handoff.c): the wait from the work's arrival, on every thread it went
+            // through, across the locks taken on the way. The thread's own starts at the hand-off.
+            timing->pickup_wait_ns = slot->ticket.carried_wait_ns + minus(timing->before[WAIT], slot->ticket.wait_base_ns);
+            timing->arrival_ns = slot->ticket.arrival_ns;
+            timing->pickup_exact = slot->ticket.exact;
+            slot->ticket.set = 0;
+        } else if (slot->request_end_known || woke) {
             uint64_t from = slot->request_end_known ? slot->request_end_wait_ns : 0;
             if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
@@ -151,6 +160,20 @@ static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)-
 static VALUE timing_io_overlap_wait_ns(VALUE self) { return ULL2NUM(counter(self, OVERLAP)); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
+// Before the request started: from the work's arrival (a server thread's wake for the connection,
+// a job fetch's) to the start, nil when no hand-off told the arrival.
+static VALUE timing_queue_ns(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->arrival_ns ? ULL2NUM(minus(timing->started_ns, timing->arrival_ns)) : Qnil;
+}
+
+// Whether pickup_wait_ns saw every wait since the arrival (false: more waits than the threads'
+// wait logs hold came in between, and it is a lower bound).
+static VALUE timing_pickup_exact_p(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->arrival_ns && !timing->pickup_exact ? Qfalse : Qtrue;
+}
+
 // deltas and the rest in gvlscope.h's order (GVLS_REQUEST_VALUES).
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
                        uint64_t out[GVLS_REQUEST_VALUES]) {
@@ -213,13 +236,17 @@ static VALUE timing_server_timing(VALUE self) {
     uint64_t values[COUNTERS];
     if (timing->finished) memcpy(values, timing->delta, sizeof(values));
     else deltas_now(timing, gvls_now_ns(), values);
-    char text[160];  // 4 names (34 chars) + 4 numbers of at most 21 + 4 chars
+    char text[200];  // 5 names (45 chars) + 5 numbers of at most 21 + 5 chars
     char *end = text;
     end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
     end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
     uint64_t idle_us = rounded_us(values[IDLE]), gc_us = rounded_us(values[GC]);
     if (idle_us) end = put_ms(put_text(end, ", idle;dur="), idle_us);
     if (gc_us) end = put_ms(put_text(end, ", gc;dur="), gc_us);
+    // From the work's arrival to the app (a hand-off told it), when it took a millisecond or more:
+    // the client's time before the app, of which gvl-wait has the GVL's part.
+    uint64_t queue_ns = timing->arrival_ns ? minus(timing->started_ns, timing->arrival_ns) : 0;
+    if (queue_ns >= 1000000) end = put_ms(put_text(end, ", queue;dur="), rounded_us(queue_ns));
     return rb_usascii_str_new(text, end - text);
 }
 
@@ -289,6 +316,8 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "gc_ns", timing_gc_ns, 0);
     rb_define_method(cTiming, "pickup_wait_ns", timing_pickup_wait_ns, 0);
     rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
+    rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
+    rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);
     rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);
     rb_define_method(cTiming, "finish_response", timing_finish_response, 2);

@@ -13,6 +13,7 @@
 // record needs of it, its name and creation site, and lets it go, so a long trace does not keep
 // every exited thread's Thread (and on 3.4 its stack's mappings) alive.
 #define GVLS_HISTOGRAM_BUCKETS 64
+#define GVLS_WAIT_LOG 16  // a power of two: the ring's index is waits & (GVLS_WAIT_LOG - 1)
 
 // Metrics of one thread. Written only by hook calls about this thread, which CRuby orders
 // (READY, RESUMED and SUSPENDED of one thread never overlap in time), so plain fields suffice;
@@ -29,18 +30,34 @@ typedef struct gvls_thread_metrics {
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
+    uint64_t woke_ns;           // ...and when (the request's arrival as a server thread saw it: handoff.c)
+    uint64_t first_long_wake_ns;  // the first READY after an idle >= GVLS_QUICK_RELEASE_NS since a
+                                  // job runner's fetch began (0: none yet; handoff.c sets and reads it)
     // IO in flight during a GVL wait: calls that returned at once (a write, a read that found no
     // data yet: READY within GVLS_QUICK_RELEASE_NS of SUSPENDED), the waits for the GVL after them,
     // then a release that blocks (the wait for the answer). The answer was on its way all along.
     uint8_t woke_at_once;         // the last blocking release's idle was shorter than GVLS_QUICK_RELEASE_NS
     uint64_t pending_overlap_ns;  // waits after such releases since the last one that blocked
     uint64_t io_overlap_wait_ns;  // the pending waits a blocking release confirmed (metrics_event.h)
+    // The thread's last GVLS_WAIT_LOG waits, [start, end) ns: how long it waited since a moment in
+    // the recent past (a request's hand-off), across the lock and IO releases in between.
+    uint64_t wait_log_start[GVLS_WAIT_LOG], wait_log_end[GVLS_WAIT_LOG];
     uint64_t holds, waits, longest_hold_ns, longest_wait_ns;
     uint64_t released_blocking, released_preempted, released_exit;
     uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held
     uint64_t wait_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns waited for the GVL
     uint64_t waiters_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of threads still waiting at acquire
 } gvls_thread_metrics;
+
+// Work handed to a thread (a connection a Puma server thread accepted, a job a Sidekiq processor
+// fetched), taken by the next request or job that thread starts (handoff.c, request_timing.c).
+typedef struct gvls_handoff {
+    int set;
+    int exact;                // every wait of the window was still in the threads' wait logs
+    uint64_t arrival_ns;      // when the work reached the process, as far as the threads know
+    uint64_t carried_wait_ns; // GVL wait from arrival until the hand-off, on the thread that handed it over
+    uint64_t wait_base_ns;    // this thread's wait_ns at the hand-off (its wait since counts too)
+} gvls_handoff;
 
 typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
@@ -55,6 +72,7 @@ typedef struct gvls_thread {
     int stacks_waiting;     // counted in gvls_stacks.waiting (stacks.h): READY seen, not yet RESUMED
     int request_end_known;          // GVLScope::RequestTiming: the thread finished a request...
     uint64_t request_end_wait_ns;   // ...when its metrics' wait_ns was this
+    gvls_handoff ticket;            // the work this thread was handed and has not started (handoff.c)
     gvls_thread_metrics metrics;
 } gvls_thread;
 

@@ -7,6 +7,7 @@ require_relative "../breakdown"
 require_relative "../units"
 require_relative "request_hooks"
 require_relative "route_label"
+require_relative "handoffs"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
@@ -67,6 +68,7 @@ module GVLScope
       # hook that is shared with everything else gvlscope does.
       @requests = Native::RackRequests.new(@sample, @server_timing, routes, @after_response)
       Metrics.enable
+      Handoffs.install_puma # the wait before the app: Puma's accept and pool threads
       @warning = RequestHooks::Warning.new { |line| @logger ? @logger.warn(line) : warn(line) }
     end
 
@@ -160,10 +162,10 @@ module GVLScope
     end
 
     def log_slow(env, timing)
-      line = format("gvlscope: %s %s waited %.1f ms for the GVL (%.1f ms of it before the app ran); " \
+      line = format("gvlscope: %s %s waited %.1f ms for the GVL (%s); " \
                     "in the app %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
-                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, timing.pickup_wait_ms, timing.duration_ms,
-                    timing.run_ms, timing.idle_ms, timing.gc_ms)
+                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, timing.before_start_words("app"),
+                    timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
       logger = @logger || env["rack.logger"]
       if logger then logger.warn(line) else $stderr.puts(line) end
     end

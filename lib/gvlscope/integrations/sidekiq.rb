@@ -11,6 +11,7 @@ require_relative "../formats/prometheus"
 require_relative "request_hooks"
 require_relative "metrics_server"
 require_relative "stats_line"
+require_relative "handoffs"
 
 module GVLScope
   # Sidekiq server middleware: how the thread that ran each job spent its time — running Ruby
@@ -67,6 +68,7 @@ module GVLScope
         @tags = {} # queue name => { queue: name }, frozen: the Breakdown key allocates nothing
         @warning = RequestHooks::Warning.new { |line| ::Sidekiq.logger.warn(line) }
         Metrics.enable
+        Handoffs.install_sidekiq # the wait before the job: from the fetch that brought it
       end
 
       # After the job: its numbers into its series, the slow-job line, the recorder's trigger.
@@ -134,10 +136,10 @@ module GVLScope
       end
 
       def log_slow(label, job, queue, timing)
-        ::Sidekiq.logger.warn(format("gvlscope: %s (queue %s, jid %s) waited %.1f ms for the GVL (%.1f ms of it before " \
-                                   "the job started); in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
-                                   label, queue, job["jid"], timing.wait_ms, timing.pickup_wait_ms, timing.duration_ms,
-                                   timing.run_ms, timing.idle_ms, timing.gc_ms))
+        ::Sidekiq.logger.warn(format("gvlscope: %s (queue %s, jid %s) waited %.1f ms for the GVL (%s); " \
+                                   "in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
+                                   label, queue, job["jid"], timing.wait_ms, timing.before_start_words("job"),
+                                   timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms))
       end
 
       def stats_every_option(seconds)
