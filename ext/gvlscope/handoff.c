@@ -29,22 +29,38 @@ static gvls_thread *current_slot(void) {
     return gvls_thread_for(rb_thread_current());
 }
 
-// On the thread that readied the work: it arrived when this thread last woke (a server thread
-// blocked in IO.select until then), and the thread's GVL wait since then is the work's too.
+// Where the thread's work arrived: when its longest block since its last mark ended (a server
+// thread in IO.select; not the nonblocking accept or read after it, which also release the GVL).
+// Then a new mark: the next connection's wait starts after this one's. 0: no block since counting began.
+static uint64_t arrival_and_mark(gvls_thread *slot) {
+    uint64_t arrival_ns = slot->metrics.mark_longest_idle_woke_ns;
+    uint32_t seq = gvls_metrics_write_begin(slot);  // this thread's hook writes them too, never meanwhile
+    slot->metrics.mark_longest_idle_ns = 0;
+    slot->metrics.mark_longest_idle_woke_ns = 0;
+    gvls_metrics_write_end(slot, seq);
+    return arrival_ns;
+}
+
+// On the thread that readied the work: it arrived when this thread's wait for it ended, and the
+// thread's GVL wait since then is the work's too.
 static int stamp_now(int fd) {
     gvls_thread *slot = current_slot();
     if (!slot || fd < 0 || !atomic_load(&gvls_metrics.enabled)) return 0;
-    uint64_t now_ns = gvls_now_ns(), counters[GVLS_COUNTERS_NOW], wait_at_wake;
-    gvls_metrics_counters_now(slot, now_ns, counters, &wait_at_wake);
-    if (wait_at_wake == GVLS_NEVER_WOKE) return 0;
+    uint64_t arrival_ns = arrival_and_mark(slot);
+    if (!arrival_ns) return 0;
+    uint64_t now_ns = gvls_now_ns(), wait_now;
+    int exact;
+    uint64_t since = gvls_metrics_wait_since(slot, arrival_ns, now_ns, &exact, &wait_now);
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (s->handoff_ns && s->fd != fd) stamps_overwritten++;
-    s->fd = fd;
-    s->arrival_ns = slot->metrics.woke_ns;
-    s->carried_wait_ns = counters[1] > wait_at_wake ? counters[1] - wait_at_wake : 0;
-    s->handoff_ns = now_ns;
-    s->exact = 1;
+    *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .carried_wait_ns = since, .handoff_ns = now_ns, .exact = exact };
     return 1;
+}
+
+static uint64_t idle_now(const gvls_thread *slot, uint64_t now_ns) {
+    uint64_t counters[GVLS_COUNTERS_NOW];
+    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
+    return counters[2];
 }
 
 // On the thread that will serve the work: its own wait from the hand-off on counts too.
@@ -60,7 +76,7 @@ static void claim(int fd) {
     uint64_t since = gvls_metrics_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
     slot->ticket = (gvls_handoff){
         .set = 1, .exact = exact && s->exact, .arrival_ns = s->arrival_ns, .carried_wait_ns = s->carried_wait_ns,
-        .wait_base_ns = wait_now > since ? wait_now - since : 0,
+        .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
     };
     s->handoff_ns = 0;
     stamps_taken++;
@@ -108,28 +124,23 @@ static VALUE puma_process_client(int argc, VALUE *argv, VALUE self) {
 // ---- Sidekiq: prepended to Sidekiq::Processor --------------------------------------------------
 
 // fetch: the processor blocks for a job (BRPOP) and returns it, or nil. The job arrived when the
-// first long block in the fetch ended (the BRPOP read), or, if none blocked (a job was waiting
-// already), when the fetch began; the processor's wait from then on is the job's.
+// longest block in the fetch ended (the BRPOP read; a job that was waiting already: a short one),
+// and the processor's wait from then on is the job's.
 static VALUE sidekiq_fetch(int argc, VALUE *argv, VALUE self) {
     gvls_thread *slot = current_slot();
-    uint64_t began_ns = gvls_now_ns();
-    if (slot) {
-        uint32_t seq = gvls_metrics_write_begin(slot);  // the hook writes it too, on this thread only
-        slot->metrics.first_long_wake_ns = 0;
-        gvls_metrics_write_end(slot, seq);
-    }
+    if (slot) arrival_and_mark(slot);
     VALUE work = rb_call_super(argc, argv);
     slot = current_slot();
     if (slot) slot->ticket.set = 0;
     if (slot && RTEST(work) && atomic_load(&gvls_metrics.enabled)) {
+        uint64_t arrival_ns = arrival_and_mark(slot);
+        if (!arrival_ns) return work;  // nothing blocked in the fetch: no wake to start from
         uint64_t now_ns = gvls_now_ns(), wait_now;
-        uint64_t woke = slot->metrics.first_long_wake_ns;
-        uint64_t arrival_ns = woke > began_ns ? woke : began_ns;
         int exact;
         uint64_t since = gvls_metrics_wait_since(slot, arrival_ns, now_ns, &exact, &wait_now);
         slot->ticket = (gvls_handoff){
             .set = 1, .exact = exact, .arrival_ns = arrival_ns, .carried_wait_ns = 0,
-            .wait_base_ns = wait_now > since ? wait_now - since : 0,
+            .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
         };
     }
     return work;

@@ -18,6 +18,7 @@ typedef struct {
     uint64_t pickup_wait_ns;  // waited for the GVL between the thread's previous request and this one
     uint64_t arrival_ns;      // when the work reached the process (a hand-off's stamp), 0 if unknown
     int pickup_exact;         // pickup_wait_ns counts every wait since arrival_ns (else: at least that)
+    uint64_t blocked_before_start_ns;  // idle between taking the work and starting it (locks, IO on the way)
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
 } request_timing;
@@ -71,6 +72,7 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             timing->pickup_wait_ns = slot->ticket.carried_wait_ns + minus(timing->before[WAIT], slot->ticket.wait_base_ns);
             timing->arrival_ns = slot->ticket.arrival_ns;
             timing->pickup_exact = slot->ticket.exact;
+            timing->blocked_before_start_ns = minus(timing->before[IDLE], slot->ticket.idle_base_ns);
             slot->ticket.set = 0;
         } else if (slot->request_end_known || woke) {
             uint64_t from = slot->request_end_known ? slot->request_end_wait_ns : 0;
@@ -165,6 +167,13 @@ static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 static VALUE timing_queue_ns(VALUE self) {
     request_timing *timing = timing_of(self);
     return timing->arrival_ns ? ULL2NUM(minus(timing->started_ns, timing->arrival_ns)) : Qnil;
+}
+
+// Idle between taking the handed-over work and starting it: blocked on the way (a lock whose holder
+// may have waited for the GVL, a log write), nil when no hand-off told it.
+static VALUE timing_blocked_before_start_ns(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->arrival_ns ? ULL2NUM(timing->blocked_before_start_ns) : Qnil;
 }
 
 // Whether pickup_wait_ns saw every wait since the arrival (false: more waits than the threads'
@@ -318,6 +327,7 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
     rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
     rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);
+    rb_define_method(cTiming, "blocked_before_start_ns", timing_blocked_before_start_ns, 0);
     rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);
     rb_define_method(cTiming, "finish_response", timing_finish_response, 2);

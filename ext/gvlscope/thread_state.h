@@ -30,9 +30,10 @@ typedef struct gvls_thread_metrics {
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
-    uint64_t woke_ns;           // ...and when (the request's arrival as a server thread saw it: handoff.c)
-    uint64_t first_long_wake_ns;  // the first READY after an idle >= GVLS_QUICK_RELEASE_NS since a
-                                  // job runner's fetch began (0: none yet; handoff.c sets and reads it)
+    // The longest idle since the thread's last hand-off mark (handoff.c), and when it ended: a
+    // server thread's wait in IO.select for the next connection, a job runner's wait for a job,
+    // not the calls that returned at once around them (a nonblocking accept or read, a log write).
+    uint64_t mark_longest_idle_ns, mark_longest_idle_woke_ns;
     // IO in flight during a GVL wait: calls that returned at once (a write, a read that found no
     // data yet: READY within GVLS_QUICK_RELEASE_NS of SUSPENDED), the waits for the GVL after them,
     // then a release that blocks (the wait for the answer). The answer was on its way all along.
@@ -57,6 +58,7 @@ typedef struct gvls_handoff {
     uint64_t arrival_ns;      // when the work reached the process, as far as the threads know
     uint64_t carried_wait_ns; // GVL wait from arrival until the hand-off, on the thread that handed it over
     uint64_t wait_base_ns;    // this thread's wait_ns at the hand-off (its wait since counts too)
+    uint64_t idle_base_ns;    // its idle_ns when it took the work: blocked on the way from then on
 } gvls_handoff;
 
 typedef struct gvls_thread {

@@ -28,15 +28,18 @@ module GVLScope
     def duration_ms = duration_ns / 1e6
     def queue_ms = (ns = queue_ns) && ns / 1e6
 
-    # The wait before the app or job, in words for a log line: the GVL's part, and the time since
-    # the work arrived when a hand-off told it (Handoffs): the rest of that time went to locks and
-    # IO on the way (a job logger's lock whose holder waited for the GVL, a log write) or to
-    # waiting for a CPU core, which the GVL's counters cannot tell apart.
+    def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
+
+    # The wait before the app or job, in words for a log line: the GVL's part and, when a hand-off
+    # told when the work arrived (Handoffs), how long before the start that was and how long the
+    # thread that took it was blocked on the way (locks, such as a job logger's whose holder was
+    # itself waiting for the GVL, and log writes: the GVL's counters cannot tell which).
     def before_start_words(what)
       words = format("%.1f ms of it before the %s started", pickup_wait_ms, what)
       return words unless (queue = queue_ms)
 
-      words << format(", which it reached %.1f ms before%s", queue, pickup_exact? ? "" : "; at least that much GVL wait")
+      words << format(", which it reached %.1f ms before; blocked %.1f ms on the way", queue, blocked_before_start_ms)
+      words << "; at least that much GVL wait: more waits than the threads' logs hold" unless pickup_exact?
       words
     end
 
@@ -44,7 +47,10 @@ module GVLScope
     def to_h
       hash = { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
                gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3), pickup_wait_ms: pickup_wait_ms.round(3) }
-      hash[:queue_ms] = queue_ms.round(3) if queue_ns
+      if queue_ns
+        hash[:queue_ms] = queue_ms.round(3)
+        hash[:blocked_before_start_ms] = blocked_before_start_ms.round(3)
+      end
       hash
     end
 

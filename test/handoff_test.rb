@@ -1,0 +1,121 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "socket"
+require "tmpdir"
+
+# Hand-offs (ext/gvlscope/handoff.c): a request's pickup wait covers the GVL wait of every thread
+# the work went through since it arrived, across the locks taken on the way. Checked against the
+# trace of the same run: the trace and the metrics read the same hook events, so the request's
+# wait must be exactly the waits the trace shows on its way.
+class HandoffTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # Puma's shape (Server#new_client on the server thread, #process_client on a pool thread), the
+  # methods Handoffs prepends to.
+  # Puma::Client keeps its socket in @io.
+  class FakeClient
+    def initialize(io) = @io = io
+  end
+
+  class FakeServer
+    prepend GVLScope::Native::PumaHandoff
+
+    def new_client(io, _listener) = FakeClient.new(io)
+    def reactor_wakeup(client) = client
+    def process_client(_client) = GVLScope::RequestTiming.start.finish!
+  end
+
+  def setup
+    GVLScope::Metrics.enable
+    @dir = Dir.mktmpdir("gvlscope-handoff")
+  end
+
+  def teardown
+    GVLScope.stop if GVLScope.tracing?
+    GVLScope::Metrics.disable
+    FileUtils.rm_rf(@dir)
+  end
+
+  # Beside a thread that never gives up the GVL but at its timeslice's end: the server thread
+  # wakes from IO.select (the connection arrives), waits for the GVL, accepts and hands over; the
+  # pool thread wakes from its queue, waits, blocks on a lock another thread holds, waits again,
+  # and starts the request. The old rule counted the wait since the last wake only (after the
+  # lock); the request's wait is all of the path's waits.
+  def test_the_pickup_wait_is_every_wait_on_the_way_from_the_arrival
+    server = FakeServer.new
+    wake_r, wake_w = IO.pipe
+    conn, other = UNIXSocket.pair
+    handed = Queue.new
+    lock = Mutex.new
+    at_lock = false
+    stop = false
+    path = File.join(@dir, "handoff.gvl")
+    GVLScope.start(path, stacks: false)
+
+    hog = Thread.new { x = 0; x += 1 until stop } # rubocop:disable Style/Semicolon
+    acceptor = Thread.new do
+      IO.select([wake_r])
+      wake_r.read_nonblock(1)
+      handed << server.new_client(conn, nil)
+    end
+    acceptor.name = "acceptor"
+    holder = Thread.new do
+      lock.synchronize do
+        Thread.pass until at_lock
+        sleep 0.005 # the pool thread is blocked on the lock by now
+      end
+    end
+    pool = Thread.new do
+      client = handed.pop
+      at_lock = true
+      lock.synchronize { nil }
+      server.process_client(client)
+    end
+    pool.name = "pool"
+    sleep 0.05 until [acceptor, pool].all? { |t| t.status == "sleep" }
+    # The connection arrives while the server thread waits for it: that wait is its longest block
+    # (the nonblocking read after it releases the GVL too, for microseconds).
+    sleep 0.02
+    wake_w.write("x")
+    timing = pool.value
+    holder.join
+    stop = true
+    hog.join
+    GVLScope.stop
+
+    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
+    acceptor_intervals, pool_intervals = %w[acceptor pool].map do |name|
+      timeline.threads.values.find { |t| t.label.start_with?(name) }&.intervals or flunk "no #{name} in #{timeline.threads.values.map(&:label)}"
+    end
+    # The acceptor's waits after IO.select returned; the pool thread's after its queue woke it.
+    after_select = acceptor_intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    after_pop = pool_intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    expected = (after_select + after_pop).select { |i| i.state == :wait }.sum(&:duration_ns)
+    lock_idles = after_pop.count { |i| i.state == :idle }
+    assert_operator lock_idles, :>=, 1, "the pool thread blocked on the lock: #{after_pop.map(&:state)}"
+    assert_operator expected, :>, 0
+    # Both come from the same events; the trace keeps times to the microsecond.
+    assert_in_delta expected, timing.wait_ns, 2_000 * (after_select.size + after_pop.size), "trace's waits vs the request's"
+    assert_operator timing.pickup_wait_ns, :<=, timing.queue_ns
+    assert timing.pickup_exact?
+  ensure
+    stop = true
+    [wake_r, wake_w, conn, other].each { |io| io&.close unless io&.closed? }
+  end
+
+  def test_work_without_a_hand_off_keeps_the_threads_own_rule
+    timing = Thread.new { GVLScope::RequestTiming.start.finish! }.value
+    assert_nil timing.queue_ns
+    assert timing.pickup_exact?
+    refute_match(/queue/, timing.server_timing)
+  end
+
+  # A stamp for another descriptor, or none, is no hand-off: a pool thread given a connection that
+  # nobody stamped (an SSL socket, a test double) counts as before.
+  def test_a_client_without_a_stamp_is_no_hand_off
+    server = FakeServer.new
+    timing = Thread.new { server.process_client(FakeClient.new(Object.new)) }.value
+    assert_nil timing.queue_ns
+  end
+end
