@@ -3,6 +3,8 @@
 require "test_helper"
 require "socket"
 require "tmpdir"
+require "gvlscope/rack"
+require "gvlscope/integrations/handoffs"
 
 # Hand-offs (ext/gvlscope/handoff.c): a request's pickup wait covers the GVL wait of every thread
 # the work went through since it arrived, across the locks taken on the way. Checked against the
@@ -13,20 +15,21 @@ class HandoffTest < Minitest::Test
 
   # Puma's shape (Server#new_client on the server thread, #process_client on a pool thread), the
   # methods Handoffs prepends to.
-  # Puma::Client keeps its socket in @io.
-  class FakeClient
-    def initialize(io) = @io = io
-  end
+  FakeClient = Struct.new(:io)
 
+  # GVLScope::Rack finds a request's stamp by env["puma.socket"], as Puma sets it.
   class FakeServer
-    prepend GVLScope::Native::PumaHandoff
+    prepend GVLScope::Handoffs::PumaServer
+
+    APP = GVLScope::Rack.new(->(env) { [200, {}, [env["gvlscope"]]] }, route: false)
 
     def new_client(io, _listener) = FakeClient.new(io)
     def reactor_wakeup(client) = client
-    def process_client(_client) = GVLScope::RequestTiming.start.finish!
+    def process_client(client) = APP.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => client.io })[2][0]
   end
 
   def setup
+    GVLScope::Native.handoff_claim_in_rack = true # as Handoffs.install_puma does under Puma
     GVLScope::Metrics.enable
     @dir = Dir.mktmpdir("gvlscope-handoff")
   end

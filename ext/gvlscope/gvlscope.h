@@ -22,6 +22,9 @@ VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header
 // Hand-offs of work between threads before a request or job starts (handoff.c).
 void gvls_handoff_init(VALUE mNative);
 void gvls_handoff_after_fork(void);
+extern int gvls_handoff_rack;            // GVLScope::Rack claims Puma's stamps (Handoffs.install_puma)
+extern uint64_t gvls_handoff_pending;    // ...while some are not claimed
+void gvls_handoff_claim_env(VALUE env);  // ...from env["puma.socket"]
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
 #endif

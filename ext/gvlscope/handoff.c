@@ -23,6 +23,9 @@
 typedef struct { int fd; uint64_t arrival_ns, carried_wait_ns, handoff_ns; int exact; } stamp;
 static stamp table[HANDOFF_TABLE];
 static uint64_t stamps_taken, stamps_overwritten;
+// Stamps not yet claimed: a request start looks for its stamp only while some are (a keep-alive
+// connection's next request, the common case, pays one load and compare).
+uint64_t gvls_handoff_pending;
 
 static gvls_thread *current_slot(void) {
     if (!gvls_on_main_ractor()) return NULL;  // other Ractors' servers: their GVL does not order us
@@ -30,10 +33,12 @@ static gvls_thread *current_slot(void) {
 }
 
 // Where the thread's work arrived: when its longest block since its last mark ended (a server
-// thread in IO.select; not the nonblocking accept or read after it, which also release the GVL).
-// Then a new mark: the next connection's wait starts after this one's. 0: no block since counting began.
-static uint64_t arrival_and_mark(gvls_thread *slot) {
+// thread in IO.select; not the nonblocking accept or read after it, which also release the GVL),
+// and its wait_ns then. Then a new mark: the next connection's wait starts after this one's.
+// Returns 0 if nothing blocked since the last mark (or since counting began).
+static uint64_t arrival_and_mark(gvls_thread *slot, uint64_t *wait_at_arrival) {
     uint64_t arrival_ns = slot->metrics.mark_longest_idle_woke_ns;
+    if (wait_at_arrival) *wait_at_arrival = slot->metrics.mark_longest_idle_wait_ns;
     uint32_t seq = gvls_metrics_write_begin(slot);  // this thread's hook writes them too, never meanwhile
     slot->metrics.mark_longest_idle_ns = 0;
     slot->metrics.mark_longest_idle_woke_ns = 0;
@@ -43,18 +48,19 @@ static uint64_t arrival_and_mark(gvls_thread *slot) {
 
 // On the thread that readied the work: it arrived when this thread's wait for it ended, and the
 // thread's GVL wait since then is the work's too.
-static int stamp_now(int fd) {
+static void stamp_now(int fd) {
     gvls_thread *slot = current_slot();
-    if (!slot || fd < 0 || !atomic_load(&gvls_metrics.enabled)) return 0;
-    uint64_t arrival_ns = arrival_and_mark(slot);
-    if (!arrival_ns) return 0;
-    uint64_t now_ns = gvls_now_ns(), wait_now;
-    int exact;
-    uint64_t since = gvls_metrics_wait_since(slot, arrival_ns, now_ns, &exact, &wait_now);
+    if (!slot || fd < 0 || !atomic_load(&gvls_metrics.enabled)) return;
+    uint64_t wait_at_arrival, counters[GVLS_COUNTERS_NOW];
+    uint64_t arrival_ns = arrival_and_mark(slot, &wait_at_arrival);
+    if (!arrival_ns) return;
+    uint64_t now_ns = gvls_now_ns();
+    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (s->handoff_ns && s->fd != fd) stamps_overwritten++;
-    *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .carried_wait_ns = since, .handoff_ns = now_ns, .exact = exact };
-    return 1;
+    if (!s->handoff_ns) gvls_handoff_pending++;
+    *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .handoff_ns = now_ns, .exact = 1,
+                  .carried_wait_ns = counters[1] > wait_at_arrival ? counters[1] - wait_at_arrival : 0 };
 }
 
 static uint64_t idle_now(const gvls_thread *slot, uint64_t now_ns) {
@@ -79,6 +85,7 @@ static void claim(int fd) {
         .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
     };
     s->handoff_ns = 0;
+    gvls_handoff_pending--;
     stamps_taken++;
 }
 
@@ -93,56 +100,64 @@ static int fd_of(VALUE io) {
 #pragma GCC diagnostic pop
 }
 
-static ID id_io;
+// ---- Called from the methods Handoffs prepends (lib/gvlscope/integrations/handoffs.rb) ----------
+// In Ruby there, not C: a C method's rb_call_super looks the method up anew at each call
+// (~650 instructions), where Ruby's super is cached.
 
-static VALUE client_io(VALUE client) {
-    VALUE io = rb_attr_get(client, id_io);  // Puma::Client's @io (Puma 6-8)
-    return io;
+// Native.handoff_stamp(io): the calling thread hands io's connection over (Puma's server thread in
+// Server#new_client, the reactor's in #reactor_wakeup). Returns nil.
+static VALUE handoff_stamp(VALUE self, VALUE io) {
+    stamp_now(fd_of(io));
+    return Qnil;
 }
 
-// ---- Puma: prepended to Puma::Server (lib/gvlscope/integrations/handoffs.rb) -----------------
+// GVLScope::Rack's request start (breakdown.c), once Handoffs are installed for Puma: the request's
+// thread takes its connection's stamp, found by env["puma.socket"] (Puma 6-8 set it to the
+// client's socket). A lookup in the env the middleware has anyway, not another prepended method:
+// those cost ~700 instructions a request.
+int gvls_handoff_rack = 0;  // and the claim is only looked for while gvls_handoff_pending
+static VALUE key_puma_socket;
 
-// new_client(io, listener): the server thread just accepted io.
-static VALUE puma_new_client(int argc, VALUE *argv, VALUE self) {
-    if (argc >= 1) stamp_now(fd_of(argv[0]));
-    return rb_call_super(argc, argv);
+void gvls_handoff_claim_env(VALUE env) {
+    if (!RB_TYPE_P(env, T_HASH)) return;
+    claim(fd_of(rb_hash_lookup2(env, key_puma_socket, Qnil)));
 }
 
-// reactor_wakeup(client): the reactor thread found the client's request complete (a keep-alive
-// connection's next request, or a slow client's).
-static VALUE puma_reactor_wakeup(int argc, VALUE *argv, VALUE self) {
-    if (argc >= 1) stamp_now(fd_of(client_io(argv[argc - 1])));
-    return rb_call_super(argc, argv);
+// Native.handoff_claim_in_rack = true: Handoffs stamp Puma's connections; GVLScope::Rack claims them.
+static VALUE handoff_set_rack(VALUE self, VALUE on) {
+    gvls_handoff_rack = RTEST(on);
+    return on;
 }
 
-// process_client([processor,] client): a pool thread takes the connection.
-static VALUE puma_process_client(int argc, VALUE *argv, VALUE self) {
-    if (argc >= 1) claim(fd_of(client_io(argv[argc - 1])));
-    return rb_call_super(argc, argv);
+// Native.handoff_claim(io): the calling thread takes io's connection (tests; GVLScope::Rack claims
+// through env): its next request starts from the stamp.
+static VALUE handoff_claim(VALUE self, VALUE io) {
+    claim(fd_of(io));
+    return Qnil;
 }
 
-// ---- Sidekiq: prepended to Sidekiq::Processor --------------------------------------------------
-
-// fetch: the processor blocks for a job (BRPOP) and returns it, or nil. The job arrived when the
-// longest block in the fetch ended (the BRPOP read; a job that was waiting already: a short one),
-// and the processor's wait from then on is the job's.
-static VALUE sidekiq_fetch(int argc, VALUE *argv, VALUE self) {
+// Native.handoff_fetch_begin / handoff_fetch_end(work) around a job runner's fetch (Sidekiq's
+// Processor#fetch): the job arrived when the fetch's longest block ended (the BRPOP read that
+// returned it; a job that was waiting already: a short one), and the thread's wait from then on
+// is the job's. Returns work.
+static VALUE handoff_fetch_begin(VALUE self) {
     gvls_thread *slot = current_slot();
-    if (slot) arrival_and_mark(slot);
-    VALUE work = rb_call_super(argc, argv);
-    slot = current_slot();
-    if (slot) slot->ticket.set = 0;
-    if (slot && RTEST(work) && atomic_load(&gvls_metrics.enabled)) {
-        uint64_t arrival_ns = arrival_and_mark(slot);
-        if (!arrival_ns) return work;  // nothing blocked in the fetch: no wake to start from
-        uint64_t now_ns = gvls_now_ns(), wait_now;
-        int exact;
-        uint64_t since = gvls_metrics_wait_since(slot, arrival_ns, now_ns, &exact, &wait_now);
-        slot->ticket = (gvls_handoff){
-            .set = 1, .exact = exact, .arrival_ns = arrival_ns, .carried_wait_ns = 0,
-            .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
-        };
-    }
+    if (slot) arrival_and_mark(slot, NULL);
+    return Qnil;
+}
+
+static VALUE handoff_fetch_end(VALUE self, VALUE work) {
+    gvls_thread *slot = current_slot();
+    if (!slot) return work;
+    slot->ticket.set = 0;
+    if (!RTEST(work) || !atomic_load(&gvls_metrics.enabled)) return work;
+    uint64_t wait_at_arrival;
+    uint64_t arrival_ns = arrival_and_mark(slot, &wait_at_arrival);
+    if (!arrival_ns) return work;  // nothing blocked in the fetch: no wake to start from
+    slot->ticket = (gvls_handoff){
+        .set = 1, .exact = 1, .arrival_ns = arrival_ns, .carried_wait_ns = 0,
+        .wait_base_ns = wait_at_arrival, .idle_base_ns = idle_now(slot, gvls_now_ns()),
+    };
     return work;
 }
 
@@ -154,15 +169,17 @@ static VALUE handoff_stats(VALUE self) {
 // In a forked child (a Puma worker): the parent's connections are not the child's.
 void gvls_handoff_after_fork(void) {
     memset(table, 0, sizeof(table));
+    gvls_handoff_pending = 0;
 }
 
 void gvls_handoff_init(VALUE mNative) {
-    id_io = rb_intern("@io");
-    VALUE puma = rb_define_module_under(mNative, "PumaHandoff");
-    rb_define_method(puma, "new_client", puma_new_client, -1);
-    rb_define_method(puma, "reactor_wakeup", puma_reactor_wakeup, -1);
-    rb_define_method(puma, "process_client", puma_process_client, -1);
-    VALUE sidekiq = rb_define_module_under(mNative, "SidekiqHandoff");
-    rb_define_private_method(sidekiq, "fetch", sidekiq_fetch, -1);
+    rb_define_singleton_method(mNative, "handoff_stamp", handoff_stamp, 1);
+    rb_define_singleton_method(mNative, "handoff_claim", handoff_claim, 1);
+    rb_define_singleton_method(mNative, "handoff_fetch_begin", handoff_fetch_begin, 0);
+    rb_define_singleton_method(mNative, "handoff_fetch_end", handoff_fetch_end, 1);
     rb_define_singleton_method(mNative, "handoff_stats", handoff_stats, 0);
+    rb_define_singleton_method(mNative, "handoff_claim_in_rack=", handoff_set_rack, 1);
+    // Interned: the very object Puma's frozen literal key is, so the env Hash compares by identity.
+    key_puma_socket = rb_str_to_interned_str(rb_utf8_str_new_cstr("puma.socket"));
+    rb_gc_register_mark_object(key_puma_socket);
 }

@@ -86,6 +86,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
                 if (idle >= m->mark_longest_idle_ns) {
                     m->mark_longest_idle_ns = idle;
                     m->mark_longest_idle_woke_ns = now_ns;
+                    m->mark_longest_idle_wait_ns = m->wait_ns;
                 }
                 m->since_ns = now_ns;
             }
