@@ -12,7 +12,7 @@ module GVLScope
 
       # Labels up to this wide are shown whole ("thread 12 (puma-8.0.2/lib/puma/thread_pool.rb:105)");
       # longer are cut in the middle (Vocabulary.fit).
-      MAX_LABEL = 64
+      MAX_LABEL = 72
 
       def lines(rows)
         width = (rows.map { |row| name(row).size } << 24).max.clamp(24, MAX_LABEL)
