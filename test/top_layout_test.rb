@@ -3,6 +3,8 @@
 require "test_helper"
 require "gvlscope/live"
 require "gvlscope/formats/top_text"
+require "gvlscope/top/screen"
+require "stringio"
 
 # `gvlscope top` laid out for the terminal's width: at 80 columns the CODE column is still there
 # (the ms columns give way), and a finding longer than a line is wrapped whole, not cut.
@@ -32,6 +34,18 @@ class TopLayoutTest < Minitest::Test
     at = lines.index { |line| line.include?("12:00:01") }
     finding = lines[at..].take_while { |line| !line.empty? }.map(&:strip).join(" ")
     assert_equal "12:00:01 #{FINDING}", finding.squeeze(" ")
+  end
+
+  # Nothing installs the curses gem (it builds against ncurses): without it top says how to get
+  # it, once, and goes on with plain frames.
+  def test_without_curses_top_says_how_to_get_it_and_prints_plain_frames
+    err = StringIO.new
+    screen = GVLScope::Top::Screen
+    missing = ->(name) { raise LoadError, "cannot load such file -- #{name}" }
+    view = screen.stub(:require, missing) { screen.open(err) }
+    assert_nil view
+    assert_equal "gvlscope top: the interactive view needs the curses gem, which is not installed " \
+                 "(gem install curses, or add it to the Gemfile); printing plain frames\n", err.string
   end
 
   def test_a_wide_terminal_or_a_pipe_shows_the_ms_columns
