@@ -272,6 +272,9 @@ module GVLScope
         "as #{entry.name}#{"; #{smallest.name} is the most compact" unless smallest == entry})"
     end
 
+    # What a write to the output can fail with once it is open (a full disk, a quota).
+    WRITE_ERRORS = [Errno::ENOSPC, Errno::EDQUOT, Errno::EFBIG, Errno::EIO].freeze
+
     # Opens +path+ for writing and yields the IO. A path that cannot be written is one line
     # naming it and why ("cannot write out/x.json: No such file or directory (no directory out)"),
     # and a file cut short by a failed write is removed.
@@ -282,6 +285,7 @@ module GVLScope
         yield io
       end
     rescue SystemCallError => e
+      raise if opened && !WRITE_ERRORS.any? { |kind| e.is_a?(kind) } # not the output's: reading the trace, say
       File.unlink(path) if opened && File.file?(path)
       why = e.message.sub(/ @ .*\z/m, "").delete_suffix(" - #{path}") # the system's words, not Ruby's " @ rb_sysopen - path"
       dir = File.dirname(path)
