@@ -6,6 +6,8 @@
 #   -> integrations/ (Rack, Puma, Sidekiq, autorun), cli.rb, lab/.
 # `require "gvlscope"` loads the live API; the other stages load when first used (autoload), so
 # `use GVLScope::Rack` in a config.ru needs nothing more than what Bundler.require does.
+require_relative "gvlscope/one_copy"
+return if GVLScope::OneCopy.elsewhere?(__dir__, "gvlscope") # a second copy of the gem: see one_copy.rb
 require_relative "gvlscope/native"
 require_relative "gvlscope/probe"
 require_relative "gvlscope/trace"

@@ -711,7 +711,8 @@ class AdviseTest < Minitest::Test
         ["--pid", "1", "--interval", "0"] => /--interval must be more than 0 seconds/,
       }.each do |args, message|
         out, err, status = gvlscope("advise", *args)
-        assert_equal 1, status.exitstatus, "advise #{args.join(' ')}: #{out}#{err}"
+        usage = args.empty? || args.first == snap # no input, or two: bad usage (exit 2)
+        assert_equal usage ? 2 : 1, status.exitstatus, "advise #{args.join(' ')}: #{out}#{err}"
         assert_equal 1, err.lines.size, "one line: #{err}"
         assert_match(/\Agvlscope: /, err)
         assert_match message, err

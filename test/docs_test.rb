@@ -211,6 +211,25 @@ class DocsTest < Minitest::Test
     end
   end
 
+  # Output shown in the docs has today's columns: a per-thread table's header (report, summary)
+  # and a histogram's are the ones the formats print now.
+  def test_tables_shown_in_docs_have_todays_columns
+    require "gvlscope/formats/thread_table"
+    require "gvlscope/formats/histogram_text"
+    thread_header = GVLScope::Formats::ThreadTable.lines([]).first.squeeze(" ")
+    histogram_header = GVLScope::Formats::HistogramText.lines("t", [1], time: true)[1].strip
+    DOCS.each do |doc|
+      lines = File.readlines(File.join(ROOT, doc), chomp: true)
+      lines.each_with_index do |line, index|
+        if line.match?(/\Athread\s.*released by\z/)
+          assert_equal thread_header, line.squeeze(" "), "#{doc}:#{index + 1}: a thread table with other columns"
+        elsif line.match?(/-{5,} Distribution -{5,}/) && lines[index - 1].match?(/\A(GVL hold time|wait for the GVL)/)
+          assert_equal histogram_header, line.strip, "#{doc}:#{index + 1}: a histogram of times with other columns"
+        end
+      end
+    end
+  end
+
   # Where a doc shows a command: `$ gvlscope ...` in a fenced block (the rest of such a block is
   # output), a line of an indented code block, or a code span.
   def self.commands

@@ -171,6 +171,27 @@ class LabTest < Minitest::Test
     assert_match(/gvlscope lab: warning: 100000 more threads .* vm\.max_map_count = 65530; raise it: sudo sysctl/, err.string)
   end
 
+  # The help's "default tmp/lab": under the current directory, not in the gem's (a checkout or an
+  # installed gem that happens to be writable).
+  def test_lab_run_writes_traces_under_the_current_directory
+    require "gvlscope/lab/cli"
+    require "gvlscope/lab/runner"
+    given = nil
+    stopped = Class.new(StandardError)
+    capture = lambda do |_knobs, out_dir:, echo:|
+      given = out_dir
+      raise stopped, echo.class.name
+    end
+    Dir.mktmpdir("gvlscope-lab-cwd") do |dir|
+      Dir.chdir(dir) do
+        GVLScope::Lab::Runner.stub(:new, capture) do
+          assert_raises(stopped) { GVLScope::Lab::CLI.new(out: StringIO.new, err: StringIO.new).run(%w[run convoy]) }
+        end
+      end
+      assert_equal File.join(File.realpath(dir), "tmp", "lab"), given
+    end
+  end
+
   # The knee and the verdicts of the thread sweep, on made-up numbers.
   def test_the_sweep_knee_and_verdicts
     require "gvlscope/lab/sweep"

@@ -146,7 +146,7 @@ class ProgressTest < Minitest::Test
       pftrace = File.join(dir, "r.pftrace")
       commands = {
         ["report", FIXTURE, "--html", html] => "gvlscope: wrote #{html}\n",
-        ["export", FIXTURE, "--format", "perfetto", "-o", pftrace] => "gvlscope: wrote #{pftrace} (930 events, 7 threads)\n",
+        ["export", FIXTURE, "--format", "perfetto", "-o", pftrace, "--force"] => "gvlscope: wrote #{pftrace} (930 events, 7 threads)\n",
         ["summary", FIXTURE] => "",
       }
       commands.each do |args, before|

@@ -223,12 +223,20 @@ class RackTest < Minitest::Test
 
   def test_a_request_that_waited_too_long_is_logged
     log = StringIO.new
+    writers = []
     logger = Object.new
-    logger.define_singleton_method(:warn) { |line| log.puts(line) }
+    logger.define_singleton_method(:warn) do |line|
+      writers << Thread.current
+      log.puts(line)
+    end
     app = ->(_env) { [200, {}, ["ok"]] }
     GVLScope::Rack.new(app, log_wait_over_ms: 0, logger: logger).call(Rack::MockRequest.env_for("/slow"))
     GVLScope::Rack.new(app, log_wait_over_ms: 10_000, logger: logger).call(Rack::MockRequest.env_for("/fast"))
+    assert GVLScope::LogWriter.shared.flush(30)
 
+    # The request only hands its line over: the write (which gives up the GVL) is another thread's.
+    assert_equal [GVLScope::LogWriter::THREAD_NAME], writers.map(&:name)
+    refute_includes writers, Thread.current
     assert_match(%r{\Agvlscope: GET /slow waited [\d.]+ ms for the GVL \([\d.]+ ms of it before the app started[^)]*\); }, log.string)
     assert_match(/; in the app [\d.]+ ms: run [\d.]+ ms, idle [\d.]+ ms, gc [\d.]+ ms$/, log.string)
     refute_includes log.string, "/fast"

@@ -126,7 +126,14 @@ class SidekiqMiddlewareTest < Minitest::Test
   def test_a_slow_job_is_logged_with_its_numbers
     config = config(stats_every: nil, log_wait_over_ms: 0)
     GVLScope::Sidekiq.startup(config)
+    writers = []
+    @logger.formatter = proc do |_severity, _time, _name, message|
+      writers << Thread.current
+      "#{message}\n"
+    end
     run_job(config, job("SlowJob"), "critical") { sleep 0.01 }
+    assert GVLScope::LogWriter.shared.flush(30)
+    assert_equal [GVLScope::LogWriter::THREAD_NAME], writers.map(&:name), "the job hands its line over; another thread writes it"
     assert_match(/gvlscope: SlowJob \(queue critical, jid abc123\) waited [\d.]+ ms for the GVL \([\d.]+ ms of it before the job started[^)]*\); in the job [\d.]+ ms: run [\d.]+ ms, idle (\d+\.\d) ms, gc [\d.]+ ms/, @log.string)
     assert_operator Float(@log.string[/idle ([\d.]+) ms/, 1]), :>=, 10
   end

@@ -38,6 +38,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     VALUE mNative = rb_define_module_under(mGVLScope, "Native");
     gvls_clock_init();
     gvls_thread_state_init();
+    gvls_thread_state_define(mNative);
     gvls_hook_init();
     gvls_stacks_init();
     gvlscope_probe_init(mNative);

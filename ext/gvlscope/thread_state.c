@@ -72,6 +72,19 @@ static VALUE read_label(VALUE arg) {
     return Qnil;
 }
 
+// Native.thread_created_at(thread): where a live thread was created ("app.rb:12"), or nil; the
+// live metrics label unnamed threads with it as a trace does.
+static VALUE thread_created_at(VALUE self, VALUE thread) {
+    if (!rb_obj_is_kind_of(thread, rb_cThread)) rb_raise(rb_eTypeError, "not a Thread");
+    label_read read = { thread, empty_string, Qnil, 1 };
+    read_label((VALUE)&read);
+    return read.site;
+}
+
+void gvls_thread_state_define(VALUE mNative) {
+    rb_define_singleton_method(mNative, "thread_created_at", thread_created_at, 1);
+}
+
 void gvls_thread_label(const gvls_thread_ref *ref, int with_site, VALUE *name, VALUE *site) {
     if (ref->thread == Qfalse) {  // released: what was read then
         *name = ref->name;

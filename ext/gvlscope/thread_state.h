@@ -128,6 +128,8 @@ void gvls_threads_each(void (*fn)(gvls_thread *, void *), void *arg);
 size_t gvls_threads_each_from(size_t from, void (*fn)(gvls_thread *, void *), void *arg);
 // Forgets threads that have exited and whose metrics were retired (or are not being collected).
 void gvls_threads_prune_exited(void);
+// Defines Native.thread_created_at.
+void gvls_thread_state_define(VALUE mNative);
 // The EXITED hook's last touch of a slot: marks it exited (release order: a snapshot may read
 // and retire it from then on) and queues it for release, then asks for the release job. No
 // locks, no allocation.

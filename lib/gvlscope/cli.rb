@@ -83,6 +83,7 @@ module GVLScope
       @debug = take_flag(argv, "--debug")
       @partial = take_flag(argv, "--partial")
       command = argv.shift
+      @command = COMMANDS.include?(command) ? command : nil
       case command
       when nil, "-h", "--help", "help"
         @out.puts USAGE
@@ -105,12 +106,12 @@ module GVLScope
         raise UsageError, "unknown command '#{command}'"
       end
     rescue UsageError, OptionParser::ParseError => e
-      @err.puts "gvlscope: #{e.message}\n\n#{USAGE}"
+      @err.puts "#{prefixed(e.message)} (see gvlscope#{" #{@command}" if @command} --help)"
       2
     rescue Error, SystemCallError => e
       raise if @debug
 
-      @err.puts "gvlscope: #{e.message}"
+      @err.puts prefixed(e.message)
       1
     rescue StandardError => e
       raise if @debug
@@ -120,6 +121,12 @@ module GVLScope
     end
 
     private
+
+    COMMANDS = %w[run top lab report export summary advise].freeze
+
+    # An error's one line, said as gvlscope's once: a message of a part that names itself
+    # ("gvlscope top: ...") is not prefixed again.
+    def prefixed(message) = message.start_with?("gvlscope") ? message : "gvlscope: #{message}"
 
     # A global flag anywhere before a `--` (after it, the arguments are the traced program's).
     def take_flag(argv, flag)
@@ -207,31 +214,83 @@ module GVLScope
     def export(argv)
       format = nil
       output = nil
+      force = false
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope export FILE --format #{EXPORT_FORMATS.join('|')} [-o OUT]\n\nFormats:\n" \
+        opts.banner = "Usage: gvlscope export FILE --format #{EXPORT_FORMATS.join('|')} [-o OUT] [--force]\n\nFormats:\n" \
                       "#{Formats.help('export').join("\n")}\n\n"
         opts.on("-f", "--format FORMAT", EXPORT_FORMATS, "one of the formats above") { |f| format = f }
         opts.on("-o", "--output OUT", "output file (default: FILE with the format's extension)") { |o| output = o }
+        opts.on("--force", "overwrite OUT if it exists (otherwise an export, like a trace, never overwrites a file)") { force = true }
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, = parser.parse(argv)
       raise UsageError, "export needs --format (#{EXPORT_FORMATS.join(' or ')})" unless format
+      raise UsageError, "missing trace FILE" unless path
 
-      export_timeline(timeline_of(path, spill: true, analyse: false), path, format, output)
+      output = export_output(path, format, output, force: force) # before the trace is read: a clash fails at once
+      export_timeline(timeline_of(path, spill: true, analyse: false), path, format, output, force: force)
       0
     end
 
-    def export_timeline(timeline, path, format, output = nil)
-      entry = Formats.fetch(format, command: "export")
-      output ||= path.sub(/\.(gvl|json)\z/, "") + entry.extension
+    # Where an export goes: FILE with the format's extension unless -o; never the input trace, and
+    # a file that exists only with +force+ (a trace never overwrites one either).
+    def export_output(path, format, output, force:)
+      output ||= path.sub(/\.(gvl|json)\z/, "") + Formats.fetch(format, command: "export").extension
       raise Error, "#{output}: would overwrite the input trace; choose another -o" if File.expand_path(output) == File.expand_path(path)
+      if !force && (File.exist?(output) || File.symlink?(output))
+        raise Error, "#{output} already exists: remove it, choose another -o, or add --force"
+      end
+
+      output
+    end
+
+    # An export this big or bigger is announced with its estimated size before it is written.
+    EXPORT_HINT_BYTES = 100 * 1024 * 1024
+
+    def export_timeline(timeline, path, format, output = nil, force: false)
+      entry = Formats.fetch(format, command: "export")
+      output = export_output(path, format, output, force: force)
 
       # Built before the file is opened: a format that cannot be made of this trace (folded
       # stacks of a trace without stacks) raises and leaves no empty file behind.
       exporter = entry.format_class.new(timeline)
+      events = timeline.file.size
+      hint = export_size_hint(output, entry, events)
+      say hint if hint
       progress("writing #{output}")
-      File.open(output, "wb") { |io| exporter.write(io) }
-      say "gvlscope: wrote #{output} (#{timeline.file.size} events, #{timeline.threads.size} threads)"
+      write_file(output) { |io| exporter.write(io) }
+      say "gvlscope: wrote #{output} (#{events} events, #{timeline.threads.size} threads)"
+    end
+
+    # Said before a big export is written: its size estimated from the trace's events.
+    def export_size_hint(output, entry, events)
+      estimate = events * entry.bytes_per_event
+      return nil if estimate < EXPORT_HINT_BYTES
+
+      smallest = Formats.for_command("export").reject(&:stacks).min_by(&:bytes_per_event)
+      "gvlscope: writing #{output}: about #{Units.megabytes(estimate)} (#{events} events, ~#{entry.bytes_per_event} bytes each " \
+        "as #{entry.name}#{"; #{smallest.name} is the most compact" unless smallest == entry})"
+    end
+
+    # What a write to the output can fail with once it is open (a full disk, a quota).
+    WRITE_ERRORS = [Errno::ENOSPC, Errno::EDQUOT, Errno::EFBIG, Errno::EIO].freeze
+
+    # Opens +path+ for writing and yields the IO. A path that cannot be written is one line
+    # naming it and why ("cannot write out/x.json: No such file or directory (no directory out)"),
+    # and a file cut short by a failed write is removed.
+    def write_file(path, mode = "wb")
+      opened = false
+      File.open(path, mode) do |io|
+        opened = true
+        yield io
+      end
+    rescue SystemCallError => e
+      raise if opened && !WRITE_ERRORS.any? { |kind| e.is_a?(kind) } # not the output's: reading the trace, say
+      File.unlink(path) if opened && File.file?(path)
+      why = e.message.sub(/ @ .*\z/m, "").delete_suffix(" - #{path}") # the system's words, not Ruby's " @ rb_sysopen - path"
+      dir = File.dirname(path)
+      why += " (no directory #{dir})" if e.is_a?(Errno::ENOENT) && !File.directory?(dir)
+      raise Error, "cannot write #{path}: #{why}"
     end
 
     # Runs COMMAND with the recorder loaded at boot through RUBYOPT, so any Ruby it starts (and
@@ -468,7 +527,7 @@ module GVLScope
     def write_html(report, path, window: nil)
       progress("writing #{path}")
       page = Formats::ReportHTML.new(report, window: window)
-      File.open(path, "w") { |io| page.write(io) }
+      write_file(path, "w") { |io| page.write(io) }
       say "gvlscope: wrote #{path}"
       held_to = page.window_held&.last
       return unless window && held_to < window.last
@@ -480,7 +539,10 @@ module GVLScope
 
     def summary(argv)
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope summary FILE"
+        opts.banner = "Usage: gvlscope summary FILE\n\n" \
+                    "Each thread's GVL times in a trace: run (holding it), wait (wanting it), idle (IO, sleep,\n" \
+                    "locks) and GC, the longest wait, holds, waits, and what made it release the GVL.\n" \
+                    "FILE: a .gvl trace or a gvl-tracing JSON trace. The findings: gvlscope report FILE.\n\n"
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
       path, = parser.parse(argv)
@@ -532,10 +594,10 @@ module GVLScope
 
     def advise_workload(paths, options)
       inputs = { "FILE" => paths.first, "--snapshot" => options[:snapshot], "--pid" => options[:pid], "--url" => options[:url] }.compact
-      raise Error, "advise needs one input: a trace FILE, --snapshot FILE, --pid PID or --url URL" if inputs.empty?
-      raise Error, "advise takes one input, got #{inputs.keys.join(' and ')}" if inputs.size > 1 || paths.size > 1
+      raise UsageError, "advise needs one input: a trace FILE, --snapshot FILE, --pid PID or --url URL" if inputs.empty?
+      raise UsageError, "advise takes one input, got #{inputs.keys.join(' and ')}" if inputs.size > 1 || paths.size > 1
       if options[:current_threads]&.< 1
-        raise Error, "--current-threads must be at least 1 (got #{options[:current_threads]})"
+        raise UsageError, "--current-threads must be at least 1 (got #{options[:current_threads]})"
       end
 
       choose = { threads: options[:threads] }

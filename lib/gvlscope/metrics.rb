@@ -96,13 +96,26 @@ module GVLScope
         ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
       end
 
-      # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go)
-      def self.thread_label(thread, serial)
+      # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go).
+      # An unnamed live thread is labelled with where it was created, as in a trace.
+      def self.thread_label(thread, serial, cwd = Vocabulary.working_directory)
         return Vocabulary.thread_label(thread, serial) if thread.is_a?(String)
 
-        Vocabulary.thread_label(thread.name, serial, main: thread == Thread.main)
+        name = thread.name
+        site = Vocabulary.short_site(Native.thread_created_at(thread), cwd) if name.nil? || name.empty?
+        Vocabulary.thread_label(name, serial, main: thread == Thread.main, created_at: site)
       rescue StandardError
         Vocabulary.thread_label(nil, serial)
+      end
+
+      # +labels+ with each label several threads share told apart by the thread's serial
+      # ("processor #7"), as Model.mark_namesakes does in a trace. +serials+: the threads' serials;
+      # a nil label stays nil.
+      def self.distinct_labels(labels, serials)
+        counts = labels.compact.tally
+        labels.zip(serials).map do |label, serial|
+          label && counts[label] > 1 ? Vocabulary.thread_label(label, serial, namesake: true) : label
+        end
       end
 
       def initialize(taken_ns:, wall_ns:, waiting_threads_by_ractor:, packed: nil, threads: nil, exited: nil,
@@ -207,10 +220,13 @@ module GVLScope
       def unpack_rows
         threads, packed_rows = @packed
         numbers = packed_rows.unpack("Q<*")
-        threads.each_with_index.map do |thread, i|
-          serial, ractor_id, state, exited, *counters = numbers[i * ROW_FIELDS, ROW_FIELDS]
-          name = thread ? self.class.thread_label(thread, serial) : "(exited threads)"
-          ThreadRow.new(name, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
+        fields = threads.each_index.map { |i| numbers[i * ROW_FIELDS, ROW_FIELDS] }
+        serials = fields.map(&:first)
+        cwd = Vocabulary.working_directory
+        labels = self.class.distinct_labels(threads.zip(serials).map { |thread, serial| thread && self.class.thread_label(thread, serial, cwd) },
+                                            serials)
+        fields.zip(labels).map do |(serial, ractor_id, state, exited, *counters), label|
+          ThreadRow.new(label || "(exited threads)", serial, ractor_id, STATES[state], exited == 1, *counters).freeze
         end.freeze
       end
 

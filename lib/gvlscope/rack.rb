@@ -1,4 +1,6 @@
 # frozen_string_literal: true
 
 # `require "gvlscope/rack"`: the public require path of GVLScope::Rack (integrations/rack.rb).
+require_relative "one_copy"
+return if GVLScope::OneCopy.elsewhere?(File.expand_path("..", __dir__), "gvlscope/rack") # a second copy of the gem: see one_copy.rb
 require_relative "integrations/rack"

@@ -11,6 +11,9 @@ module GVLScope
     # "12.3 ms": tables.
     def ms(ns) = format("%.1f ms", ns / 1e6)
 
+    # "606 MB": a size to the nearest megabyte (1 MB = 2**20 bytes).
+    def megabytes(bytes) = format("%.0f MB", bytes / 1_048_576.0)
+
     # "123 ms" from 10 ms up, else "1.2 ms": sentences, where the tenths of a long wait are noise.
     def ms_rounded(ns) = format(ns >= 10_000_000 ? "%.0f ms" : "%.1f ms", ns / 1e6)
 

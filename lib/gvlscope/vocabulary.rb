@@ -87,12 +87,46 @@ module GVLScope
     end
 
     # A thread's label in every output: its name, else "main", or "thread <serial>" followed by
-    # where it was created when known: "thread 3 (app.rb:12)".
-    def thread_label(name, serial, main: false, created_at: nil)
-      return name unless name.nil? || name.empty?
+    # where it was created when known: "thread 3 (app.rb:12)". A name several threads share
+    # (+namesake+: five Sidekiq processors) is told apart by the serial: "processor #7".
+    def thread_label(name, serial, main: false, created_at: nil, namesake: false)
+      return namesake ? "#{name} ##{serial}" : name unless name.nil? || name.empty?
       return "main" if main
 
       created_at ? "thread #{serial} (#{created_at})" : "thread #{serial}"
+    end
+
+    # True when +label+ is the thread +wanted+ names: its label, or the name its namesakes share
+    # ("processor" is "processor #7" and "processor #8").
+    def thread_named?(label, wanted)
+      label == wanted || label.match?(/\A#{Regexp.escape(wanted)} #\d+\z/)
+    end
+
+    # Where a thread was created, shortened to what tells it apart: inside a gem from the gem's
+    # directory ("puma-8.0.2/lib/puma/thread_pool.rb:105"), inside Ruby's library from its
+    # version ("ruby/3.3.0/monitor.rb:201"), under the working directory relative to it; any
+    # other path whole.
+    def short_site(site, cwd = working_directory)
+      return site if site.nil?
+
+      site[%r{/gems/([^/]+-[^/]+/.+)\z}, 1] || site[%r{/lib/(ruby/\d+\.\d+\.\d+/.+)\z}, 1] ||
+        (cwd ? site.delete_prefix(cwd.end_with?("/") ? cwd : "#{cwd}/") : site)
+    end
+
+    def working_directory
+      Dir.pwd
+    rescue SystemCallError # removed under us: paths stay whole
+      nil
+    end
+
+    # +text+ cut to +width+ characters in its middle, so a label keeps its name and its file:line:
+    # "thread 12 (puma-8.0.2/lib/…/thread_pool.rb:105)".
+    def fit(text, width)
+      return text if text.size <= width
+      return text[0, width] if width < 3
+
+      tail = (width - 1) / 2
+      "#{text[0, width - 1 - tail]}…#{text[-tail..]}"
     end
 
     # How a thread is shown where space allows (tables, viewer tracks): its label, and for a named

@@ -18,13 +18,13 @@ module GVLScope
       attr_reader :timeline, :stats, :only_thread
 
       # +timeline+: a Model::Timeline, or a Model::Scan (the native engine's pass: the same
-      # answers, no intervals kept). +thread+: a thread label; the table and findings then show
-      # only that thread.
+      # answers, no intervals kept). +thread+: a thread label (or a name several threads share);
+      # the table and findings then show only that thread (those threads).
       def initialize(timeline, thread: nil)
         @timeline = timeline
         @stats = ThreadStats.new(timeline)
         @only_thread = thread
-        if thread && @stats.rows.none? { |row| row.label == thread }
+        if thread && @stats.rows.none? { |row| Vocabulary.thread_named?(row.label, thread) }
           raise Error, "no thread named #{thread.inspect} in #{timeline.file.path} " \
                        "(threads: #{@stats.rows.map(&:label).uniq.join(', ')})"
         end
@@ -46,7 +46,7 @@ module GVLScope
       def rows
         return all_rows unless @only_thread
 
-        all_rows.select { |row| row.label == @only_thread }
+        all_rows.select { |row| Vocabulary.thread_named?(row.label, @only_thread) }
       end
 
       # One per cause, the one that explains the most GVL wait first (rules' order on ties).
@@ -54,7 +54,7 @@ module GVLScope
         @findings ||= begin
           all = RULES.flat_map { |rule| rule.new(self).findings }.each_with_index
                      .sort_by { |finding, index| [-finding.explains_wait_ns, index] }.map(&:first)
-          @only_thread ? all.select { |finding| finding.threads.include?(@only_thread) } : all
+          @only_thread ? all.select { |finding| finding.threads.any? { |label| Vocabulary.thread_named?(label, @only_thread) } } : all
         end
       end
 
@@ -139,7 +139,7 @@ module GVLScope
 
       def selected_threads
         threads = @timeline.threads.values
-        @only_thread ? threads.select { |thread| thread.label == @only_thread } : threads
+        @only_thread ? threads.select { |thread| Vocabulary.thread_named?(thread.label, @only_thread) } : threads
       end
     end
   end

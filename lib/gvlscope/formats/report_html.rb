@@ -94,6 +94,7 @@ module GVLScope
         if rows.size > table_rows.size
           table << "  (#{rows.size - table_rows.size} more threads, that waited less: gvlscope report FILE lists them all)"
         end
+        table.concat(ThreadTable.legend(table_rows))
         {
           file: report.file.path.to_s,
           durationNs: report.duration_ns,

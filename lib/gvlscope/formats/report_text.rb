@@ -12,7 +12,7 @@ module GVLScope
     class ReportText < Format
       def write(io)
         report = @subject
-        lines = header + [""] + findings + [""] + ThreadTable.lines(report.rows) + [""] + code_locations
+        lines = header + [""] + findings + [""] + ThreadTable.lines(report.rows) + ThreadTable.legend(report.rows) + [""] + code_locations
         histograms = report.histograms
         HistogramText.report_sections(histograms[:hold_ns], histograms[:wait_ns],
                                       histograms[:waiters_at_acquire]).each do |histogram|

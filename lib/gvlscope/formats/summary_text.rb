@@ -17,7 +17,7 @@ module GVLScope
                         file.dropped.positive? ? ", #{file.dropped} events dropped" : "")
         lines << format("GVL held %.1f%% of the time", duration.positive? ? 100.0 * stats.held_ns / duration : 0)
         lines << ""
-        lines.concat(ThreadTable.lines(stats.rows))
+        lines.concat(ThreadTable.lines(stats.rows), ThreadTable.legend(stats.rows))
         io << lines.join("\n") << "\n"
       end
     end

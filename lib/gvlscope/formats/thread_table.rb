@@ -10,8 +10,9 @@ module GVLScope
     module ThreadTable
       module_function
 
-      # Labels up to this wide are shown whole ("thread 12 (app/jobs/x.rb:40)"); longer are cut.
-      MAX_LABEL = 48
+      # Labels up to this wide are shown whole ("thread 12 (puma-8.0.2/lib/puma/thread_pool.rb:105)");
+      # longer are cut in the middle (Vocabulary.fit).
+      MAX_LABEL = 72
 
       def lines(rows)
         width = (rows.map { |row| name(row).size } << 24).max.clamp(24, MAX_LABEL)
@@ -19,11 +20,21 @@ module GVLScope
                         "longest wait", "holds", "waits", "released by")]
         rows.sort_by { |row| -row.wait_ns }.each do |row|
           released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
-          lines << format("%-#{width}s %10s %10s %10s %8s %12s %6d %6d  %s", name(row)[0, width], Units.ms(row.run_ns),
+          lines << format("%-#{width}s %10s %10s %10s %8s %12s %6d %6d  %s", Vocabulary.fit(name(row), width), Units.ms(row.run_ns),
                           Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns),
                           Units.ms(row.longest_wait_ns), row.holds, row.waits, released)
         end
         lines
+      end
+
+      # What each release cause in the table's "released by" means (Vocabulary::RELEASE_CAUSES),
+      # the ones the rows show and their name does not say: lines to put under the table.
+      def legend(rows)
+        causes = rows.flat_map { |row| row.released_by.keys }.uniq
+        causes = (Vocabulary::RELEASE_CAUSES.keys & causes.map(&:to_sym)).reject { |cause| Vocabulary::RELEASE_CAUSES[cause] == cause.to_s }
+        return [] if causes.empty?
+
+        ["", "released by:", *causes.map { |cause| format("  %-10s %s", cause, Vocabulary::RELEASE_CAUSES[cause]) }]
       end
 
       # A named thread keeps its name and shows where it was created (Vocabulary.thread_display_name).

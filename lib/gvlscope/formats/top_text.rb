@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "../units"
+require_relative "../vocabulary"
 require_relative "../live/rules"
 
 module GVLScope
@@ -12,22 +13,25 @@ module GVLScope
     class TopText < Format
       # snapshot: the interval (Live::Snapshot); target: what is watched ("pid 42 (ruby app.rb)");
       # sort: one of SORTS; paused; findings: [[seen_at "HH:MM:SS", finding Hash]] so far, oldest
-      # first; keys: true to end with the keys line; note: a line about code locations, or nil.
-      Frame = Struct.new(:snapshot, :target, :sort, :paused, :findings, :keys, :note, :clock, keyword_init: true)
+      # first; keys: true to end with the keys line; note: a line about code locations, or nil;
+      # width: the terminal's columns (nil: lines as long as they come, for a pipe).
+      Frame = Struct.new(:snapshot, :target, :sort, :paused, :findings, :keys, :note, :clock, :width, keyword_init: true)
 
       SORTS = %w[wait run idle name].freeze
       BAR = 20          # characters of the held and waiting gauges
-      LABEL = 22        # characters of the thread column
+      LABEL = 22..32    # characters of the thread column: its longest label within these
       TOP = 3           # threads named in the top holders and top waiters lines
       FINDINGS = 6      # findings shown, newest last
+      CODE_MIN = 16     # below this many columns for CODE, the table leaves out RUN, WAIT and IDLE (ms)
 
       def write(out)
         frame = @subject
         @snapshot = frame.snapshot
+        @width = frame.width
         lines = header(frame) + [""] + (@snapshot.threads.empty? && !@snapshot.workers.empty? ? workers : threads(frame))
         lines += ["", *findings(frame)]
         lines += ["", "keys: q quit · s sort (#{SORTS.join(' → ')}) · p pause"] if frame.keys
-        out << lines.join("\n") << "\n"
+        out << lines.flat_map { |line| wrap(line) }.join("\n") << "\n"
       end
 
       # The thread rows in the order +sort+ asks for (gvlscope's own threads last).
@@ -62,17 +66,49 @@ module GVLScope
         ]
       end
 
+      SHARES = ["%-*s %-5s %6s %6s %6s %5s", %w[THREAD STATE RUN% WAIT% IDLE% GC%]].freeze
+      TIMES = [" %9s %9s %9s", %w[RUN WAIT IDLE]].freeze
+
+      # The table fits the width: when CODE would get fewer than CODE_MIN columns the ms columns
+      # go (the shares stay), and a label or code too long is cut in its middle (its file:line kept).
       def threads(frame)
         rows = self.class.sorted(@snapshot.threads, frame.sort)
-        table = [format("%-#{LABEL}s %-5s %6s %6s %6s %5s %9s %9s %9s  %s", "THREAD", "STATE", "RUN%", "WAIT%", "IDLE%",
-                        "GC%", "RUN", "WAIT", "IDLE", "CODE")]
+        @label = rows.map { |row| row.label.to_s.size }.max.to_i.clamp(LABEL)
+        columns = [SHARES, TIMES]
+        columns = [SHARES] if @width && code_width(columns) < CODE_MIN
+        row_format = "#{columns.map(&:first).join}  %s"
+        table = [format(row_format, @label, *columns.flat_map(&:last), "CODE")]
         rows.each do |row|
-          table << format("%-#{LABEL}s %-5s %6s %6s %6s %5s %9s %9s %9s  %s", row.label.to_s[0, LABEL], row.state,
-                          share(row.run_ns), share(row.wait_ns), share(row.idle_ns), share(row.gc_ns),
-                          Units.ms(row.run_ns), Units.ms(row.wait_ns), Units.ms(row.idle_ns), where(row)).rstrip
+          times = [Units.ms(row.run_ns), Units.ms(row.wait_ns), Units.ms(row.idle_ns)] if columns.size > 1
+          code = @width ? Vocabulary.fit(where(row), [code_width(columns), 0].max) : where(row)
+          table << format(row_format, @label, Vocabulary.fit(row.label.to_s, @label), row.state, share(row.run_ns),
+                          share(row.wait_ns), share(row.idle_ns), share(row.gc_ns), *times, code).rstrip
         end
         table << "(no threads seen yet)" if rows.empty?
         table + ["", holders, waiters, *frame.note]
+      end
+
+      # Columns left for CODE after +columns+ on a line of the frame's width (less one: curses
+      # leaves the last column alone).
+      def code_width(columns)
+        @width - 1 - format(columns.map(&:first).join("") + "  ", @label, *columns.flat_map(&:last)).size
+      end
+
+      # +line+ as lines of at most the frame's width, cut between words, the next ones indented
+      # under the first word's end (a finding after its time, a list after its name).
+      def wrap(line)
+        return [line] if @width.nil? || line.size < @width
+
+        indent = " " * [line[/\A\s*\S+\s+/].to_s.size, @width / 3].min
+        lines = [+""]
+        line.split(/(?<= )/).each do |word|
+          if !lines.last.strip.empty? && lines.last.size + word.rstrip.size >= @width
+            lines.last.rstrip!
+            lines << (indent + "")
+          end
+          lines.last << word
+        end
+        lines.map { |piece| piece.rstrip.size < @width ? piece.rstrip : Vocabulary.fit(piece.rstrip, @width - 1) }
       end
 
       def workers

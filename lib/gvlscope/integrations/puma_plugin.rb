@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../one_copy"
+return if GVLScope::OneCopy.elsewhere?(File.expand_path("../..", __dir__), "gvlscope/integrations/puma_plugin") # a second copy of the gem: see one_copy.rb
 require "socket"
 require_relative "../metrics"
 require_relative "../flight_recorder"

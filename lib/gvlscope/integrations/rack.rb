@@ -8,6 +8,7 @@ require_relative "../units"
 require_relative "request_hooks"
 require_relative "route_label"
 require_relative "handoffs"
+require_relative "log_writer"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
@@ -20,6 +21,7 @@ module GVLScope
   # Options (anything else is a GVLScope::Error when the app is built, never at request time):
   #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…` (ms; then idle and gc when not zero)
   #   log_wait_over_ms:  nil    logs one line for each request that waited at least this long for the GVL
+  #                             (written by a thread of its own, GVLScope::LogWriter: never by the request)
   #   logger:            nil    #warn receives that line; default env["rack.logger"], else $stderr
   #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
   #                             when a request waited or lasted too long (see FlightRecorder)
@@ -166,8 +168,7 @@ module GVLScope
                     "in the app %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
                     env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, timing.before_start_words("app"),
                     timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
-      logger = @logger || env["rack.logger"]
-      if logger then logger.warn(line) else $stderr.puts(line) end
+      LogWriter.shared.write(line, @logger || env["rack.logger"])
     end
 
     def trigger_flight_recorder(env, timing)

@@ -9,6 +9,7 @@ require_relative "../fork"
 require_relative "../units"
 require_relative "../formats/prometheus"
 require_relative "request_hooks"
+require_relative "log_writer"
 require_relative "metrics_server"
 require_relative "stats_line"
 require_relative "handoffs"
@@ -27,6 +28,7 @@ module GVLScope
   # Options (checked when Sidekiq starts: anything unknown or wrong is a GVLScope::Error then,
   # which stops the boot; Sidekiq builds a middleware per job, so they are read once and shared):
   #   log_wait_over_ms: nil   a warn line in Sidekiq's log for each job that waited this long for the GVL
+  #                           (written by a thread of its own, GVLScope::LogWriter: never by the job)
   #   flight_recorder:  nil   true or a Hash, as GVLScope::Rack's: wait_over_ms: 100, duration_over_ms: nil
   #                           and FlightRecorder.start's options; dumps when a job waited or lasted too long
   #   stats_every:      60    seconds between the process's GVL stats lines in Sidekiq's log; nil/0: none
@@ -136,10 +138,11 @@ module GVLScope
       end
 
       def log_slow(label, job, queue, timing)
-        ::Sidekiq.logger.warn(format("gvlscope: %s (queue %s, jid %s) waited %.1f ms for the GVL (%s); " \
-                                   "in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
-                                   label, queue, job["jid"], timing.wait_ms, timing.before_start_words("job"),
-                                   timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms))
+        line = format("gvlscope: %s (queue %s, jid %s) waited %.1f ms for the GVL (%s); " \
+                      "in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
+                      label, queue, job["jid"], timing.wait_ms, timing.before_start_words("job"),
+                      timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
+        LogWriter.shared.write(line, ::Sidekiq.logger) # the job hands the line over: no write, no logger lock
       end
 
       def stats_every_option(seconds)

@@ -17,6 +17,9 @@ module GVLScope
         differs is a result, not an error: the exit status is 0 unless a scenario could not run.
       TEXT
 
+      # Where traces go by default: under the current directory, never the installed gem's.
+      TRACES_DIR = File.join("tmp", "lab")
+
       def initialize(out:, err:)
         @out = out
         @err = err
@@ -69,7 +72,7 @@ module GVLScope
           opts.on("--timeslice MS", Integer, "thread timeslice (RUBY_THREAD_TIMESLICE, Ruby 3.4+)") { |ms| knobs[:timeslice_ms] = ms }
           opts.on("--priority N", Integer, "priority of the CPU-bound neighbour threads (-3..3)") { |n| knobs[:priority] = n }
           opts.on("--size SIZE", SIZES, "tiny, small (default: ~30 s or less each) or full") { |s| knobs[:size] = s }
-          opts.on("-o", "--output DIR", "where traces go (default tmp/lab)") { |d| knobs[:out_dir] = d }
+          opts.on("-o", "--output DIR", "where traces go (default #{TRACES_DIR} under the current directory)") { |d| knobs[:out_dir] = d }
           opts.on("-h", "--help", "show this help") { @out.puts USAGE, opts.summarize; throw :help }
           yield opts if block_given?
         end
@@ -96,7 +99,7 @@ module GVLScope
         require_relative "../formats/lab_text"
         runner = Runner.new(Runner::Knobs.new(ruby: knobs[:ruby], mn: knobs[:mn], timeslice_ms: knobs[:timeslice_ms],
                                               priority: knobs[:priority] || 0, size: knobs[:size]),
-                            out_dir: knobs[:out_dir] || Lab.scratch("lab"), echo: @out)
+                            out_dir: knobs[:out_dir] || File.expand_path(TRACES_DIR), echo: @out)
         warn_timeslice(knobs)
         scenarios.map do |scenario|
           @out.puts "== lab #{scenario.name} (#{knobs[:size]})"

@@ -163,12 +163,14 @@ module GVLScope
 
       # serial => ThreadInfo of the threads with these serials (in order), by +names+ (serial => name).
       def thread_table(names, serials)
-        serials.to_h do |serial|
+        table = serials.to_h do |serial|
           name = names[serial]
           main = name == "Main Thread"
           name = "thread #{serial - 1}" if name.nil? || name.empty? # gvl-tracing's own thread number
           [serial, ThreadInfo.new(serial: serial, name: main ? nil : name, ractor_id: 0, main: main)]
         end
+        Model.mark_namesakes(table.values)
+        table
       end
 
       # One pass over gvl-tracing JSON as its writer lays it out: "[", then one event object a line

@@ -6,9 +6,19 @@ require_relative "../vocabulary"
 module GVLScope
   module Model
     # What the trace says about one Ruby thread. +created_at+: where Thread.new was called
-    # ("app.rb:12", as Thread#inspect shows it), or nil.
-    ThreadInfo = Struct.new(:serial, :name, :ractor_id, :main, :exited, :created_at, keyword_init: true) do
-      def label = Vocabulary.thread_label(name, serial, main: main, created_at: created_at)
+    # ("app.rb:12", Vocabulary.short_site of what Thread#inspect shows), or nil. +namesake+: true
+    # when another thread of the trace has the same name (Model.mark_namesakes).
+    ThreadInfo = Struct.new(:serial, :name, :ractor_id, :main, :exited, :created_at, :namesake, keyword_init: true) do
+      def label = Vocabulary.thread_label(name, serial, main: main, created_at: created_at, namesake: namesake)
+    end
+
+    # Marks the named threads of +infos+ (ThreadInfo) that share their name with another, so each
+    # label names one thread ("processor #7"); returns +infos+.
+    def self.mark_namesakes(infos)
+      infos.select(&:name).group_by(&:name).each_value do |same|
+        same.each { |info| info.namesake = same.size > 1 }
+      end
+      infos
     end
 
     # A Ruby frame: +label+ as rb_profile_frame_full_label gives it ("Counter#spin", "IO#read"),
@@ -209,6 +219,7 @@ module GVLScope
           @base = 0
         end
         @dropped = @end_dropped if @end_dropped
+        Model.mark_namesakes(@thread_info.values)
         self
       end
 
@@ -237,6 +248,7 @@ module GVLScope
         sort_events(times, metas)
         @dropped = @end_dropped if @end_dropped
         @threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
+        Model.mark_namesakes(@thread_info.values)
         self
       end
 
@@ -396,7 +408,7 @@ module GVLScope
           site = utf8(data.byteslice(offset + fixed + name_bytes - @base, site_bytes))
           @thread_info[serial] = ThreadInfo.new(serial: serial, name: name.empty? ? nil : name, ractor_id: ractor_id,
                                                 main: flags.anybits?(1), exited: flags.anybits?(2),
-                                                created_at: site.empty? ? nil : site)
+                                                created_at: site.empty? ? nil : Vocabulary.short_site(site))
           offset += fixed + name_bytes + site_bytes
         end
       end

@@ -58,7 +58,7 @@ module GVLScope
         catch(:help) { return start(parser, argv) }
         0
       rescue CLIUsage, OptionParser::ParseError => e
-        @err.puts "gvlscope top: #{e.message}\n\n#{BANNER}(gvlscope top --help lists the options)"
+        @err.puts "gvlscope top: #{e.message} (see gvlscope top --help)"
         2
       end
 
@@ -125,7 +125,7 @@ module GVLScope
       # Watches +source+ until the process ends or q; returns the exit status.
       def watch(source, name, program: nil)
         previous = source.snapshot(stacks: true)
-        view = @once || !@out.tty? ? nil : Screen.open
+        view = @once || !@out.tty? ? nil : Screen.open(@err)
         frame = nil
         deadline = now
         begin
@@ -229,6 +229,7 @@ module GVLScope
       def redraw(view, frame)
         frame.sort = @sort
         frame.paused = @paused
+        frame.width = view.width
         view.draw(Formats::TopText.new(frame).to_s.lines(chomp: true))
       end
 

@@ -10,12 +10,15 @@ module GVLScope
     class Screen
       KEY_WAIT_MS = 100 # how often keys are looked at while waiting for the next refresh
 
-      def self.open
+      # The view, or nil when the curses gem is missing (nothing installs it: it builds against
+      # ncurses): +err+ is then told how to get it, and top prints plain frames instead.
+      def self.open(err)
         begin
           require "curses"
         rescue LoadError
-          raise Error, "gvlscope top: the interactive view needs the curses gem (gem install curses); " \
-                       "--once, or a stdout that is not a terminal, prints plain frames without it"
+          err.puts "gvlscope top: the interactive view needs the curses gem, which is not installed " \
+                   "(gem install curses, or add it to the Gemfile); printing plain frames"
+          return nil
         end
         new
       end
@@ -30,6 +33,9 @@ module GVLScope
         Curses.stdscr.timeout = KEY_WAIT_MS
         @closed = false
       end
+
+      # The terminal's columns now (a frame is laid out for them: TopText::Frame#width).
+      def width = Curses.cols
 
       # Draws +lines+ from the top, cut at the terminal's width and height; the first line bold.
       def draw(lines)

@@ -8,6 +8,8 @@
 #
 # What it does is in GVLScope::PumaPlugin (lib/gvlscope/integrations/puma_plugin.rb); this file only wires it
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
+require_relative "../../gvlscope/one_copy"
+return if GVLScope::OneCopy.elsewhere?(File.expand_path("../..", __dir__), "puma/plugin/gvlscope") # a second copy of the gem: see one_copy.rb
 require "puma/dsl"
 require "puma/plugin"
 require "gvlscope/integrations/puma_plugin"

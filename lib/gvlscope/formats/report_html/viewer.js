@@ -18,7 +18,8 @@ const COLORS = {
 // of run, gc, wait and idle stacked from the top (idle without its reason: the bins do not keep it).
 const SUMMARY_STATES = ["run", "wait", "idle", "gc"]; // the order of the bins' four numbers
 const SUMMARY_STACK = [0, 3, 1, 2]; // drawn from the top: run, gc, wait, idle (indexes in SUMMARY_STATES)
-const SUMMARY_IDLE = "#bdbdbd";
+const SUMMARY_IDLE = "#8c8c8c"; // darker than the idle reasons' greys (io_sleep, unknown): a summary mixes them
+const SUMMARY_IDLE_LABEL = "idle, any reason (zoomed-out summary)";
 const LANE = 22, LABEL_WIDTH = 170, AXIS = 20, BAR_TOP = 3, BAR = LANE - 6, SHARE_ONE = 65535;
 
 function decode(base64, Type) {
@@ -135,7 +136,7 @@ function renderStatic() {
     legend.append(item);
   };
   REPORT.states.forEach((s, code) => swatch(COLORS[s], REPORT.labels[code]));
-  if (lanes.some((lane) => lane.sums)) swatch(SUMMARY_IDLE, "idle (summaries: any reason)");
+  if (lanes.some((lane) => lane.sums)) swatch(SUMMARY_IDLE, SUMMARY_IDLE_LABEL);
   text("timeline-note", timelineNote());
   if (TIMELINE.busiest) {
     const link = document.createElement("a");
