@@ -74,7 +74,7 @@ ractor_cpu = Ractor.new(now + size(tiny: 0.5, small: 1.5, full: 3.0)) do |deadli
   x
 end
 in_ractor = echo_phase(server, size(tiny: 10, small: 50, full: 200))
-ractor_cpu.respond_to?(:value) ? ractor_cpu.value : ractor_cpu.take
+RactorResult.of(ractor_cpu)
 say format("CPU in a Ractor:     %8.2f ms per message", in_ractor[:per_message_ms])
 result(alone_ms: alone[:per_message_ms], beside_cpu_ms: beside[:per_message_ms], ractor_cpu_ms: in_ractor[:per_message_ms],
        syscalls_per_message: beside[:syscalls_per_message], timeslice_ms: timeslice_ms,

@@ -10,12 +10,11 @@ include LabHelper
 Warning[:experimental] = false
 work = iterations_for(size(tiny: 0.1, small: 0.7, full: 4.0))
 say "counting down #{work} (about #{size(tiny: 0.1, small: 0.7, full: 4.0)} s of this machine's CPU)"
-take = ->(ractor) { ractor.respond_to?(:value) ? ractor.value : ractor.take }
 timings = alternating(size(tiny: 1, small: 3, full: 3), {
   sequential: -> { countdown(work) },
   threads: -> { 2.times.map { |n| Thread.new { Thread.current.name = "countdown #{n}"; countdown(work / 2) } }.each(&:join) },
   ractors: lambda {
-    2.times.map { Ractor.new(work / 2) { |count| count -= 1 while count.positive?; count } }.each(&take)
+    2.times.map { Ractor.new(work / 2) { |count| count -= 1 while count.positive?; count } }.each { |ractor| RactorResult.of(ractor) }
   },
 })
 sequential, threads, ractors = timings.values_at(:sequential, :threads, :ractors)

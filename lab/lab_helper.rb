@@ -7,6 +7,7 @@
 require "json"
 require "rbconfig"
 require "socket"
+require_relative "ractor_result"
 $stdout.sync = true # progress as it happens, line by line, even into a pipe
 
 module LabHelper

@@ -9,10 +9,9 @@ include LabHelper
 
 Warning[:experimental] = false
 work = iterations_for(size(tiny: 0.2, small: 0.7, full: 4.0))
-take = ->(ractor) { ractor.respond_to?(:value) ? ractor.value : ractor.take }
 timings = alternating(size(tiny: 1, small: 3, full: 3), {
   threads: -> { 2.times.map { Thread.new { countdown(work) } }.each(&:join) },
-  ractors: -> { 2.times.map { Ractor.new(work) { |count| count -= 1 while count.positive?; count } }.each(&take) },
+  ractors: -> { 2.times.map { Ractor.new(work) { |count| count -= 1 while count.positive?; count } }.each { |ractor| RactorResult.of(ractor) } },
 })
 threads, ractors = timings.values_at(:threads, :ractors)
 say format("2 threads counting:  %.2f s; 2 Ractors counting: %.2f s (medians)", threads, ractors)
@@ -28,7 +27,7 @@ begin
     x
   end
   beside = requests_in(port, window)
-  take.call(counter)
+  RactorResult.of(counter)
 ensure
   stop_helper(server)
 end

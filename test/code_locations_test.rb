@@ -33,6 +33,7 @@ class CodeLocationsTest < Minitest::Test
       trace = File.join(dir, "t.gvl")
       _out, err, status = run_ruby(<<~RUBY, env: env)
         require "gvlscope"
+        require #{RACTOR_RESULT.inspect}
         Warning[:experimental] = false
         GVLScope.trace(#{trace.inspect}, stacks: #{stacks}) { load #{source.inspect} }
       RUBY
@@ -182,7 +183,7 @@ class CodeLocationsTest < Minitest::Test
   # Threads of a non-main Ractor record their release sites (their own frames, at their own
   # SUSPENDED), but the sampler (a tracepoint) runs in the main Ractor only: the report says so.
   RACTOR = CPU + <<~RUBY
-    Ractor.new { 3.times.map { Thread.new { 20.times { Thread.pass; 20_000.times.sum } } }.each(&:join) }.take
+    RactorResult.of(Ractor.new { 3.times.map { Thread.new { 20.times { Thread.pass; 20_000.times.sum } } }.each(&:join) })
     $stop = true
     cpu.join
   RUBY

@@ -18,6 +18,7 @@ class MetricsRactorTest < Minitest::Test
   CHILD = <<~RUBY
     require "gvlscope"
     require "json"
+    require #{RACTOR_RESULT.inspect}
     Warning[:experimental] = false
     clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
     GVLScope::Metrics.enable
@@ -57,7 +58,7 @@ class MetricsRactorTest < Minitest::Test
       sleep 0.01
     end
     ENV["GVLSCOPE_TEST_STOP"] = "1"
-    calls = ractors.sum(&:take)
+    calls = ractors.sum { |ractor| RactorResult.of(ractor) }
     final = GVLScope::Metrics.snapshot
     puts JSON.generate(
       samples: samples, calls: calls, waiting: final.waiting_threads, holds: final.holds, waits: final.waits,

@@ -17,6 +17,7 @@ class RactorMNTest < Minitest::Test
       path = File.join(dir, "t.gvl")
       _out, err, status = run_ruby(<<~RUBY, env: env)
         require "gvlscope"
+        require #{RACTOR_RESULT.inspect}
         Warning[:experimental] = false
         summary = GVLScope.trace(#{path.inspect}) { #{code} }
         abort "dropped \#{summary.dropped}" unless summary.dropped.zero?
@@ -37,7 +38,7 @@ class RactorMNTest < Minitest::Test
           4.times.map { Thread.new { 20.times { Thread.pass; 30_000.times.sum } } }.each(&:join)
           n
         end
-      end.map(&:take)
+      end.map { |ractor| RactorResult.of(ractor) }
     RUBY
     trace_in_child(code) do |timeline|
       assert_consistent(timeline)

@@ -12,7 +12,7 @@ class StressTest < Minitest::Test
   include GVLScopeTestHelper
 
   def run_stress(code, timeout: 60)
-    out, err, status = run_ruby("Warning[:experimental] = false\nrequire 'gvlscope'\n#{code}", timeout: timeout)
+    out, err, status = run_ruby("Warning[:experimental] = false\nrequire 'gvlscope'\nrequire #{RACTOR_RESULT.inspect}\n#{code}", timeout: timeout)
     assert status.success?, "exit #{status.inspect}\n#{err}"
     refute_match(/ERROR: AddressSanitizer|runtime error:/, err)
     out
@@ -40,7 +40,7 @@ class StressTest < Minitest::Test
         Thread.new { Thread.pass }.join while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
       end
       GVLScope::Metrics.snapshot while Process.clock_gettime(Process::CLOCK_MONOTONIC) < stop_at
-      rounds = ractors.sum(&:take)
+      rounds = ractors.sum { |ractor| RactorResult.of(ractor) }
       churn.join
       GVLScope::Metrics.snapshot
       puts rounds

@@ -8,9 +8,12 @@ require "rbconfig"
 require "gvlscope/model"
 require "gvlscope/formats"
 require_relative "support/gvl_workloads"
+require_relative "../lab/ractor_result"
 
 module GVLScopeTestHelper
   ROOT = File.expand_path("..", __dir__)
+  # For child programs that wait for a Ractor: `require RACTOR_RESULT`, then RactorResult.of(ractor).
+  RACTOR_RESULT = File.join(ROOT, "lab/ractor_result")
 
   # Runs +command+; returns [stdout, stderr, status]. A process that outlives +timeout+ seconds is
   # killed and the test fails: a hang in CRuby must not hang the suite.

@@ -33,8 +33,30 @@ static VALUE after_fork_in_child(VALUE self) {
     return was_tracing ? Qtrue : Qfalse;
 }
 
+// The hook, the thread-specific key (one of CRuby's 8 per process) and the atfork handler are
+// process-wide: set up once. A second Init in one process comes from a second copy of this
+// library, with statics of its own: with RUBY_BOX=1 (Ruby 4.0) every Ruby::Box loads its own copy.
+// So the mark is kept where every copy sees it: an instance variable of the main Ractor's main
+// Thread whose name has no "@" (Ruby code cannot see it). The second copy refuses to load.
+static int initialized;  // this copy's Init has run (a repeated call reuses everything)
+
+static int process_already_has_gvlscope(void) {
+    ID loaded = rb_intern("__gvlscope_loaded__");
+    VALUE main_thread = rb_thread_main();
+    if (RTEST(rb_attr_get(main_thread, loaded))) return 1;
+    rb_ivar_set(main_thread, loaded, Qtrue);
+    return 0;
+}
+
 RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
+    if (initialized) return;
     VALUE mGVLScope = rb_define_module("GVLScope");
+    if (process_already_has_gvlscope()) {
+        VALUE error = rb_const_defined(mGVLScope, rb_intern("Error")) ? rb_const_get(mGVLScope, rb_intern("Error")) : rb_eLoadError;
+        rb_raise(error, "gvlscope is loaded already in this process (by another Ruby::Box, or another copy of "
+                        "its library): its GVL hook is process-wide, so it loads once; require it in the main box only");
+    }
+    initialized = 1;
     VALUE mNative = rb_define_module_under(mGVLScope, "Native");
     gvls_clock_init();
     gvls_thread_state_init();
@@ -53,4 +75,6 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     pthread_atfork(NULL, NULL, atfork_child);
     rb_define_const(mNative, "CLOCK_SOURCE", rb_str_new_cstr(gvls_clock_source()));
+    // false on a Ruby whose layout cruby_layout.h does not know: every thread is in "Ractor 0".
+    rb_define_const(mNative, "RACTOR_IDS", gvls_ractor_ids_known() ? Qtrue : Qfalse);
 }

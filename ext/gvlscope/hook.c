@@ -47,11 +47,17 @@ static void on_thread_event(rb_event_flag_t event, const rb_internal_thread_even
     if (__builtin_expect(kind == GVLS_EV_EXITED, 0)) gvls_hook_exited(slot);
 }
 
-// GC runs with the GVL held, on the thread that triggered it.
+// GC runs with the GVL held, on the thread that triggered it. Up to 3.4 the tracepoint fires only
+// for GCs the main Ractor's threads trigger (hooks per Ractor); from 4.0 GC events are VM-wide and
+// it fires on whatever Ractor's thread ran the GC. Either way one tracepoint, enabled once: each
+// GC step is counted once, on the thread that ran it.
 static void on_gc_event(VALUE tracepoint, void *unused) {
     rb_event_flag_t flag = rb_tracearg_event_flag(rb_tracearg_from_tracepoint(tracepoint));
     gvls_threads_release_poke();  // exited threads not yet released: released after this GC, collected by the next
-    gvls_thread *slot = gvls_thread_for(rb_thread_current());
+    VALUE thread = rb_thread_current();
+    // 4.1-dev: a dying thread's last GC can sweep its own Thread (self 0): nothing to look up.
+    if (__builtin_expect(!RTEST(thread), 0)) return;
+    gvls_thread *slot = gvls_thread_for(thread);
     if (!slot) return;
     uint32_t seq = gvls_metrics_write_begin(slot);
     uint64_t now_ns = gvls_now_ns();

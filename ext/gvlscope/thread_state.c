@@ -1,5 +1,6 @@
 // Per-thread state: one slot per Ruby thread, reached through one thread-specific storage key.
 #include "thread_state.h"
+#include "cruby_layout.h"
 #include "format.h"
 #include "metrics.h"
 #include "trace.h"
@@ -24,20 +25,19 @@ static _Atomic int release_wanted;  // the exited list may hold slots: slow look
 static rb_postponed_job_handle_t release_job = POSTPONED_JOB_HANDLE_INVALID;
 static int release_paused;          // with the GVL: Thread VALUEs copied out are in use
 
-// The Ractor of a thread, read from CRuby's rb_thread_t without calling Ruby (the hook may not).
-// Its first fields have been { list node (2 pointers), VALUE self, rb_ractor_t *ractor, ... } since
-// 3.0, and rb_ractor_t starts with { VALUE self, uint32_t id }. Init checks the layout against the
-// main thread (self must match, id must be 1); if it does not hold, ractor ids are reported as 0.
-struct cruby_thread_prefix { void *list_prev, *list_next; VALUE self; const void *ractor; };
-struct cruby_ractor_prefix { VALUE self; uint32_t id; };
+// The Ractor of a thread, read from CRuby's rb_thread_t without calling Ruby (the hook may not),
+// where cruby_layout.h knows this Ruby's layout. Init also checks it against the main thread (self
+// must match, id must be 1); on a Ruby outside the table, or if the check fails, Ractor ids are
+// reported as 0: all threads as one Ractor.
 static int ractor_layout_ok;
 static VALUE main_ractor_main_thread;  // rb_thread_main() gives the main thread of the caller's Ractor
 
 static uint32_t ractor_id_of(VALUE thread) {
     if (!ractor_layout_ok) return 0;
-    const struct cruby_thread_prefix *th = RTYPEDDATA_DATA(thread);
+    const struct gvls_cruby_thread_prefix *th = RTYPEDDATA_DATA(thread);
     if (!th || th->self != thread || !th->ractor) return 0;
-    return ((const struct cruby_ractor_prefix *)th->ractor)->id;
+    gvls_cruby_ractor_id id = ((const struct gvls_cruby_ractor_prefix *)th->ractor)->id;
+    return id <= UINT32_MAX ? (uint32_t)id : UINT32_MAX;  // 4.1's 64-bit ids: 2^32 Ractors is far off
 }
 
 int gvls_on_main_ractor(void) {
@@ -196,9 +196,13 @@ void gvls_thread_state_init(void) {
     release_job = rb_postponed_job_preregister(0, release_job_run, NULL);
 
     VALUE main_thread = main_ractor_main_thread = rb_thread_main();
-    const struct cruby_thread_prefix *th = RTYPEDDATA_DATA(main_thread);
-    ractor_layout_ok = th && th->self == main_thread && th->ractor &&
-                       ((const struct cruby_ractor_prefix *)th->ractor)->id == 1;
+    const struct gvls_cruby_thread_prefix *th = RTYPEDDATA_DATA(main_thread);
+    ractor_layout_ok = GVLS_CRUBY_LAYOUT_KNOWN && th && th->self == main_thread && th->ractor &&
+                       ((const struct gvls_cruby_ractor_prefix *)th->ractor)->id == 1;
+}
+
+int gvls_ractor_ids_known(void) {
+    return ractor_layout_ok;
 }
 
 // The slow path: first event for this thread. Two native threads may race here (a waker's READY

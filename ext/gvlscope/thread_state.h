@@ -149,6 +149,8 @@ void gvls_threads_release_poke(void);
 void gvls_threads_release_pause(int paused);
 // Whether the caller runs on the main Ractor (where Thread objects of every Ractor are read).
 int gvls_on_main_ractor(void);
+// Whether Ractor ids are read (this Ruby's layout is in cruby_layout.h and held at Init); else 0.
+int gvls_ractor_ids_known(void);
 void gvls_thread_state_after_fork(void);
 // Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL, while
 // no hook can run: call gvls_session_prune_dead_threads, which checks.
