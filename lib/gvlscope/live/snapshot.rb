@@ -308,6 +308,7 @@ module GVLScope
       # µs), and 5,000 of them paused the host 0.2 s per `top` refresh. Past this many threads, the
       # ones waiting for or holding the GVL now come first, then those that held and waited longest.
       CODE_LOCATIONS_MAX = 64
+      BUSY_STATES = %i[wait run].freeze
 
       # A snapshot of this process from a Metrics::Snapshot (what the live socket answers).
       # With +stacks+, the rows of up to CODE_LOCATIONS_MAX threads say where their code is now
@@ -347,12 +348,10 @@ module GVLScope
       def self.located_rows(rows)
         return Set.new(rows.each_index) if rows.size <= CODE_LOCATIONS_MAX
 
-        busy_now = %i[wait run]
-        order = rows.each_index.sort_by do |index|
-          row = rows[index]
-          [busy_now.include?(row.state) ? 0 : 1, -(row.run_ns + row.wait_ns), index]
-        end
-        Set.new(order.first(CODE_LOCATIONS_MAX))
+        busy_now, others = rows.each_index.partition { |index| BUSY_STATES.include?(rows[index].state) }
+        longest = ->(indexes, count) { indexes.max_by(count) { |index| rows[index].run_ns + rows[index].wait_ns } }
+        chosen = longest.(busy_now, CODE_LOCATIONS_MAX)
+        Set.new(chosen + longest.(others, CODE_LOCATIONS_MAX - chosen.size))
       end
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
