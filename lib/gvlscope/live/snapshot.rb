@@ -32,6 +32,10 @@ module GVLScope
       THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
                          longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code
                          io_overlap_wait_ns].freeze
+      # The fields of THREAD_FIELDS that are numbers (counters, and the longest_* maxima).
+      THREAD_NUMBERS = THREAD_FIELDS.select do |field|
+        field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
+      end.freeze
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
         def held_ns = run_ns + gc_ns
@@ -50,7 +54,7 @@ module GVLScope
           values = THREAD_FIELDS.to_h { |field| [field, hash[field.to_s]] }
           values[:state] = values[:state]&.to_sym
           values[:exited] = values[:exited] ? true : false
-          THREAD_FIELDS.each { |field| values[field] ||= 0 if field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_") }
+          THREAD_NUMBERS.each { |field| values[field] ||= 0 }
           new(**values).freeze
         end
       end
@@ -273,11 +277,7 @@ module GVLScope
           values["state"] = text(row, "state", within: field)
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
-          THREAD_FIELDS.each do |key|
-            next unless key.end_with?("_ns") || %i[holds waits].include?(key) || key.start_with?("released_")
-
-            values[key.to_s] = number(row, key.to_s, within: field)
-          end
+          THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
           ThreadRow.from_h(values)
         end
 
@@ -393,8 +393,7 @@ module GVLScope
       def subtract_row(row, before)
         values = row.to_h.transform_keys(&:to_sym)
         values[:state] = row.state
-        THREAD_FIELDS.each do |field|
-          next unless field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
+        THREAD_NUMBERS.each do |field|
           next if field.start_with?("longest_") # maxima keep the later value
 
           values[field] = values[field].to_i - before.public_send(field).to_i # nil: a row made without it
