@@ -4,7 +4,12 @@ require "test_helper"
 require "json"
 require "timeout"
 require "tmpdir"
+require "stringio"
 require "gvlscope/cli"
+require "gvlscope/live"
+require "gvlscope/analysis/advisor"
+require "gvlscope/analysis/advisor_inputs"
+require "gvlscope/analysis/gvl_simulation"
 
 # A deterministic mutation fuzzer of the trace readers. Small valid traces (.gvl, built here byte
 # by byte, and gvl-tracing JSON) are mutated with a seeded Random: bit flips, truncations, byte
@@ -88,6 +93,72 @@ class FuzzTest < Minitest::Test
   ODD_VALUES = ["null", "true", "-1", "-9223372036854775809", "1e400", "-1e400", "1180591620717411303424", "0.5",
                 "\"\"", "\"x\"", "[]", "{}", "[1,2]", "{\"name\":1}", "\"\xff\"".b, "1e-400", "0"].freeze
 
+  # Live snapshots as `gvlscope top --once --json` writes them, for `advise --snapshot`: a pool
+  # of threads (alone, and two snapshots for an interval), routes kept apart, a Puma scrape.
+  SNAPSHOT_CASES = 300
+  SNAPSHOT_SEEDS = begin
+    ms = 1_000_000
+    row = lambda do |serial, label, run, wait, idle|
+      { "serial" => serial, "label" => label, "ractor_id" => 1, "state" => "idle", "exited" => false, "run_ns" => run,
+        "wait_ns" => wait, "idle_ns" => idle, "gc_ns" => 0, "holds" => 10, "waits" => 5, "longest_hold_ns" => ms,
+        "longest_wait_ns" => ms, "released_blocking" => 3, "released_preempted" => 2, "released_exit" => 0,
+        "code" => { "at" => "Object#work (app.rb:3)" }, "io_overlap_wait_ns" => 0 }
+    end
+    pool = lambda do |scale, time_ns|
+      threads = [row.(1, "main", 0, 0, 10_000 * ms * scale)] +
+                (2..5).map { |n| row.(n, "puma srv tp #{n}", 2_000 * ms * scale, 3_000 * ms * scale, 5_000 * ms * scale) }
+      { "version" => 1, "source" => "socket", "pid" => 4242, "time_ns" => time_ns, "processes" => 1,
+        "wall_ns" => 10_000 * ms * scale, "held_ns" => 8_000 * ms * scale, "run_ns" => 8_000 * ms * scale, "gc_ns" => 0,
+        "wait_ns" => 12_000 * ms * scale, "idle_ns" => 30_000 * ms * scale, "waiting_threads" => 1,
+        "acquisitions" => 40 * scale, "releases" => { "blocking" => 12, "preempted" => 8, "exit" => 0 },
+        "hold_histogram" => [0, 1, 2, 3], "wait_histogram" => [1, 0, 4], "waiters_at_acquire_histogram" => [3, 2],
+        "threads" => threads, "exited_threads" => row.(0, "(exited threads)", 0, 0, 0), "workers" => [], "findings" => [],
+        "trace_path" => nil, "timeslice_ns" => 100_000_000, "breakdown" => [] }
+    end
+    routes = pool.(1, 10_000 * ms).merge("breakdown" => [["cpu", 4.9, 0.0], ["io", 1.6, 9.0]].map do |label, run, idle|
+      { "kind" => "route", "label" => label, "tags" => { "method" => "GET" }, "count" => 1_000, "run_ns" => (1_000 * run * ms).round,
+        "wait_ns" => 5_000 * ms, "idle_ns" => (1_000 * idle * ms).round, "gc_ns" => 0, "duration_ns" => 20_000 * ms }
+    end)
+    scrape = { "version" => 1, "source" => "prometheus", "pid" => nil, "time_ns" => 5, "processes" => 2,
+               "wall_ns" => 20_000 * ms, "held_ns" => 9_000 * ms, "wait_ns" => 4_000 * ms, "acquisitions" => 80,
+               "workers" => [0, 1].map { |n| { "worker" => n, "pid" => 100 + n, "wall_ns" => 10_000 * ms, "held_ns" => 4_500 * ms,
+                                                "wait_ns" => 2_000 * ms, "waiting_threads" => 1 } } }
+    [[pool.(1, 10_000 * ms)], [pool.(0, 0), pool.(1, 10_000 * ms)], [routes], [scrape]].freeze
+  end
+  # Keys a mutation may add to an object of a snapshot.
+  SNAPSHOT_KEYS = (%w[version source pid time_ns interval_ns processes wall_ns held_ns wait_ns run_ns threads workers breakdown
+                      releases hold_histogram exited_threads timeslice_ns serial label state code tags count] +
+                   GVLScope::Live::Snapshot::THREAD_FIELDS.map(&:to_s)).uniq.freeze
+  # More wrong values for snapshots: too big for a Float's integer, a lone surrogate (not UTF-8 once
+  # parsed), deep nesting.
+  SNAPSHOT_ODD_VALUES = [*ODD_VALUES, "1e300", "-1e300", "-0.0", "9223372036854775808", "\"\\ud800\"",
+                         "#{'[' * 50}#{']' * 50}", "\"\\u001b]0;title\\u0007\""].freeze
+
+  # The Puma plugin's /metrics as `advise/top --url` read it: two workers, every family.
+  SCRAPE_CASES = 400
+  SCRAPE_SEED = [0, 1].map do |worker|
+    labels = %(worker="#{worker}",pid="#{100 + worker}")
+    <<~TEXT
+      # HELP gvlscope_wall_seconds_total Wall time since metrics were enabled.
+      # TYPE gvlscope_wall_seconds_total counter
+      gvlscope_wall_seconds_total{#{labels}} 10.5
+      gvlscope_gvl_held_seconds_total{#{labels}} 4.25
+      gvlscope_gvl_wait_seconds_total{#{labels}} 1.5
+      gvlscope_waiting_threads{#{labels}} 2
+      gvlscope_gvl_acquisitions_total{#{labels}} 1200
+      gvlscope_gvl_releases_total{#{labels},cause="blocking"} 700
+      gvlscope_gvl_releases_total{#{labels},cause="preempted"} 500
+      gvlscope_gvl_hold_seconds_bucket{#{labels},le="1.6384e-05"} 100
+      gvlscope_gvl_hold_seconds_bucket{#{labels},le="0.001048576"} 900
+      gvlscope_gvl_hold_seconds_bucket{#{labels},le="+Inf"} 1200
+      gvlscope_gvl_wait_seconds_bucket{#{labels},le="0.000131072"} 40
+      gvlscope_gvl_wait_seconds_bucket{#{labels},le="+Inf"} 60
+      gvlscope_waiters_at_acquire_bucket{#{labels},le="1"} 30
+      gvlscope_waiters_at_acquire_bucket{#{labels},le="+Inf"} 60
+    TEXT
+  end.join.freeze
+  SCRAPE_ODD_NUMBERS = %w[1e300 -1e300 1e400 -1e400 1e-300 -1 NaN +Inf -Inf 0 18446744073709551616 0x10 1_000 9e18 .5 -0].freeze
+
   def setup
     @dir = Dir.mktmpdir("gvlscope-fuzz")
     @random = Random.new(SEED)
@@ -109,6 +180,40 @@ class FuzzTest < Minitest::Test
 
   def test_mutated_gvl_tracing_json
     fuzz("json", JSON_CASES) { mutate_json(JSON_SEEDS.sample(random: @random)) }
+  end
+
+  # `advise --snapshot` on mutated snapshot files: advice (exit 0) or one line naming the file
+  # (exit 1), never "internal error" nor a backtrace (issue 28: 236 of 1,200 were internal errors).
+  def test_mutated_snapshot_files
+    codes = with_short_simulations do
+      SNAPSHOT_SEEDS.each_with_index do |seed, n|
+        assert_equal 0, advise_case("seed#{n}.json", seed.map { |snapshot| JSON.generate(snapshot) }.join("\n")).first
+      end
+      Array.new(SNAPSHOT_CASES) { |n| advise_case("case#{n}.json", mutate_snapshot(SNAPSHOT_SEEDS.sample(random: @random))).first }
+    end
+    warn format("fuzz snapshots: %d cases (seed %d): %p", SNAPSHOT_CASES, SEED, codes.tally) if ENV["GVLSCOPE_TEST_VERBOSE"]
+    assert_includes codes, 0, "some mutations must still advise"
+    assert_includes codes, 1, "some mutations must be refused"
+  end
+
+  # Mutated /metrics pages through what `advise --url` does with two of them: parse, subtract,
+  # advise. A snapshot or one GVLScope::Error line (issue 28: FloatDomainError on 1e300 and
+  # le="1e400", NoMethodError on le="1e-300").
+  def test_mutated_scrape_pages
+    outcomes = Array.new(SCRAPE_CASES) do |n|
+      page = mutate_scrape(SCRAPE_SEED)
+      Timeout.timeout(CASE_TIMEOUT) { advise_on_scrape(page) }
+    rescue GVLScope::Error => e
+      refute_includes e.message, "\n", "case #{n}: one line"
+      :refused
+    rescue Timeout::Error
+      flunk "case #{n}: no answer in #{CASE_TIMEOUT} s for #{page.inspect[0, 600]}"
+    rescue StandardError => e
+      flunk "case #{n}: #{e.class}: #{e.message[0, 300]}\n#{e.backtrace.first(6).join("\n")}\npage: #{page.inspect[0, 2000]}"
+    end
+    warn format("fuzz scrapes: %d cases (seed %d): %p", SCRAPE_CASES, SEED, outcomes.tally) if ENV["GVLSCOPE_TEST_VERBOSE"]
+    assert_includes outcomes, :ok
+    assert_includes outcomes, :refused
   end
 
   # The same through the real command: exit 1 and one line naming the file, never "internal error".
@@ -208,6 +313,109 @@ class FuzzTest < Minitest::Test
     made
   rescue GVLScope::Error => e
     { error: e.message }
+  end
+
+  # Routes are simulated request by request (4.5 s an advice); the input's handling is under test,
+  # not the model's precision: 50 times fewer requests.
+  def with_short_simulations
+    simulation = GVLScope::Analysis::GVLSimulation
+    kept = %i[REQUESTS WARM_UP].to_h { |name| [name, simulation.const_get(name)] }
+    kept.each { |name, value| simulation.send(:remove_const, name) && simulation.const_set(name, value / 50) }
+    yield
+  ensure
+    kept&.each { |name, value| simulation.send(:remove_const, name) && simulation.const_set(name, value) }
+  end
+
+  # `gvlscope advise --snapshot NAME` in this process on +data+; returns [exit code, stderr].
+  def advise_case(name, data)
+    path = File.join(@dir, name)
+    File.binwrite(path, data)
+    out = StringIO.new
+    err = StringIO.new
+    # --current-threads: a scrape's process totals need it (a socket's threads ignore it).
+    code = Timeout.timeout(CASE_TIMEOUT * 4) do
+      GVLScope::CLI.new(out: out, err: err).run(["advise", "--snapshot", path, "--cores", "2", "--current-threads", "8"])
+    end
+    input = data.b.inspect[0, 400]
+    refute_match(/internal error|\.rb:\d+:in /, err.string, "#{name}: #{input}")
+    if code.zero?
+      assert_match(/\Agvlscope advise: /, out.string, "#{name}: #{input}")
+    else
+      assert_equal 1, code, "#{name}: #{err.string}"
+      assert_match(/\Agvlscope: #{Regexp.escape(path)}: [^\n]+\n\z/, err.string, "#{name}: one line naming the file: #{input}")
+    end
+    [code, err.string]
+  rescue Timeout::Error
+    flunk "#{name}: no answer in #{CASE_TIMEOUT * 4} s for #{data.b.inspect[0, 300]}"
+  end
+
+  def advise_on_scrape(page)
+    earlier = GVLScope::Live::Scrape.parse(SCRAPE_SEED.gsub(/ [\d.e+-]+$/, " 0"), time_ns: 0)
+    later = GVLScope::Live::Scrape.parse(page, time_ns: 10**10)
+    workload = GVLScope::Analysis::AdvisorInputs.from_live(later, earlier, source: "scrape", current_threads: 8)
+    GVLScope::Analysis::Advisor.new(workload, cores: 2).advice
+    :ok
+  end
+
+  def mutate_scrape(seed)
+    lines = seed.b.lines # binary, as Net::HTTP gives a body
+    @random.rand(1..4).times do
+      at = @random.rand(lines.size)
+      line = lines[at].dup
+      case @random.rand(7)
+      when 0, 1 then line.sub!(/ \S+$/, " #{SCRAPE_ODD_NUMBERS.sample(random: @random)}")
+      when 2 then line.sub!(/le="[^"]*"/, %(le="#{SCRAPE_ODD_NUMBERS.sample(random: @random)}"))
+      when 3 then line.sub!(/(worker|pid)="[^"]*"/) { %(#{Regexp.last_match(1)}="#{['x', '-1', '1e400', '', '9' * 30].sample(random: @random)}") }
+      when 4 then lines.insert(at, line.dup) # a series twice
+      when 5 then line = ""
+      when 6 then line.insert(@random.rand(line.bytesize + 1), @random.bytes(@random.rand(1..4)))
+      end
+      lines[at] = line
+    end
+    page = lines.join
+    page = page.byteslice(0, @random.rand(page.bytesize)) if @random.rand(6).zero? # cut short
+    page
+  end
+
+  # Objects and lists of a parsed snapshot, nested ones too.
+  def containers(value, found = [])
+    return found unless value.is_a?(Hash) || value.is_a?(Array)
+
+    found << value
+    (value.is_a?(Hash) ? value.values : value).each { |inner| containers(inner, found) }
+    found
+  end
+
+  def mutate_snapshot(seed)
+    snapshots = JSON.parse(JSON.generate(seed)) # a deep copy
+    raw = {}
+    odd = lambda do
+      token = "@@RAW#{raw.size}@@"
+      raw[token] = SNAPSHOT_ODD_VALUES.sample(random: @random)
+      token
+    end
+    @random.rand(1..3).times do
+      target = containers(snapshots).sample(random: @random)
+      if target.is_a?(Hash)
+        key = (target.keys + SNAPSHOT_KEYS).sample(random: @random)
+        case @random.rand(4)
+        when 0, 1 then target[key] = odd.()
+        when 2 then target.delete(target.keys.sample(random: @random))
+        when 3 then target[key] = [nil, [], {}, [1, 2], "x", -1, 2**70].sample(random: @random)
+        end
+      elsif target.is_a?(Array)
+        at = @random.rand(target.size + 1)
+        @random.rand(2).zero? ? target.insert(at, odd.()) : target.delete_at(at)
+      end
+    end
+    text = snapshots.map { |snapshot| JSON.generate(snapshot) }.join(@random.rand(3).zero? ? "\n\n" : "\n").b
+    text = "[#{text.tr("\n", ",").squeeze(",")}]".b if @random.rand(4).zero? # one JSON array
+    raw.each { |token, value| text.sub!("\"#{token}\"", value.b) }
+    case @random.rand(8)
+    when 0 then text = text.byteslice(0, @random.rand(text.bytesize + 1)) # cut short: invalid JSON
+    when 1 then text.insert(@random.rand(text.bytesize + 1), "\xff\xfe".b) # not UTF-8
+    end
+    text
   end
 
   # The chunks of a seed: [offset of the chunk header, type, payload bytes].

@@ -65,6 +65,34 @@ class GVLSimulationTest < Minitest::Test
     assert_operator busy.max - busy.min, :<, 0.01, busy.inspect
   end
 
+  # A request's kind is found by binary search: 10,000 kinds (routes) cost about what 2 do, where
+  # a scan per request made them some hundred times dearer (issue 28: 1,000 routes 15.8 s). CPU
+  # time, and a bound ten times what it is, so a loaded machine does not fail it.
+  def test_many_kinds_cost_about_what_two_do
+    cpu = lambda do |kinds|
+      simulation = Simulation.new(kinds, requests: 20_000)
+      started = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+      simulation.run(4)
+      Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - started
+    end
+    two = cpu.([kind(1, 4.9, 0.0), kind(1, 1.6, 9.0)])
+    many = cpu.((1..10_000).map { |n| kind(1, 1.0 + n % 7, n % 3 * 4.0) })
+    assert_operator many, :<, 10 * two + 0.05, format("10,000 kinds %.3f s of CPU, 2 kinds %.3f s", many, two)
+  end
+
+  # The search picks the kinds the scan picked: the same seed gives the same numbers as before.
+  def test_the_kinds_drawn_follow_the_shares
+    kinds = [kind(1, 1.0, 0.0), kind(2, 1.0, 0.0), kind(0, 5.0, 0.0), kind(7, 1.0, 0.0)]
+    simulation = Simulation.new(kinds)
+    random = Random.new(3)
+    picks = Array.new(10_000) { simulation.send(:draw_kind, random) }
+    shares = picks.tally.sort.map { |index, count| [index, (count / 1_000.0).round] }
+    assert_equal [[0, 1], [1, 2], [2, 7]], shares # the kind without a share is not a kind
+    random = Random.new(3)
+    cumulative = [0.1, 0.3, 1.0]
+    assert_equal Array.new(10_000) { pick = random.rand; cumulative.index { |upto| pick < upto } }, picks
+  end
+
   def test_refuses_work_without_holds
     assert_raises(ArgumentError) { Simulation.new([]) }
     assert_raises(ArgumentError) { Simulation.new([kind(0, 1.0, 1.0)]) }

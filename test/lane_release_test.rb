@@ -47,13 +47,13 @@ class LaneReleaseTest < Minitest::Test
         100.times { Thread.new { sleep 0.001 }.join }
         dump = GVLScope::FlightRecorder.dump("test")
         GVLScope::FlightRecorder.stop
-        puts dump.path, dump.events, dump.dropped
+        puts dump.path, dump.events, dump.records, dump.dropped
       RUBY
       assert status.success?, err
-      path, events, dropped = out.lines.map(&:chomp)
+      path, events, records, dropped = out.lines.map(&:chomp)
       trace = GVLScope::Model::TraceFile.read(path)
       assert_equal 0, dropped.to_i
-      assert_equal events.to_i, trace.records
+      assert_equal [events.to_i, records.to_i], [trace.size, trace.records]
       assert_equal 100, trace.kinds.count(:exited), "every thread's EXITED is in the dump"
     end
   end

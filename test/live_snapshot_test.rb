@@ -103,6 +103,32 @@ class LiveSnapshotTest < Minitest::Test
     assert_match(/pid 43/, error.message)
   end
 
+  # Each code location is a backtrace under the host's GVL: an answer looks up at most
+  # CODE_LOCATIONS_MAX, the thread holding or waiting for the GVL among them (issue 28: 5,000
+  # threads paused the host 0.2 s per refresh).
+  def test_code_locations_are_looked_up_for_a_bounded_number_of_threads
+    was_enabled = GVLScope::Metrics.enabled?
+    GVLScope::Metrics.enable
+    gate = Queue.new
+    sleepers = Array.new(Snapshot::CODE_LOCATIONS_MAX + 40) { Thread.new { gate.pop } }
+    busy = Thread.new do
+      Thread.current.name = "located-busy"
+      x = 0
+      x += 1 while gate.empty? # holds or waits for the GVL until the end
+    end
+    Thread.pass until sleepers.all? { |thread| thread.status == "sleep" }
+    sleep 0.05 # the busy thread has run: it is in state run or wait, not idle
+    snapshot = Snapshot.from_metrics(GVLScope::Metrics.snapshot, stacks: true)
+    located = snapshot.threads.select(&:code)
+    assert_operator snapshot.threads.size, :>, Snapshot::CODE_LOCATIONS_MAX
+    assert_operator located.size, :<=, Snapshot::CODE_LOCATIONS_MAX
+    assert_includes located.map(&:label), "located-busy"
+  ensure
+    (sleepers.size + 1).times { gate << :done } if gate
+    [*sleepers, busy].compact.each(&:join)
+    GVLScope::Metrics.disable unless was_enabled
+  end
+
   def test_garbage_is_not_a_snapshot
     ['{"version":1}', "[]", "not json", '{"version":1,"source":"socket","threads":"x"}'].each do |text|
       error = assert_raises(GVLScope::Error, text) { Snapshot.from_json(text) }

@@ -147,7 +147,8 @@ typedef struct {
     gvls_chunk *partials;    // copies of the lanes' current chunks
     uint64_t cutoff_ns;      // absolute: the dump starts here
     uint64_t end_ns;         // absolute
-    uint64_t events, dropped;
+    uint64_t records, dropped;
+    uint64_t events;         // of records: the GVL events (what `gvlscope report` counts), not ARG/SAMPLE
     uint32_t flags;          // GVLS_FILE_*
     int err;
 } dump_job;
@@ -159,7 +160,10 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
         err = gvls_write_events_since(job->fd, &chunk->header, chunk->records, T.start_ns + chunk->header.base_ns,
                                       job->cutoff_ns, scratch, &kept);
         if (!kept) continue;
-        job->events += kept;
+        job->records += kept;
+        for (uint32_t i = chunk->header.count - kept; i < chunk->header.count; i++) {
+            if ((chunk->records[i] & ((1u << GVLS_RECORD_KIND_BITS) - 1)) < GVLS_EV_ARG) job->events++;
+        }
         job->dropped += chunk->header.dropped_before;
     }
     return err;
@@ -193,7 +197,8 @@ static VALUE finish_dump_file(VALUE arg) {
     return Qnil;
 }
 
-// Native.flight_dump(path) -> [events, dropped, duration_ns]
+// Native.flight_dump(path) -> [events, dropped, duration_ns, records]: records also counts ARG/SAMPLE records
+// (the end record's count); events, the GVL events alone. A write that failed removes the file.
 static VALUE flight_dump(VALUE self, VALUE path) {
     if (!gvls_session_running(&ring_sink)) rb_raise(rb_eRuntimeError, "the flight recorder is not running");
     if (R.dumping) rb_raise(rb_eRuntimeError, "a dump is already being written");
@@ -221,7 +226,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     VALUE errinfo = state ? rb_errinfo() : Qnil;
     rb_set_errinfo(Qnil);
 
-    gvls_end_record end = { job.end_ns - job.cutoff_ns, job.events, job.dropped };
+    gvls_end_record end = { job.end_ns - job.cutoff_ns, job.records, job.dropped };
     finish_job finish = { &job, &end, 0 };
     rb_protect(finish_dump_file, (VALUE)&finish, &finish_state);
     if (job.fd >= 0) close(job.fd);  // finishing raised before it closed the file
@@ -243,10 +248,12 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     gvls_chunks_free(job.partials);
     R.dumping = 0;
 
+    // A full disk (or finishing raised): no partial file left to pass for a dump, nor counted toward keep:.
+    if (finish_state || finish.err) unlink(RSTRING_PTR(path));
     if (state) { rb_set_errinfo(errinfo); rb_jump_tag(state); }
     if (finish_state) rb_jump_tag(finish_state);
     if (finish.err) { errno = finish.err; rb_sys_fail_str(path); }
-    return rb_ary_new_from_args(3, ULL2NUM(job.events), ULL2NUM(job.dropped), ULL2NUM(end.end_ns));
+    return rb_ary_new_from_args(4, ULL2NUM(job.events), ULL2NUM(job.dropped), ULL2NUM(end.end_ns), ULL2NUM(job.records));
 }
 
 static VALUE flight_active_p(VALUE self) {

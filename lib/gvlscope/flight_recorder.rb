@@ -17,22 +17,28 @@ module GVLScope
   #   GVLScope::FlightRecorder.stop
   #
   # Only one of a trace (GVLScope.start) and the flight recorder runs at a time: they share the
-  # event lanes. In a forked child (Puma worker) the recorder restarts with the same options.
+  # event lanes. In a forked child (Puma worker) and in a daemon (Process.daemon) the recorder
+  # restarts with the same options.
   module FlightRecorder
     DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
     DEFAULTS = { seconds: 10, dir: "tmp/gvlscope", buffer_bytes: DEFAULT_BUFFER_BYTES, min_interval: 60,
                  signal: "USR2", logger: nil, keep: 20, keep_bytes: nil, stacks: true }.freeze
     DUMP_GLOB = "gvlscope-flight-*.gvl"
     # What to write where: dumps go to dir, named by pid, time and reason.
-    Dump = Struct.new(:path, :reason, :events, :dropped, :duration, keyword_init: true)
+    # events: the GVL events written (what `gvlscope report` counts); records: those and, with
+    # stacks, the site and sample records (the file's end record).
+    Dump = Struct.new(:path, :reason, :events, :dropped, :duration, :records, keyword_init: true)
 
     @mutex = Mutex.new
     @options = nil
     @last_dump_at = nil
     @suppressed = 0
+    @failed = 0
 
     class << self
-      attr_reader :options, :suppressed
+      # suppressed: triggers within min_interval of a dump; failed: dumps that could not be
+      # written (a full disk...), each told to the logger, never raised into the application.
+      attr_reader :options, :suppressed, :failed
 
       # Options (DEFAULTS):
       # seconds:      how much history a dump holds
@@ -58,6 +64,7 @@ module GVLScope
           @options = options
           @last_dump_at = nil
           @suppressed = 0
+          @failed = 0
           install_trap(options[:signal]) if options[:signal]
         end
         self
@@ -68,7 +75,8 @@ module GVLScope
       end
 
       # Writes the kept events to a new file in dir now, unless a dump was written less than
-      # min_interval seconds ago (then returns nil). Returns the Dump. Not from a trap handler: use
+      # min_interval seconds ago or the write failed (then returns nil; a failure is logged,
+      # counted in `failed`, and leaves no file). Returns the Dump. Not from a trap handler: use
       # dump_later there.
       def dump(reason = "manual")
         @mutex.synchronize do
@@ -173,12 +181,18 @@ module GVLScope
         label = reason.to_s.downcase.gsub(/[^a-z0-9]+/, "-").delete_prefix("-").delete_suffix("-")[0, 40]
         stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%L")
         name = "gvlscope-flight-#{Process.pid}-#{stamp}-#{label.empty? ? 'dump' : label}"
-        path, (events, dropped, duration_ns) = new_file(name) { |candidate| Native.flight_dump(candidate) }
-        dump = Dump.new(path: path, reason: reason.to_s, events: events, dropped: dropped, duration: duration_ns / 1e9)
+        path, (events, dropped, duration_ns, records) = new_file(name) { |candidate| Native.flight_dump(candidate) }
+        dump = Dump.new(path: path, reason: reason.to_s, events: events, dropped: dropped, duration: duration_ns / 1e9,
+                        records: records)
         log(:info, format("gvlscope: flight recorder dumped %.1f s (%d events) to %s: %s",
                           dump.duration, events, path, reason))
         prune(path)
         dump
+      rescue SystemCallError => e
+        # The application asked for a record, not for an exception (Errno::ENOSPC in a request).
+        @failed += 1
+        log(:warn, "gvlscope: flight recorder dump failed (#{@failed} so far), no file kept: #{e.message}")
+        nil
       end
 
       # Deletes the oldest dumps of dir beyond keep (count) and keep_bytes (total size), never
@@ -260,5 +274,6 @@ module GVLScope
     end
 
     GVLScope.after_fork { restart_after_fork }
+    GVLScope.after_daemon { restart_after_fork } # Process.daemon: the program goes on there
   end
 end

@@ -16,7 +16,20 @@ module GVLScope
     end
   end
 
+  # Process.daemon forks through daemon(3), not Process._fork: the same reset, and the hooks that
+  # registered with GVLScope.after_daemon (the daemon is the program going on under a new pid).
+  module DaemonHook
+    def daemon(*)
+      GVLScope.__send__(:before_daemon_in_parent)
+      result = super
+      GVLScope.__send__(:after_daemon_in_child)
+      result
+    end
+  end
+
   @after_fork_callbacks = []
+  @before_daemon_callbacks = []
+  @after_daemon_callbacks = []
 
   class << self
     # Runs the block in every forked child, after gvlscope reset its state there.
@@ -25,7 +38,27 @@ module GVLScope
       block
     end
 
+    # Runs the block in the process that calls Process.daemon, just before it forks.
+    def before_daemon(&block)
+      @before_daemon_callbacks << block
+      block
+    end
+
+    # Runs the block in the daemon Process.daemon made, after gvlscope reset its state there.
+    def after_daemon(&block)
+      @after_daemon_callbacks << block
+      block
+    end
+
     private
+
+    def before_daemon_in_parent = @before_daemon_callbacks.each(&:call)
+
+    def after_daemon_in_child
+      was_tracing = Native.after_fork_in_child
+      @trace_path = nil
+      @after_daemon_callbacks.each { |callback| callback.call(was_tracing) }
+    end
 
     def after_fork_in_child
       was_tracing = Native.after_fork_in_child
@@ -36,3 +69,4 @@ module GVLScope
 end
 
 Process.singleton_class.prepend(GVLScope::ForkHook)
+Process.singleton_class.prepend(GVLScope::DaemonHook)

@@ -249,7 +249,10 @@ module GVLScope
         raise Error, "#{path}: no such file" unless File.exist?(path)
         raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
 
-        text = File.read(path)
+        text = File.read(path, mode: "r:UTF-8")
+        # JSON is UTF-8: other bytes made the line-by-line fallback fail on the encoding.
+        raise Error, "#{path}: not JSON (not UTF-8 text)" unless text.valid_encoding?
+
         hashes = begin
           parsed = JSON.parse(text)
           parsed.is_a?(Array) ? parsed : [parsed]

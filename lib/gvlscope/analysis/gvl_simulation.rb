@@ -121,9 +121,11 @@ module GVLScope
       # A time around +mean+: exponential (inverse transform of a uniform draw), or exactly it.
       def draw(mean, random) = @exponential ? -mean * Math.log(1.0 - random.rand) : mean
 
+      # The first kind whose cumulative share passes the draw: a binary search (the shares only
+      # grow), so a request's kind costs log2(kinds) steps, not one per kind (1,000 routes).
       def draw_kind(random)
         pick = random.rand
-        @cumulative.index { |upto| pick < upto } || (@cumulative.size - 1)
+        @cumulative.bsearch_index { |upto| pick < upto } || (@cumulative.size - 1)
       end
 
       def next_request(thread, kind_of, asked_at, line, now, random)

@@ -45,8 +45,10 @@ module GVLScope
     # create the file keeps it; the others (forked children, sub-Rubies, the image after an exec,
     # all of which see the same template) get their pid, then a counter, in the name: a trace is
     # never overwritten (GVLScope.start opens with O_EXCL).
+    def output_template = ENV.fetch("GVLSCOPE_OUTPUT", "gvlscope-%p.gvl")
+
     def output_paths
-      template = ENV.fetch("GVLSCOPE_OUTPUT", "gvlscope-%p.gvl")
+      template = output_template
       first = template.gsub("%p", Process.pid.to_s)
       own = template.include?("%p") ? first : suffixed(first, Process.pid)
       [first, own, *(2..9).map { |n| suffixed(own, n) }].uniq
@@ -89,13 +91,36 @@ module GVLScope
       return start_metrics if metrics_only?
       return unless trace?
 
-      path = claim(output_paths)
+      path = start_trace
       # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
-      append(File.join(run_dir, "traces"), path) if run_dir
+      append(File.join(run_dir, "traces"), path) if run_dir && path
+    end
+
+    # The trace of this process; returns its path, or nil (told why).
+    def start_trace
+      path = claim(output_paths)
       at_exit { stop }
+      path
     rescue SystemCallError, GVLScope::Error => e
       tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
+      nil
     end
+
+    # Process.daemon: the process `gvlscope run` waits for leaves by _exit (no at_exit) and the
+    # program goes on in a daemon it cannot report. So the trace ends here, complete, and the
+    # daemon traces into a file of its own; said before the fork, while `gvlscope run` listens.
+    def before_daemon
+      @tracing_before_daemon = trace? && !metrics_only? && GVLScope.tracing?
+      return unless @tracing_before_daemon
+
+      stop
+      tell("gvlscope: pid #{Process.pid} calls Process.daemon: its trace ends here; the daemon is traced into " \
+           "its own file (#{File.basename(output_template)} with the daemon's pid), to read once it exits")
+    end
+
+    # In the daemon: its own trace, as a forked child's (not listed: `gvlscope run` has reported
+    # by then). Its live socket is live_server.rb's (LiveDaemonHook).
+    def start_in_daemon = (start_trace if @tracing_before_daemon)
 
     # Opens the live socket; under `gvlscope run`/`top` its pid and path go to RUN_DIR/live, where
     # they learn which process to read.
@@ -129,4 +154,6 @@ module GVLScope
 end
 
 GVLScope.after_fork { GVLScope::Autorun.start }
+GVLScope.before_daemon { GVLScope::Autorun.before_daemon }
+GVLScope.after_daemon { GVLScope::Autorun.start_in_daemon }
 GVLScope::Autorun.start

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "net/http"
+require "timeout"
+require "zlib"
 require "uri"
 require_relative "../errors"
 require_relative "snapshot"
@@ -12,7 +14,11 @@ module GVLScope
     # sums its workers), the counters summed over them. A scrape has no per-thread rows and no
     # run/gc/idle split.
     class Scrape
-      TIMEOUT = 3.0
+      TIMEOUT = 3.0 # for connecting, and for each read
+      DEADLINE = 10.0 # for the whole answer: a page trickled a byte per read would never end
+      MAX_BODY_BYTES = 16 << 20 # the plugin's page is KBs; a huge one is not read into memory
+      # A value beyond this (ns, or a count) is no number gvlscope writes: 2^63 ns is 292 years.
+      MAX_VALUE = 2**63
       SERIES = {
         "gvlscope_wall_seconds_total" => :wall_ns, "gvlscope_gvl_held_seconds_total" => :held_ns,
         "gvlscope_gvl_wait_seconds_total" => :wait_ns, "gvlscope_waiting_threads" => :waiting_threads,
@@ -24,7 +30,9 @@ module GVLScope
 
       attr_reader :url
 
-      def initialize(url)
+      # +deadline+: seconds for the whole answer (DEADLINE).
+      def initialize(url, deadline: DEADLINE)
+        @deadline = deadline
         @url = URI.parse(url)
         raise Error, "not an http:// URL: #{url}" unless @url.scheme == "http" && @url.host
       rescue URI::InvalidURIError
@@ -39,14 +47,26 @@ module GVLScope
       def close; end
 
       def get
-        response = Net::HTTP.start(@url.host, @url.port, open_timeout: TIMEOUT, read_timeout: TIMEOUT) do |http|
-          http.get(@url.request_uri)
+        # No class given: Net::HTTP rescues a Timeout::Error raised inside and asks again.
+        Timeout.timeout(@deadline, nil, "no whole answer in #{format('%g', @deadline)} s") do
+          Net::HTTP.start(@url.host, @url.port, open_timeout: TIMEOUT, read_timeout: TIMEOUT, max_retries: 0) do |http|
+            http.request_get(@url.request_uri) { |response| return body_of(response) }
+          end
         end
+      rescue SystemCallError, IOError, SocketError, Timeout::Error, Net::HTTPBadResponse, Net::ProtocolError, Zlib::Error => e
+        raise Error, "cannot read #{@url}: #{e.message}"
+      end
+
+      # The answer's body, read up to MAX_BODY_BYTES.
+      def body_of(response)
         raise Error, "#{@url}: HTTP #{response.code} #{response.message.to_s.strip}" unless response.is_a?(Net::HTTPSuccess)
 
-        response.body.to_s
-      rescue SystemCallError, IOError, SocketError, Timeout::Error, Net::HTTPBadResponse => e
-        raise Error, "cannot read #{@url}: #{e.message}"
+        body = String.new # binary: the bytes as they come
+        response.read_body do |chunk|
+          body << chunk
+          raise Error, "#{@url}: the answer is over #{MAX_BODY_BYTES >> 20} MB (is it the Puma plugin's /metrics?)" if body.bytesize > MAX_BODY_BYTES
+        end
+        body
       end
 
       # A Snapshot from an exposition's text; GVLScope::Error when it holds no gvlscope series.
@@ -60,17 +80,24 @@ module GVLScope
           value = Float(match[:value], exception: false) or next
           identity = labels.slice("worker", "pid")
           if (field = SERIES[match[:name]])
-            series[identity][field] = field.end_with?("_ns") ? (value * 1e9).round : value.round
+            series[identity][field] = whole(field.end_with?("_ns") ? value * 1e9 : value, match)
           elsif match[:name] == "gvlscope_gvl_releases_total" && labels["cause"]
-            (series[identity][:releases] ||= {})[labels["cause"].to_sym] = value.round
+            (series[identity][:releases] ||= {})[labels["cause"].to_sym] = whole(value, match)
           elsif (histogram = histogram_of(match[:name], labels))
-            series[identity][:histograms][histogram[0]][histogram[1]] = value.round
+            series[identity][:histograms][histogram[0]][histogram[1]] = whole(value, match)
           end
         end
         series.select! { |_, numbers| numbers.key?(:wall_ns) }
         raise Error, "no gvlscope metrics in the answer (is it the Puma plugin's /metrics?)" if series.empty?
 
         build(series, time_ns)
+      end
+
+      # +value+ rounded; GVLScope::Error naming the line when it is no count (1e300, Inf, NaN, -1).
+      def self.whole(value, match)
+        return value.round if value.finite? && value >= 0 && value < MAX_VALUE
+
+        raise Error, "#{match[:name]} is #{match[:value][0, 40].inspect} in the answer: not a count gvlscope writes"
       end
 
       def self.labels_of(text)
@@ -86,7 +113,11 @@ module GVLScope
 
         reader, unit = HISTOGRAMS[base]
         bound = Float(labels["le"], exception: false) or return nil
-        [reader, bound <= 0 ? 0 : Math.log2(bound / unit).round]
+        return [reader, 0] if bound <= 0
+
+        # An le no bucket of ours has (1e400, 1e-300) is not gvlscope's: the line is left out.
+        bucket = Math.log2(bound / unit)
+        bucket.finite? && bucket.round.between?(0, Log2::BUCKETS - 1) ? [reader, bucket.round] : nil
       end
 
       def self.build(series, time_ns)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "set"
 require_relative "../errors"
 require_relative "../units"
 require_relative "rules"
@@ -31,6 +32,10 @@ module GVLScope
       THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
                          longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code
                          io_overlap_wait_ns].freeze
+      # The fields of THREAD_FIELDS that are numbers (counters, and the longest_* maxima).
+      THREAD_NUMBERS = THREAD_FIELDS.select do |field|
+        field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
+      end.freeze
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
         def held_ns = run_ns + gc_ns
@@ -49,7 +54,7 @@ module GVLScope
           values = THREAD_FIELDS.to_h { |field| [field, hash[field.to_s]] }
           values[:state] = values[:state]&.to_sym
           values[:exited] = values[:exited] ? true : false
-          THREAD_FIELDS.each { |field| values[field] ||= 0 if field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_") }
+          THREAD_NUMBERS.each { |field| values[field] ||= 0 }
           new(**values).freeze
         end
       end
@@ -183,25 +188,114 @@ module GVLScope
 
       def to_json(*args) = to_h.to_json(*args)
 
-      # The inverse of to_h (derived keys such as held_ratio are recomputed, not read).
+      # A number beyond this (ns, or a count) is none gvlscope writes: 2^63 ns is 292 years.
+      MAX_NUMBER = 2**63
+
+      # The inverse of to_h (derived keys such as held_ratio are recomputed, not read). Every field
+      # read is checked for its type and range: a file edited by hand or broken is refused in one
+      # line naming the field, before any number reaches the advisor.
       def self.from_h(hash)
         unless hash.is_a?(Hash) && hash["version"] == VERSION && SOURCES.include?(hash["source"])
           raise Error, "not a gvlscope live snapshot (version #{VERSION}): #{hash.inspect[0, 80]}"
         end
 
         new(
-          source: hash["source"], pid: hash["pid"], time_ns: hash["time_ns"], interval_ns: hash["interval_ns"],
-          processes: hash.fetch("processes", 1), **COUNTERS.to_h { |counter| [counter, hash[counter.to_s]] },
-          waiting_threads: hash["waiting_threads"].to_i, releases: hash["releases"] || {},
-          **HISTOGRAMS.to_h { |name| [name, hash[name.to_s] || []] },
-          threads: (hash["threads"] || []).map { |row| ThreadRow.from_h(row) },
-          exited_threads: hash["exited_threads"] && ThreadRow.from_h(hash["exited_threads"]),
-          workers: (hash["workers"] || []).map { |row| WorkerRow.from_h(row) },
-          findings: hash["findings"] || [], trace_path: hash["trace_path"], timeslice_ns: hash["timeslice_ns"],
-          breakdown: hash["breakdown"].is_a?(Array) ? hash["breakdown"] : []
+          source: hash["source"], pid: number(hash, "pid", min: 1), time_ns: number(hash, "time_ns", required: true),
+          interval_ns: number(hash, "interval_ns"), processes: number(hash, "processes", min: 1) || 1,
+          **COUNTERS.to_h { |counter| [counter, number(hash, counter.to_s, required: %i[wall_ns held_ns wait_ns].include?(counter))] },
+          waiting_threads: number(hash, "waiting_threads") || 0,
+          releases: RELEASE_CAUSES.to_h { |cause| [cause, number(typed(hash, "releases", Hash) || {}, cause.to_s, within: "releases") || 0] },
+          **HISTOGRAMS.to_h { |name| [name, histogram(hash, name.to_s)] },
+          threads: rows(hash, "threads").each_with_index.map { |row, index| thread_row_of(row, "threads[#{index}]") },
+          exited_threads: typed(hash, "exited_threads", Hash) && thread_row_of(hash["exited_threads"], "exited_threads"),
+          workers: rows(hash, "workers").each_with_index.map { |row, index| worker_row_of(row, "workers[#{index}]") },
+          findings: rows(hash, "findings"), trace_path: text(hash, "trace_path"),
+          timeslice_ns: number(hash, "timeslice_ns", min: 1),
+          breakdown: rows(hash, "breakdown").each_with_index.map { |entry, index| breakdown_of(entry, "breakdown[#{index}]") }
         )
       rescue ArgumentError, TypeError, NoMethodError => e
         raise Error, "not a gvlscope live snapshot: #{e.message}"
+      end
+
+      # The checks of from_h: each returns the field's value (nil when absent and not required), or
+      # raises GVLScope::Error naming it.
+      class << self
+        private
+
+        def refuse(field, value, expected)
+          raise Error, "not a gvlscope live snapshot: #{field} is #{value.inspect[0, 40]}, not #{expected}"
+        end
+
+        def typed(hash, key, type, within: nil)
+          value = hash[key]
+          value.nil? || value.is_a?(type) ? value : refuse([within, key].compact.join("."), value, type == Hash ? "an object" : "a list")
+        end
+
+        # A whole number in min...MAX_NUMBER (a finite Float is cut to one, as Integer() does).
+        def number(hash, key, min: 0, required: false, within: nil)
+          value = hash[key]
+          return nil if value.nil? && !required
+
+          number = value.is_a?(Float) && value.finite? ? value.to_i : value
+          return number if number.is_a?(Integer) && number >= min && number < MAX_NUMBER
+
+          refuse([within, key].compact.join("."), value, "a whole number from #{min} to 2^63")
+        end
+
+        # A String that is valid UTF-8 (a JSON "\ud800" is not), or nil.
+        def text(hash, key, within: nil)
+          value = hash[key]
+          return value if value.nil? || (value.is_a?(String) && value.valid_encoding?)
+
+          refuse([within, key].compact.join("."), value, "a text")
+        end
+
+        def rows(hash, key) = typed(hash, key, Array) || []
+
+        # An object of text keys and plain values (a thread's code, a series' tags).
+        def texts(hash, field)
+          hash.each do |key, value|
+            refuse(field, key, "a text key") unless key.is_a?(String) && key.valid_encoding?
+            text(hash, key, within: field) unless [Integer, Float, TrueClass, FalseClass].any? { |type| value.is_a?(type) }
+          end
+        end
+
+        def histogram(hash, key)
+          counts = rows(hash, key)
+          refuse(key, counts, "at most #{Log2::BUCKETS} counts") if counts.size > Log2::BUCKETS
+          counts.each_index.map { |index| number(counts, index, within: key) }
+        end
+
+        def object(value, field) = value.is_a?(Hash) ? value : refuse(field, value, "an object")
+
+        def thread_row_of(row, field)
+          object(row, field)
+          values = THREAD_FIELDS.to_h { |key| [key.to_s, row[key.to_s]] }
+          values["serial"] = number(row, "serial", within: field)
+          values["ractor_id"] = number(row, "ractor_id", within: field)
+          values["label"] = text(row, "label", within: field)
+          values["state"] = text(row, "state", within: field)
+          code = typed(row, "code", Hash, within: field)
+          texts(code, "#{field}.code") if code
+          THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
+          ThreadRow.from_h(values)
+        end
+
+        def worker_row_of(row, field)
+          object(row, field)
+          WorkerRow.from_h({ "worker" => number(row, "worker", within: field), "pid" => number(row, "pid", min: 1, within: field),
+                             **%w[wall_ns held_ns wait_ns].to_h { |key| [key, number(row, key, required: true, within: field)] },
+                             "waiting_threads" => number(row, "waiting_threads", within: field) || 0 })
+        end
+
+        # A hand-edited sum below zero still reads (the advisor counts it as none).
+        def breakdown_of(entry, field)
+          object(entry, field)
+          tags = entry["tags"].is_a?(Hash) ? entry["tags"] : {}
+          texts(tags, "#{field}.tags")
+          { "kind" => text(entry, "kind", within: field), "label" => text(entry, "label", within: field), "tags" => tags,
+            **BREAKDOWN_NUMBERS.to_h { |key| [key.to_s, number(entry, key.to_s, min: -MAX_NUMBER + 1, within: field)] } }
+        end
       end
 
       def self.from_json(text)
@@ -210,16 +304,23 @@ module GVLScope
         raise Error, "not a gvlscope live snapshot: #{e.message.lines.first.strip}"
       end
 
+      # Code locations one answer looks up: each is a backtrace taken under the host's GVL (tens of
+      # µs), and 5,000 of them paused the host 0.2 s per `top` refresh. Past this many threads, the
+      # ones waiting for or holding the GVL now come first, then those that held and waited longest.
+      CODE_LOCATIONS_MAX = 64
+      BUSY_STATES = %i[wait run].freeze
+
       # A snapshot of this process from a Metrics::Snapshot (what the live socket answers).
-      # With +stacks+, each thread's row says where its code is now ("at"): the snapshot is taken
-      # holding the GVL, so every other thread is stopped where it runs or waits.
-      # +breakdown+: GVLScope::Breakdown::Entry objects (or Hashes) of the same moment.
+      # With +stacks+, the rows of up to CODE_LOCATIONS_MAX threads say where their code is now
+      # ("at"): the snapshot is taken holding the GVL, so every other thread is stopped where it
+      # runs or waits. +breakdown+: GVLScope::Breakdown::Entry objects (or Hashes) of the same moment.
       def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false,
                             breakdown: [])
         threads = stacks ? metrics.ruby_threads : []
+        located = stacks ? located_rows(metrics.threads) : []
         cwd = "#{Dir.pwd}/"
         rows = metrics.threads.each_with_index.map do |row, index|
-          at = threads[index] && code_location(threads[index], cwd)
+          at = located.include?(index) && threads[index] && code_location(threads[index], cwd)
           thread_row(row, at ? { "at" => at } : nil)
         end
         new(
@@ -241,6 +342,16 @@ module GVLScope
         numbers = BREAKDOWN_NUMBERS.to_h { |key| [key, values[key] && Integer(values[key])] }
         BREAKDOWN_NUMBERS.each { |key| numbers[key] ||= 0 unless key == :io_overlap_wait_ns }
         { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers }.freeze
+      end
+
+      # The indexes of the metrics rows whose code locations an answer looks up (a Set).
+      def self.located_rows(rows)
+        return Set.new(rows.each_index) if rows.size <= CODE_LOCATIONS_MAX
+
+        busy_now, others = rows.each_index.partition { |index| BUSY_STATES.include?(rows[index].state) }
+        longest = ->(indexes, count) { indexes.max_by(count) { |index| rows[index].run_ns + rows[index].wait_ns } }
+        chosen = longest.(busy_now, CODE_LOCATIONS_MAX)
+        Set.new(chosen + longest.(others, CODE_LOCATIONS_MAX - chosen.size))
       end
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
@@ -282,8 +393,7 @@ module GVLScope
       def subtract_row(row, before)
         values = row.to_h.transform_keys(&:to_sym)
         values[:state] = row.state
-        THREAD_FIELDS.each do |field|
-          next unless field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
+        THREAD_NUMBERS.each do |field|
           next if field.start_with?("longest_") # maxima keep the later value
 
           values[field] = values[field].to_i - before.public_send(field).to_i # nil: a row made without it
