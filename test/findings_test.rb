@@ -180,6 +180,21 @@ class FindingRulesTest < Minitest::Test
     assert_equal [:long_hold], report(request_beside_a_waiter(pause_ms: 24), end_ms: 400).findings.map(&:kind)
   end
 
+  # A job preempted twice of its three releases is CPU-bound, but it held the GVL in one stretch
+  # that ended in a pause (its thread went back to waiting for work): a long hold, not a hog.
+  # A thread that ran until its exit stays a hog (test_cpu_bound_threads_taking_turns_...).
+  def test_a_cpu_bound_job_that_ends_in_a_pause_is_a_long_hold_not_a_hog
+    events = [[0, "job", :started], [0, "job", :ready], [0, "job", :resumed], [100, "job", :suspended], [100, "job", :ready],
+              [0, "srv", :started], [0, "srv", :ready], [100, "srv", :resumed], [101, "srv", :suspended],
+              [101, "srv", :ready], [101, "job", :resumed], [200, "job", :suspended], [200, "job", :ready],
+              [200, "srv", :resumed], [201, "srv", :suspended], [201, "job", :resumed], [230, "job", :suspended]]
+    report = report(events, end_ms: 400)
+    job = report.all_rows.first
+    assert_equal [2, 3], [job.released_by[:preempted], job.released_by.values.sum] # CPU-bound
+    assert_equal [:long_hold], report.findings.map(&:kind)
+    assert_equal 199 * MS, report.findings.first.explains_wait_ns
+  end
+
   # The engine (Model::Scan) sums the same stretches from the same events.
   def test_the_engine_counts_the_same_stretches
     [1, 24, 25].each do |pause_ms|
