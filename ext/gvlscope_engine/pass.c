@@ -594,6 +594,34 @@ static void streak_add(eng_engine *engine, eng_thread *thread, const eng_interva
     }
 }
 
+// The hook's bounds (analysis/io_overlap.rb): a release shorter than this returned at once; a
+// hold this long or more is other work.
+#define QUICK_RELEASE_NS 1000000
+#define OVERLAP_HOLD_NS 1000000
+
+// The GVL wait that IO the thread had started overlapped (analysis/io_overlap.rb, rule for rule).
+static void io_overlap_add(eng_thread *thread, uint8_t state, int64_t duration) {
+    if (state == ST_RUN || state == ST_GC) {
+        thread->overlap_hold += duration;
+    } else if (state == ST_IDLE) {
+        if (thread->overlap_hold >= OVERLAP_HOLD_NS) thread->overlap_pending = 0;
+        thread->overlap_hold = 0;
+        thread->overlap_woke_at_once = duration < QUICK_RELEASE_NS;
+        if (!thread->overlap_woke_at_once) {
+            thread->overlap_counted += thread->overlap_pending;
+            thread->overlap_pending = 0;
+        }
+    } else if (state == ST_WAIT) {
+        if (thread->previous_state == ST_IDLE) {
+            if (thread->overlap_woke_at_once) thread->overlap_pending += duration;
+        } else {
+            if (thread->overlap_hold >= OVERLAP_HOLD_NS) thread->overlap_pending = 0;
+            thread->overlap_woke_at_once = 0;
+        }
+        thread->overlap_hold = 0;
+    }
+}
+
 static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interval) {
     eng_thread *thread = THREAD(engine, at);
     int64_t duration = interval->end - interval->start;
@@ -603,6 +631,8 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
     if (!engine->stats) goto exports;
     thread->totals[state] += duration;
     streak_add(engine, thread, interval);
+    io_overlap_add(thread, state, duration); // before previous_state moves on
+    if (state == ST_IDLE && duration > 0) thread->idle_by_reason[interval->reason] += duration;
     if (state == ST_RUN) {
         if (thread->previous_state != ST_GC) thread->holds++; // a GC inside a hold splits it, it is still one hold
         if (interval->reason) {

@@ -2,6 +2,7 @@
 
 require_relative "../vocabulary"
 require_relative "../model/scan"
+require_relative "io_overlap"
 
 module GVLScope
   module Analysis
@@ -21,11 +22,14 @@ module GVLScope
       # work (a streak cut by the exit or the trace's end is not counted). +long_streaks+ counts them,
       # +long_streak_held_ns+ sums their holds, +longest_streak+ is the one that held the most
       # ([first hold's start, last hold's end], the first of equals) and +longest_streak_held_ns+ what it held.
+      # +idle_by_reason+: idle ns by idle reason (Vocabulary::IDLE_REASONS; reasons with idle time
+      # only); +io_overlap_wait_ns+: the GVL wait IO it had started overlapped (IOOverlap).
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
                        :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
                        :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, :long_streaks, :long_streak_held_ns,
-                       :longest_streak, :longest_streak_held_ns, keyword_init: true)
+                       :longest_streak, :longest_streak_held_ns, :idle_by_reason, :io_overlap_wait_ns,
+                       keyword_init: true)
 
       attr_reader :rows, :timeline, :median_wait_ns
 
@@ -63,9 +67,13 @@ module GVLScope
         blocking = []
         previous = nil
         streaks = Streaks.new(@slow_wait_ns, @timeline.file.timeslice_ns)
+        idle_by_reason = Hash.new(0)
+        overlap = IOOverlap.new
         thread.intervals.each do |interval|
           totals[interval.state] += interval.duration_ns
           streaks.add(interval.state, interval.start_ns, interval.end_ns)
+          overlap.add(interval.state, interval.duration_ns)
+          idle_by_reason[interval.reason] += interval.duration_ns if interval.state == :idle && interval.duration_ns.positive?
           case interval.state
           when :run
             holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
@@ -95,7 +103,8 @@ module GVLScope
                 blocking_wait_ns: blocking.sum,
                 median_slow_blocking_wait_ns: Analysis.median(slow_blocking.map(&:duration_ns)),
                 longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits),
-                longest_gc: span(longest_gc), **streaks.to_h)
+                longest_gc: span(longest_gc), idle_by_reason: idle_by_reason, io_overlap_wait_ns: overlap.counted,
+                **streaks.to_h)
       end
 
       # A thread's hold streaks (see Row), from its intervals in order; ext/gvlscope_engine/pass.c
@@ -148,7 +157,7 @@ module GVLScope
         _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
           blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
         longest_gc = sums&.at(23)
-        long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns = sums&.[](24, 4)
+        long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns, idle_by_reason, io_overlap = sums&.[](24, 6)
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
                 ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
                 waits: waits, longest_wait_ns: longest_wait_ns,
@@ -158,7 +167,9 @@ module GVLScope
                 median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
                 median_wait_ns: median_wait || 0, longest_gc: longest_gc, long_streaks: long_streaks || 0,
                 long_streak_held_ns: long_streak_held_ns || 0, longest_streak: longest_streak,
-                longest_streak_held_ns: longest_streak_held_ns || 0)
+                longest_streak_held_ns: longest_streak_held_ns || 0,
+                idle_by_reason: (idle_by_reason || []).each_with_object(Hash.new(0)) { |(code, ns), by| by[Model::Scan::REASONS[code]] = ns },
+                io_overlap_wait_ns: io_overlap || 0)
       end
     end
 
