@@ -6,6 +6,8 @@ require "gvlscope/analysis"
 require "gvlscope/formats/report_text"
 require "gvlscope/formats/report_json"
 require "json"
+require "stringio"
+require "gvlscope/cli"
 
 # What the finding rules read (ThreadStats rows, the Blame) on scripted timelines whose every
 # interval is known, so each number is exact.
@@ -109,7 +111,12 @@ class FindingRulesTest < Minitest::Test
     assert_in_delta 40.0 / 43, thrash.explains_wait_ns.fdiv(report.all_rows.sum(&:wait_ns)), 0.02
     assert_in_delta 38, thrash.evidence[:wait_to_hold_ratio], 2 # a 38 us wait (44 - 1 held - 5 idle) per 1 us hold
     assert_match(/held only 9% of the time: a wait lasted 3\d\.\dx a hold/, thrash.title)
-    assert_match(/fewer threads, batch small blocking calls/, thrash.fix)
+    # The thread count is `gvlscope advise`'s on the same trace: more than the pool's 4 (the GVL is
+    # held 9% of the time), so the fix says fewer threads would only cut the wait.
+    assert_operator report.advice.threads, :>, 4
+    assert_includes thrash.fix, "use fewer threads per process only to cut this wait: `gvlscope advise` on this trace " \
+                                "says #{report.advice.threads} (the pool 'reader #' has 4), as fewer would lose throughput; " \
+                                "batch small blocking calls"
   end
 
   def test_no_hand_off_thrash_when_the_gvl_is_mostly_held_or_hand_offs_are_few
@@ -261,5 +268,22 @@ class ServerTraceFindingsTest < Minitest::Test
 
   def test_a_sidekiq_job_that_burns_cpu_leads_the_findings
     assert_leads_with_long_hold("sidekiq.gvl", /\AInvoicePdfJob#perform\z/, "jobs.rb", 15)
+  end
+end
+
+# One answer: the thread count a report's fix names is the one `gvlscope advise` prints for the
+# same trace (test/fixtures/traces/thrash.gvl: a hand-off thrash).
+class OneAnswerTest < Minitest::Test
+  def cli(*args)
+    out = StringIO.new
+    err = StringIO.new
+    assert_equal 0, GVLScope::CLI.new(out: out, err: err).run(args), err.string
+    out.string
+  end
+
+  def test_the_reports_fix_quotes_the_advisors_thread_count
+    trace = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces/thrash.gvl")
+    advised = Integer(cli("advise", trace)[/\Agvlscope advise: (\d+) threads per process/, 1])
+    assert_includes cli("report", trace), "`gvlscope advise` on this trace says #{advised} ("
   end
 end

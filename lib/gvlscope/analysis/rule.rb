@@ -97,6 +97,22 @@ module GVLScope
         end.join(", ")
       end
 
+      # How many threads a fix suggests: `gvlscope advise`'s answer on the same trace (Report#advice),
+      # or in the same words why this fix differs from it.
+      def thread_count_fix
+        advice = @report.advice
+        return "use fewer threads per process (`gvlscope advise` gives no count for this trace: #{advice})" if advice.is_a?(String)
+
+        pool = "the pool #{quote(advice.workload.pool)} has #{advice.current_threads}"
+        if advice.threads < advice.current_threads
+          format("use %d threads per process (%s; `gvlscope advise` on this trace: the fewest that keep the GVL %d%% busy)",
+                 advice.threads, pool, (100 * advice.target).round)
+        else
+          format("use fewer threads per process only to cut this wait: `gvlscope advise` on this trace says %d (%s), " \
+                 "as fewer would lose throughput", advice.threads, pool)
+        end
+      end
+
       # "'a' 120 ms, 'b' 80 ms, 'c' 3 ms": the three that waited the most of +victims+ ({ serial => ns }).
       def top_victims(victims)
         victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
