@@ -547,6 +547,10 @@ class AdviseTest < Minitest::Test
       assert_operator workload.excluded_idle_ns, :>=, idle_by_reason[:lock]
       chosen = Inputs.from_report(report, threads: "worker 0")
       assert_equal 1, chosen.threads
+      # The engine's sums give the same workload in its one pass (no pass collecting every interval).
+      scan = GVLScope::Model::Scan.open(trace)
+      assert_equal workload.to_h, Inputs.from_report(GVLScope::Analysis::Report.new(scan)).to_h
+      assert_equal 1, scan.passes
     end
   end
 

@@ -6,6 +6,8 @@ require "gvlscope/analysis"
 require "gvlscope/formats/report_text"
 require "gvlscope/formats/report_json"
 require "json"
+require "stringio"
+require "gvlscope/cli"
 
 # What the finding rules read (ThreadStats rows, the Blame) on scripted timelines whose every
 # interval is known, so each number is exact.
@@ -109,7 +111,12 @@ class FindingRulesTest < Minitest::Test
     assert_in_delta 40.0 / 43, thrash.explains_wait_ns.fdiv(report.all_rows.sum(&:wait_ns)), 0.02
     assert_in_delta 38, thrash.evidence[:wait_to_hold_ratio], 2 # a 38 us wait (44 - 1 held - 5 idle) per 1 us hold
     assert_match(/held only 9% of the time: a wait lasted 3\d\.\dx a hold/, thrash.title)
-    assert_match(/fewer threads, batch small blocking calls/, thrash.fix)
+    # The thread count is `gvlscope advise`'s on the same trace: more than the pool's 4 (the GVL is
+    # held 9% of the time), so the fix says fewer threads would only cut the wait.
+    assert_operator report.advice.threads, :>, 4
+    assert_includes thrash.fix, "use fewer threads per process only to cut this wait: `gvlscope advise` on this trace " \
+                                "says #{report.advice.threads} (the pool 'reader #' has 4), as fewer would lose throughput; " \
+                                "batch small blocking calls"
   end
 
   def test_no_hand_off_thrash_when_the_gvl_is_mostly_held_or_hand_offs_are_few
@@ -149,6 +156,62 @@ class FindingRulesTest < Minitest::Test
                  json["findings"].first.keys.sort
   end
 
+  # A pool thread serves a request: it holds the GVL from 0, pauses for a lock at 40 ms
+  # (+pause_ms+ long) and holds it again until 130 (then idles): never preempted, so no hog.
+  # 'srv' wants the GVL from 0 and gets it at 130, once: no convoy.
+  def request_beside_a_waiter(pause_ms: 1)
+    [[0, "tp 1", :started], [0, "tp 1", :ready], [0, "tp 1", :resumed], [40, "tp 1", :suspended],
+     [40 + pause_ms, "tp 1", :ready], [40 + pause_ms, "tp 1", :resumed], [130, "tp 1", :suspended],
+     [0, "srv", :started], [0, "srv", :ready], [130, "srv", :resumed], [135, "srv", :suspended]]
+  end
+
+  def test_a_request_that_held_the_gvl_a_timeslice_while_others_waited_is_a_long_hold
+    report = report(request_beside_a_waiter, end_ms: 400)
+    assert_equal [:long_hold], report.findings.map(&:kind)
+    hold = report.findings.first
+    assert_equal ["tp 1"], hold.about
+    assert_equal 129 * MS, hold.explains_wait_ns # srv waited 0-130 ms, all but the 1 ms pause while tp 1 held the GVL
+    assert_equal [0, 130 * MS], hold.focus_ns
+    assert_equal({ long_streaks: 1, long_streak_held_ns: 129 * MS, longest_streak_held_ns: 129 * MS, longest_streak_ns: 130 * MS },
+                 hold.evidence.slice(:long_streaks, :long_streak_held_ns, :longest_streak_held_ns, :longest_streak_ns))
+    assert_equal "Long hold: a request or job held the GVL 129 ms in one stretch (130 ms from its first hold to its last, " \
+                 "on 'tp 1'; no other such stretch) while 1 other thread waited 129 ms for it ('srv' 129 ms)", hold.title
+  end
+
+  # A pause of a quarter timeslice (25 ms) ends a stretch: 40 ms held, then 65 ms, neither a timeslice
+  # (with a 24 ms pause: one of 40 + 66 ms).
+  def test_a_pause_of_a_quarter_timeslice_ends_the_stretch
+    report = report(request_beside_a_waiter(pause_ms: 25), end_ms: 400)
+    assert_equal [0, 0], report.all_rows.map(&:long_streaks)
+    assert_empty report.findings
+    assert_equal [:long_hold], report(request_beside_a_waiter(pause_ms: 24), end_ms: 400).findings.map(&:kind)
+  end
+
+  # A job preempted twice of its three releases is CPU-bound, but it held the GVL in one stretch
+  # that ended in a pause (its thread went back to waiting for work): a long hold, not a hog.
+  # A thread that ran until its exit stays a hog (test_cpu_bound_threads_taking_turns_...).
+  def test_a_cpu_bound_job_that_ends_in_a_pause_is_a_long_hold_not_a_hog
+    events = [[0, "job", :started], [0, "job", :ready], [0, "job", :resumed], [100, "job", :suspended], [100, "job", :ready],
+              [0, "srv", :started], [0, "srv", :ready], [100, "srv", :resumed], [101, "srv", :suspended],
+              [101, "srv", :ready], [101, "job", :resumed], [200, "job", :suspended], [200, "job", :ready],
+              [200, "srv", :resumed], [201, "srv", :suspended], [201, "job", :resumed], [230, "job", :suspended]]
+    report = report(events, end_ms: 400)
+    job = report.all_rows.first
+    assert_equal [2, 3], [job.released_by[:preempted], job.released_by.values.sum] # CPU-bound
+    assert_equal [:long_hold], report.findings.map(&:kind)
+    assert_equal 199 * MS, report.findings.first.explains_wait_ns
+  end
+
+  # The engine (Model::Scan) sums the same stretches from the same events.
+  def test_the_engine_counts_the_same_stretches
+    [1, 24, 25].each do |pause_ms|
+      timeline = ScriptedTimeline.timeline(request_beside_a_waiter(pause_ms: pause_ms), end_ms: 400)
+      scan = GVLScope::Model::Scan.new(timeline.file).run
+      rows = [timeline, scan].map { |model| GVLScope::Analysis::Report.new(model).all_rows.map(&:to_h) }
+      assert_equal(*rows, "pause #{pause_ms} ms")
+    end
+  end
+
   def test_gc_that_others_waited_for_is_a_finding
     # 'allocator' collects 10-40 and 50-60 while 'worker' waits 0-70 for the GVL.
     events = [[0, "allocator", :started], [0, "allocator", :ready], [0, "worker", :started], [0, "worker", :ready],
@@ -174,5 +237,53 @@ class FindingRulesTest < Minitest::Test
     assert_empty report(short, end_ms: 100).findings.select { |f| f.kind == :gc } # 5% of the time
     alone = [[0, "a", :started], [0, "a", :ready], [0, "a", :resumed], [10, "a", :gc_enter], [60, "a", :gc_exit]]
     assert_empty report(alone, end_ms: 100).findings.select { |f| f.kind == :gc } # nobody waited
+  end
+end
+
+# Recorded server traces (test/fixtures/traces/servers/record.rb): Puma serving a 300 ms route
+# beside quick requests, Sidekiq running 400 ms jobs beside quick ones. Their pool threads are
+# preempted in under half their releases and their victims wait a few times each, yet the report
+# must lead with the request or job that held the GVL, naming its code; the Timeline and the
+# engine give the same findings.
+class ServerTraceFindingsTest < Minitest::Test
+  TRACES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces")
+
+  def assert_leads_with_long_hold(name, label, file, line)
+    path = File.join(TRACES, name)
+    timeline, scan = [GVLScope::Model.timeline(path), GVLScope::Model::Scan.open(path)].map do |model|
+      GVLScope::Analysis::Report.new(model).findings.first
+    end
+    assert_equal timeline.to_h, scan.to_h
+    assert_equal :long_hold, timeline.kind, timeline.title
+    frame = timeline.evidence[:holder_frames].first
+    assert_match label, frame[:label]
+    assert_equal [file, line], [File.basename(frame[:path]), frame[:line]]
+    assert_includes timeline.title, "#{File.basename(frame[:path])}:#{line})"
+    assert_operator timeline.evidence[:others_waited_ns], :>=, 100_000_000 # a timeslice or more
+  end
+
+  def test_a_puma_request_that_burns_cpu_leads_the_findings
+    assert_leads_with_long_hold("puma.gvl", /\.burn\z/, "config.ru", 8)
+  end
+
+  def test_a_sidekiq_job_that_burns_cpu_leads_the_findings
+    assert_leads_with_long_hold("sidekiq.gvl", /\AInvoicePdfJob#perform\z/, "jobs.rb", 15)
+  end
+end
+
+# One answer: the thread count a report's fix names is the one `gvlscope advise` prints for the
+# same trace (test/fixtures/traces/thrash.gvl: a hand-off thrash).
+class OneAnswerTest < Minitest::Test
+  def cli(*args)
+    out = StringIO.new
+    err = StringIO.new
+    assert_equal 0, GVLScope::CLI.new(out: out, err: err).run(args), err.string
+    out.string
+  end
+
+  def test_the_reports_fix_quotes_the_advisors_thread_count
+    trace = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces/thrash.gvl")
+    advised = Integer(cli("advise", trace)[/\Agvlscope advise: (\d+) threads per process/, 1])
+    assert_includes cli("report", trace), "`gvlscope advise` on this trace says #{advised} ("
   end
 end

@@ -242,14 +242,15 @@ static VALUE counts(const uint64_t *values, size_t size) {
 // holds, waits, longest_wait_ns, released_by ([reason code, count] in order of first release), longest_run, longest_wait,
 // blocking_waits, slow_blocking_waits, blocking_wait_ns, median_slow_blocking_wait_ns,
 // longest_slow_blocking_wait, median_wait_ns, first_wait, first_after_blocking, first_gc,
-// during_gc_ns, drawn, longest_gc]
+// during_gc_ns, drawn, longest_gc, long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns,
+// idle_by_reason ([reason code, ns] for reasons with idle time), io_overlap_wait_ns]
 static VALUE pass_threads(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE rows = rb_ary_new_capa((long)engine->order.size);
     for (size_t i = 0; i < engine->order.size; i++) {
         uint32_t at = VEC_AT(engine->order, uint32_t, i);
         eng_thread *thread = THREAD(engine, at);
-        VALUE row = rb_ary_new_capa(24);
+        VALUE row = rb_ary_new_capa(30);
         rb_ary_push(row, UINT2NUM(thread->serial));
         rb_ary_push(row, UINT2NUM(RACTOR(engine, thread->ractor)->id));
         rb_ary_push(row, LL2NUM(thread->totals[ST_RUN]));
@@ -279,6 +280,18 @@ static VALUE pass_threads(VALUE self) {
         rb_ary_push(row, LL2NUM(thread->during_gc));
         rb_ary_push(row, thread->drawn ? Qtrue : Qfalse);
         rb_ary_push(row, span(thread->has_longest_gc, thread->longest_gc));
+        rb_ary_push(row, ULL2NUM(thread->long_streaks));
+        rb_ary_push(row, LL2NUM(thread->long_streak_held));
+        rb_ary_push(row, span(thread->has_longest_streak, thread->longest_streak));
+        rb_ary_push(row, LL2NUM(thread->longest_streak_held));
+        VALUE idle_by_reason = rb_ary_new();
+        for (uint8_t reason = 0; reason < R_COUNT; reason++) {
+            if (thread->idle_by_reason[reason] > 0) {
+                rb_ary_push(idle_by_reason, rb_ary_new_from_args(2, INT2FIX(reason), LL2NUM(thread->idle_by_reason[reason])));
+            }
+        }
+        rb_ary_push(row, idle_by_reason);
+        rb_ary_push(row, LL2NUM(thread->overlap_counted));
         rb_ary_push(rows, row);
     }
     return rows;

@@ -561,6 +561,67 @@ void eng_windows_sorted(eng_engine *engine) {
     }
 }
 
+// Ends the thread's hold streak: a long one (a timeslice held or more) ended by a pause counts.
+static void streak_close(eng_engine *engine, eng_thread *thread, bool paused) {
+    if (!thread->streak_open) return;
+    thread->streak_open = 0;
+    if (!paused || thread->streak_held < engine->timeslice_ns) return;
+    thread->long_streaks++;
+    thread->long_streak_held += thread->streak_held;
+    if (thread->streak_held > thread->longest_streak_held) {
+        thread->has_longest_streak = 1;
+        thread->longest_streak[0] = thread->streak_start;
+        thread->longest_streak[1] = thread->streak_end;
+        thread->longest_streak_held = thread->streak_held;
+    }
+}
+
+// A hold streak goes on across waits and idles shorter than a quarter timeslice (thread_stats.rb's Streaks).
+static void streak_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval) {
+    uint8_t state = interval->state;
+    if (state == ST_RUN || state == ST_GC) {
+        if (!thread->streak_open) {
+            thread->streak_open = 1;
+            thread->streak_start = interval->start;
+            thread->streak_held = 0;
+        }
+        thread->streak_held += interval->end - interval->start;
+        thread->streak_end = interval->end;
+    } else if (state == ST_IDLE && interval->end - interval->start >= engine->slow_wait_ns) {
+        streak_close(engine, thread, true);
+    } else if (state == ST_EXITED || state == ST_STARTED) {
+        streak_close(engine, thread, false);
+    }
+}
+
+// The hook's bounds (analysis/io_overlap.rb): a release shorter than this returned at once; a
+// hold this long or more is other work.
+#define QUICK_RELEASE_NS 1000000
+#define OVERLAP_HOLD_NS 1000000
+
+// The GVL wait that IO the thread had started overlapped (analysis/io_overlap.rb, rule for rule).
+static void io_overlap_add(eng_thread *thread, uint8_t state, int64_t duration) {
+    if (state == ST_RUN || state == ST_GC) {
+        thread->overlap_hold += duration;
+    } else if (state == ST_IDLE) {
+        if (thread->overlap_hold >= OVERLAP_HOLD_NS) thread->overlap_pending = 0;
+        thread->overlap_hold = 0;
+        thread->overlap_woke_at_once = duration < QUICK_RELEASE_NS;
+        if (!thread->overlap_woke_at_once) {
+            thread->overlap_counted += thread->overlap_pending;
+            thread->overlap_pending = 0;
+        }
+    } else if (state == ST_WAIT) {
+        if (thread->previous_state == ST_IDLE) {
+            if (thread->overlap_woke_at_once) thread->overlap_pending += duration;
+        } else {
+            if (thread->overlap_hold >= OVERLAP_HOLD_NS) thread->overlap_pending = 0;
+            thread->overlap_woke_at_once = 0;
+        }
+        thread->overlap_hold = 0;
+    }
+}
+
 static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interval) {
     eng_thread *thread = THREAD(engine, at);
     int64_t duration = interval->end - interval->start;
@@ -569,6 +630,9 @@ static void on_final(eng_engine *engine, uint32_t at, const eng_interval *interv
     if (engine->windows_only) goto windows;
     if (!engine->stats) goto exports;
     thread->totals[state] += duration;
+    streak_add(engine, thread, interval);
+    io_overlap_add(thread, state, duration); // before previous_state moves on
+    if (state == ST_IDLE && duration > 0) thread->idle_by_reason[interval->reason] += duration;
     if (state == ST_RUN) {
         if (thread->previous_state != ST_GC) thread->holds++; // a GC inside a hold splits it, it is still one hold
         if (interval->reason) {
@@ -1179,6 +1243,7 @@ static void finish(eng_engine *engine) {
             thread->hold_open = 0;
         }
         if (thread->release_open) commit_release(engine, (uint32_t)at, thread);
+        if (engine->stats) streak_close(engine, thread, false);
         if (engine->spill) eng_stream_finish(engine, &THREAD(engine, at)->stream);
     }
     if (engine->counter_open) {

@@ -45,6 +45,15 @@ typedef struct {
     uint64_t blocking_waits, slow_blocking_waits;
     int64_t blocking_wait_ns;
     eng_median wait_median, slow_median;
+    // hold streaks (ThreadStats::Row, thread_stats.rb's Streaks): the open one, the long ones
+    uint8_t streak_open, has_longest_streak;
+    int64_t streak_start, streak_end, streak_held;
+    uint64_t long_streaks;
+    int64_t long_streak_held, longest_streak[2], longest_streak_held;
+    int64_t idle_by_reason[R_COUNT];
+    // IO overlap (analysis/io_overlap.rb): counted, pending, the hold since the last release
+    int64_t overlap_counted, overlap_pending, overlap_hold;
+    uint8_t overlap_woke_at_once;
     // Histograms
     uint64_t hold_histogram[LOG2_BUCKETS], wait_histogram[LOG2_BUCKETS];
     int64_t hold_ns;

@@ -475,9 +475,9 @@ module GVLScope
       window = nil
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO]] [--json] [--thread NAME]\n\n" \
-                      "Findings (convoy, hog, contention, hand-off thrash, GC), one per cause, ranked by the GVL wait\n" \
-                      "each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and histograms\n" \
-                      "of hold time, wait time and waiters at acquire. FILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
+                      "Findings (convoy, hog, long hold, contention, hand-off thrash, GC), one per cause, ranked by the\n" \
+                      "GVL wait each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and\n" \
+                      "histograms of hold time, wait time and waiters at acquire.\nFILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
         opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
         opts.on("--window FROM..TO", "with --html: the timeline's intervals for this range only, every one (up to 1,000,000),",
                 "time since the trace began with a unit (ns, us, ms, s): 12.5s..12.7s, 300..450ms;",

@@ -4,6 +4,7 @@ require "json"
 require_relative "../errors"
 require_relative "../live/snapshot"
 require_relative "advisor"
+require_relative "io_overlap"
 
 module GVLScope
   module Analysis
@@ -18,45 +19,14 @@ module GVLScope
         def held_ns = run_ns + gc_ns
       end
 
-      # The hook's bounds for io_overlap_wait_ns (ext/gvlscope/metrics_event.h; Native has them too,
-      # test/advise_test.rb checks they agree): a release shorter than QUICK_RELEASE_NS returned at
-      # once; a hold of OVERLAP_HOLD_NS or more is other work.
-      QUICK_RELEASE_NS = 1_000_000
-      OVERLAP_HOLD_NS = 1_000_000
+      # The hook's bounds for io_overlap_wait_ns (IOOverlap).
+      QUICK_RELEASE_NS = IOOverlap::QUICK_RELEASE_NS
+      OVERLAP_HOLD_NS = IOOverlap::OVERLAP_HOLD_NS
 
       module_function
 
-      # A trace's io_overlap_wait_ns for one thread's intervals, by the hook's rule
-      # (metrics_event.h): the waits after releases that returned at once, counted when a release
-      # that blocked follows without a hold of OVERLAP_HOLD_NS or more in between.
-      def io_overlap_wait_ns(intervals)
-        counted = pending = hold = 0
-        woke_at_once = false
-        previous = nil
-        intervals.each do |interval|
-          case interval.state
-          when :run, :gc then hold += interval.duration_ns
-          when :idle
-            pending = 0 if hold >= OVERLAP_HOLD_NS
-            hold = 0
-            woke_at_once = interval.duration_ns < QUICK_RELEASE_NS
-            unless woke_at_once
-              counted += pending
-              pending = 0
-            end
-          when :wait
-            if previous == :idle # after a blocking release (one that returned at once, or not)
-              pending += interval.duration_ns if woke_at_once
-            else # a preemption: the hold ended at its SUSPENDED (a timeslice: other work)
-              pending = 0 if hold >= OVERLAP_HOLD_NS
-              woke_at_once = false
-            end
-            hold = 0
-          end
-          previous = interval.state
-        end
-        counted
-      end
+      # A trace's io_overlap_wait_ns for one thread's intervals (IOOverlap).
+      def io_overlap_wait_ns(intervals) = IOOverlap.wait_ns(intervals)
 
       # The pool a thread belongs to: its label without numbers or creation site, so "puma srv tp
       # 001" .. "puma srv tp 005" (or "worker 1", "worker 2") are one pool.
@@ -137,17 +107,10 @@ module GVLScope
       # From a trace: the Report's per-thread rows, idle split by reason (a trace knows why a thread
       # was idle; lock/queue/join idle is waiting for work, not the work's IO).
       def from_report(report, threads: nil)
-        reasons = report.timeline.threads.transform_values do |thread|
-          thread.intervals.each_with_object(Hash.new(0)) do |interval, sums|
-            sums[interval.reason] += interval.duration_ns if interval.state == :idle
-          end
-        end
-        overlaps = report.timeline.threads.transform_values { |thread| io_overlap_wait_ns(thread.intervals) }
         rows = report.all_rows.map do |row|
-          idle_by = reasons.fetch(row.serial, {})
-          excluded = idle_by.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
+          excluded = row.idle_by_reason.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
           Row.new(label: row.label, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns,
-                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: overlaps[row.serial].to_i)
+                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: row.io_overlap_wait_ns)
         end
         duration = report.duration_ns
         held = rows.sum(&:held_ns)

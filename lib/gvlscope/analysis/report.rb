@@ -33,6 +33,17 @@ module GVLScope
       # Built only when a finding needs to say who held the GVL: it is a pass over every interval.
       def blame = @blame ||= Blame.new(@timeline)
 
+      # What `gvlscope advise` answers on this trace (an Advisor::Advice, with its defaults), or why
+      # it has none (a String): the findings whose fix is a thread count quote it, so the two agree.
+      def advice
+        return @advice if defined?(@advice)
+
+        require_relative "advisor_inputs"
+        @advice = Advisor.new(AdvisorInputs.from_report(self)).advice
+      rescue Error => e
+        @advice = e.message
+      end
+
       # Which code: release sites and the holders' profile (a trace with stacks).
       def code_locations = @code_locations ||= CodeLocations.new(@timeline)
 

@@ -50,6 +50,16 @@ module GVLScope
 
       def releases(row) = row.released_by.sum { |cause, count| cause == :exit ? 0 : count }
 
+      # A CPU-bound thread others waited a timeslice or more for: Rules::Hog's finding. Unless it
+      # held the GVL mostly in long hold streaks (ThreadStats::Row) that ended in a pause: it ran
+      # requests or jobs one after another, waiting for work between them, and Rules::LongHold
+      # names them.
+      def hog?(row)
+        cpu_bound?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns && !units_of_work?(row)
+      end
+
+      def units_of_work?(row) = 2 * row.long_streak_held_ns >= row.run_ns + row.gc_ns
+
       # The ns +serial+ waited for the GVL while nobody held it (Blame::HAND_OFF).
       def hand_off_ns(serial) = @report.blame.all_waits.fetch(serial, nil)&.fetch(Blame::HAND_OFF, 0) || 0
 
@@ -85,6 +95,27 @@ module GVLScope
         shown.map do |holder, share|
           "#{holder == Blame::HAND_OFF ? 'nobody (hand-off)' : quote(holder)} #{(100 * share).round}%"
         end.join(", ")
+      end
+
+      # How many threads a fix suggests: `gvlscope advise`'s answer on the same trace (Report#advice),
+      # or in the same words why this fix differs from it.
+      def thread_count_fix
+        advice = @report.advice
+        return "use fewer threads per process (`gvlscope advise` gives no count for this trace: #{advice})" if advice.is_a?(String)
+
+        pool = "the pool #{quote(advice.workload.pool)} has #{advice.current_threads}"
+        if advice.threads < advice.current_threads
+          format("use %d threads per process (%s; `gvlscope advise` on this trace: the fewest that keep the GVL %d%% busy)",
+                 advice.threads, pool, (100 * advice.target).round)
+        else
+          format("use fewer threads per process only to cut this wait: `gvlscope advise` on this trace says %d (%s), " \
+                 "as fewer would lose throughput", advice.threads, pool)
+        end
+      end
+
+      # "'a' 120 ms, 'b' 80 ms, 'c' 3 ms": the three that waited the most of +victims+ ({ serial => ns }).
+      def top_victims(victims)
+        victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
       end
 
       # "'a', 'b', 'c' and 2 more" of +labels+.

@@ -2,6 +2,7 @@
 
 require_relative "rules/convoy"
 require_relative "rules/hog"
+require_relative "rules/long_hold"
 require_relative "rules/contention"
 require_relative "rules/hand_off"
 require_relative "rules/garbage_collection"
@@ -10,6 +11,6 @@ module GVLScope
   module Analysis
     # The finding rules. Report#findings ranks their findings by the GVL wait each explains; this
     # order breaks ties. A new finding is one file in rules/ (a subclass of Rule) and one entry here.
-    RULES = [Rules::Convoy, Rules::Hog, Rules::Contention, Rules::HandOff, Rules::GarbageCollection].freeze
+    RULES = [Rules::Convoy, Rules::Hog, Rules::LongHold, Rules::Contention, Rules::HandOff, Rules::GarbageCollection].freeze
   end
 end

@@ -2,6 +2,7 @@
 
 require_relative "../vocabulary"
 require_relative "../model/scan"
+require_relative "io_overlap"
 
 module GVLScope
   module Analysis
@@ -14,10 +15,21 @@ module GVLScope
       # first of equals). A blocking wait is a :wait right after an :idle (the wait to get the GVL
       # back after a blocking call); a slow one lasts timeslice / 4 or more. Medians are
       # Analysis.median (values.sort[size / 2], 0 when none).
+      # A hold streak is a thread's work between pauses: from a hold to the last hold before an idle
+      # of timeslice / 4 or more, across preemptions, GVL waits and shorter idles (a log write, a
+      # lock). A long one held the GVL (run + gc) a timeslice or more and ended in such a pause: a
+      # request or job that ran Ruby code that long before its thread went back to waiting for
+      # work (a streak cut by the exit or the trace's end is not counted). +long_streaks+ counts them,
+      # +long_streak_held_ns+ sums their holds, +longest_streak+ is the one that held the most
+      # ([first hold's start, last hold's end], the first of equals) and +longest_streak_held_ns+ what it held.
+      # +idle_by_reason+: idle ns by idle reason (Vocabulary::IDLE_REASONS; reasons with idle time
+      # only); +io_overlap_wait_ns+: the GVL wait IO it had started overlapped (IOOverlap).
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
                        :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
-                       :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, keyword_init: true)
+                       :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, :long_streaks, :long_streak_held_ns,
+                       :longest_streak, :longest_streak_held_ns, :idle_by_reason, :io_overlap_wait_ns,
+                       keyword_init: true)
 
       attr_reader :rows, :timeline, :median_wait_ns
 
@@ -54,8 +66,14 @@ module GVLScope
         slow_blocking = []
         blocking = []
         previous = nil
+        streaks = Streaks.new(@slow_wait_ns, @timeline.file.timeslice_ns)
+        idle_by_reason = Hash.new(0)
+        overlap = IOOverlap.new
         thread.intervals.each do |interval|
           totals[interval.state] += interval.duration_ns
+          streaks.add(interval.state, interval.start_ns, interval.end_ns)
+          overlap.add(interval.state, interval.duration_ns)
+          idle_by_reason[interval.reason] += interval.duration_ns if interval.state == :idle && interval.duration_ns.positive?
           case interval.state
           when :run
             holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
@@ -73,6 +91,7 @@ module GVLScope
           end
           previous = interval
         end
+        streaks.close
         all_waits.concat(waits)
         longest_slow = slow_blocking.max_by(&:duration_ns) # max_by keeps the first of equals
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
@@ -84,7 +103,50 @@ module GVLScope
                 blocking_wait_ns: blocking.sum,
                 median_slow_blocking_wait_ns: Analysis.median(slow_blocking.map(&:duration_ns)),
                 longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits),
-                longest_gc: span(longest_gc))
+                longest_gc: span(longest_gc), idle_by_reason: idle_by_reason, io_overlap_wait_ns: overlap.counted,
+                **streaks.to_h)
+      end
+
+      # A thread's hold streaks (see Row), from its intervals in order; ext/gvlscope_engine/pass.c
+      # (streak_add) sums the same.
+      class Streaks
+        def initialize(pause_ns, long_ns)
+          @pause_ns = pause_ns
+          @long_ns = long_ns
+          @start_ns = nil
+          @to_h = { long_streaks: 0, long_streak_held_ns: 0, longest_streak: nil, longest_streak_held_ns: 0 }
+        end
+
+        attr_reader :to_h
+
+        def add(state, start_ns, end_ns)
+          case state
+          when :run, :gc
+            unless @start_ns
+              @start_ns = start_ns
+              @held_ns = 0
+            end
+            @held_ns += end_ns - start_ns
+            @last_end_ns = end_ns
+          when :idle then close(paused: true) if end_ns - start_ns >= @pause_ns
+          when :exited, :started then close
+          end
+        end
+
+        def close(paused: false)
+          return unless @start_ns
+
+          held = @held_ns
+          if paused && held >= @long_ns
+            @to_h[:long_streaks] += 1
+            @to_h[:long_streak_held_ns] += held
+            if held > @to_h[:longest_streak_held_ns]
+              @to_h[:longest_streak] = [@start_ns, @last_end_ns]
+              @to_h[:longest_streak_held_ns] = held
+            end
+          end
+          @start_ns = nil
+        end
       end
 
       def span(interval) = interval && [interval.start_ns, interval.end_ns]
@@ -95,6 +157,7 @@ module GVLScope
         _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
           blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
         longest_gc = sums&.at(23)
+        long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns, idle_by_reason, io_overlap = sums&.[](24, 6)
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
                 ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
                 waits: waits, longest_wait_ns: longest_wait_ns,
@@ -102,7 +165,11 @@ module GVLScope
                 longest_run: longest_run, longest_wait: longest_wait, blocking_waits: blocking || 0,
                 slow_blocking_waits: slow || 0, blocking_wait_ns: blocking_ns || 0,
                 median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
-                median_wait_ns: median_wait || 0, longest_gc: longest_gc)
+                median_wait_ns: median_wait || 0, longest_gc: longest_gc, long_streaks: long_streaks || 0,
+                long_streak_held_ns: long_streak_held_ns || 0, longest_streak: longest_streak,
+                longest_streak_held_ns: longest_streak_held_ns || 0,
+                idle_by_reason: (idle_by_reason || []).each_with_object(Hash.new(0)) { |(code, ns), by| by[Model::Scan::REASONS[code]] = ns },
+                io_overlap_wait_ns: io_overlap || 0)
       end
     end
 

@@ -304,11 +304,11 @@ module GVLScope
         [windows, intervals]
       end
 
-      # The thread whose code a finding is about when it held the GVL: a hog itself, a convoy's
+      # The thread whose code a finding is about when it held the GVL: a hog or a long hold itself, a convoy's
       # main holder; nil for contention (everyone's), which then shows all threads' profile.
       def holder_of(finding)
         case finding.kind
-        when :hog then finding.thread
+        when :hog, :long_hold then finding.thread
         when :convoy then finding.evidence[:holders]&.keys&.find { |holder| holder.is_a?(String) }
         end
       end

@@ -45,8 +45,8 @@ module GVLScope
                           100 * crowded / acquisitions, acquisitions, most, waiting.size, ms(total), ms(median_wait)),
             evidence: { acquisitions: acquisitions, crowded_acquisitions: crowded, most_waiters: most,
                         waiting_threads: waiting.size, wait_ns: total, median_wait_ns: median_wait },
-            fix: "more threads want to run Ruby than one GVL can serve: use fewer threads per process (e.g. Puma's " \
-                 "max threads) and more processes, or Ractors for the CPU-bound part",
+            fix: "more threads want to run Ruby than one GVL can serve: #{thread_count_fix}; and more processes, " \
+                 "or Ractors for the CPU-bound part",
             focus_ns: nil
           )
         end

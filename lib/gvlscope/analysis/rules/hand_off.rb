@@ -64,7 +64,7 @@ module GVLScope
                         held_ratio: held_ratio.round(4), mean_wait_ns: mean_wait.round, mean_hold_ns: mean_hold.round,
                         wait_to_hold_ratio: ratio.finite? ? ratio.round(2) : nil, **code_evidence([], sites) },
             fix: "every release of the GVL wakes a waiting thread, and the wake-up takes longer than the work done " \
-                 "with the GVL: use fewer threads, batch small blocking calls (read and write larger chunks, " \
+                 "with the GVL: #{thread_count_fix}; batch small blocking calls (read and write larger chunks, " \
                  "buffer, fewer syscalls), or keep short C calls under the GVL (a C extension need not release it " \
                  "for a call of a few microseconds)",
             focus_ns: thrashing.max_by { |row| hand_off_ns(row.serial) }.longest_wait

@@ -19,8 +19,6 @@ module GVLScope
 
         private
 
-        def hog?(row) = cpu_bound?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns
-
         def alone(row)
           victims = @report.blame.victims_of(row.serial)
           waited = victims.values.sum
@@ -66,10 +64,6 @@ module GVLScope
                  "produces work for others (a Queue), bound the queue with a SizedQueue",
             focus_ns: group.filter_map(&:longest_run).max_by { |start_ns, end_ns| end_ns - start_ns }
           )
-        end
-
-        def top_victims(victims)
-          victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
         end
       end
     end

@@ -1,0 +1,75 @@
+# frozen_string_literal: true
+
+require_relative "../rule"
+
+module GVLScope
+  module Analysis
+    module Rules
+      # Long hold: a request or job that ran Ruby code for a timeslice or more (a long hold streak,
+      # ThreadStats::Row: its holds between pauses, across preemptions and short waits) while other
+      # threads waited a timeslice or more for its thread. A server's pool thread running a 300 ms
+      # request releases the GVL at blocking calls more often than it is preempted, so it is no Hog,
+      # and each of its victims waits a few times only, so they are no Convoy: this names it. A
+      # thread the Hog rule reports (Rule#hog?: CPU-bound, and not mostly in such streaks) stays
+      # out. Threads whose holds ran the same code (their holder samples' top method) are one
+      # finding: one route or job class.
+      class LongHold < Rule
+        def findings
+          holders = @rows.each_value.select { |row| long_holder?(row) }
+          holders.group_by { |row| code_of(row) || row.serial }.map { |_, group| long_hold(group) }
+        end
+
+        private
+
+        def long_holder?(row)
+          row.long_streaks.positive? && !hog?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns
+        end
+
+        def profile(row) = (@profiles ||= {})[row.serial] ||= @report.code_locations.holder_profile(thread: row.serial)
+
+        # The method and file of the code the thread ran while others waited, nil without samples.
+        def code_of(row)
+          top = profile(row).first or return nil
+          [top.frame.label, top.frame.path]
+        end
+
+        def long_hold(group)
+          victims = Hash.new(0)
+          group.each { |row| @report.blame.victims_of(row.serial).each { |serial, ns| victims[serial] += ns } }
+          waited = victims.values.sum
+          longest = group.max_by(&:longest_streak_held_ns)
+          streaks = group.sum(&:long_streaks)
+          held = group.sum(&:long_streak_held_ns)
+          holders = merged_profile(group.map { |row| profile(row) })
+          top = holders.first
+          start_ns, end_ns = longest.longest_streak
+          finding(
+            kind: :long_hold, about: group, others: victims.keys.map { |serial| @labels[serial] }, explains_wait_ns: waited,
+            title: format("Long hold: %s held the GVL %s in one stretch (%s from its first hold to its last, on %s; %s) " \
+                          "while %d other thread%s waited %s for %s (%s)%s",
+                          top ? "a request or job running #{top.name}" : "a request or job", ms(longest.longest_streak_held_ns),
+                          ms(end_ns - start_ns), quote(longest.label), describe_streaks(group, streaks, held),
+                          victims.size, victims.size == 1 ? "" : "s", ms(waited), group.size == 1 ? "it" : "them",
+                          top_victims(victims),
+                          code_sentences(holder_code(holders, group.size == 1 ? "Its thread was" : "Their threads were"))),
+            evidence: { long_streaks: streaks, long_streak_held_ns: held, longest_streak_held_ns: longest.longest_streak_held_ns,
+                        longest_streak_ns: end_ns - start_ns, threads: group.map(&:label), others_waited_ns: waited,
+                        victims: victims.to_h { |serial, ns| [@labels[serial], ns] }, **code_evidence(holders, []) },
+            fix: "while a request or job runs Ruby code that long, every other thread of the process that wants the " \
+                 "GVL waits up to a timeslice (#{ms(@timeslice_ns)}) per turn: make that code faster, run it as a " \
+                 "background job in a process of its own (or a Ractor), or route such requests to processes of " \
+                 "their own so quick ones do not queue behind them",
+            focus_ns: longest.longest_streak
+          )
+        end
+
+        # "no other such stretch" / "3 such stretches on 2 threads, 900 ms held in all".
+        def describe_streaks(group, streaks, held)
+          return "no other such stretch" if streaks == 1
+
+          "#{streaks} such stretches#{group.size > 1 ? " on #{group.size} threads" : ''}, #{ms(held)} held in all"
+        end
+      end
+    end
+  end
+end
