@@ -142,8 +142,10 @@ class PumaPluginTest < Minitest::Test
                                                                                            clustered: true)
     master.before_workers
     master.instance_variable_set(:@index, 0) # the worker's side of the same object
+    GVLScope::Metrics.enable
     yield master, lines
   ensure
+    GVLScope::Metrics.disable if GVLScope::Metrics.enabled?
     master.instance_variable_get(:@outbox)&.close
     master.instance_variable_get(:@inbox)&.close
   end
