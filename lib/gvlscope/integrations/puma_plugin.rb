@@ -100,9 +100,9 @@ module GVLScope
       @workers = {} # index => [pid, Totals, reported_at, {key => Breakdown::Entry}, unsent]: the last report at each index
       @departed = nil # the final Totals of workers replaced at their index (restarts), summed
       @departed_breakdown = [] # and their Breakdown entries, added up
-    @dropped = 0 # reports the master could not read
-    @departed_unsent = 0 # series that restarted workers could not send
-    @unsent = 0 # in a worker: series too large to send (each totals report carries the count so far)
+      @dropped = 0 # reports the master could not read
+      @departed_unsent = 0 # series that restarted workers could not send
+      @unsent = 0 # in a worker: series too large to send (each totals report carries the count so far)
       @workers_lock = Mutex.new
       recorder = @options[:flight_recorder]
       @recorder_options = recorder && FLIGHT_RECORDER_DEFAULTS.merge(recorder == true ? {} : recorder)
