@@ -336,4 +336,124 @@ class LiveServerTest < Minitest::Test
   ensure
     File.unlink(stale) if stale && File.exist?(stale)
   end
+
+  # A live socket served by this process (its own directory), for clients that misbehave.
+  def with_own_server
+    Dir.mktmpdir do |dir|
+      server = GVLScope::LiveServer.new(dir: dir).start
+      yield server
+    ensure
+      server&.stop
+    end
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # The server's state of its connections (its thread changes them; a String's size reads whole).
+  def connections(server) = server.instance_variable_get(:@clients)&.values || []
+
+  # A client that pipelines requests and never reads used to have every line answered at once,
+  # its output kept without bound (18 -> 313 MB in 20 s). Now one answer waits for it and the
+  # rest of what it sent is not read: its writes block.
+  def test_a_client_that_sends_and_never_reads_has_one_answer_buffered
+    with_own_server do |server|
+      socket = UNIXSocket.new(server.path)
+      requests = %({"get":"snapshot"}\n) * 1000
+      sent = 0
+      stop_at = clock + 5
+      until clock > stop_at
+        written = socket.write_nonblock(requests, exception: false)
+        next sent += written unless written == :wait_writable
+        break unless socket.wait_writable(1) # the server stopped reading
+      end
+      answer = JSON.generate({ "snapshot" => server.snapshot.to_h }).bytesize + 1
+      connection = connections(server).first
+      assert connection, "the client is still connected"
+      assert_operator connection.output.bytesize, :<=, 2 * answer, "the output waiting for the client: one answer at most"
+      assert_operator connection.input.bytesize, :<=, 2 * GVLScope::LiveServer::MAX_REQUEST_BYTES
+      # Once the client reads, the lines that waited are answered in turn.
+      3.times { assert JSON.parse(socket.gets).key?("snapshot") }
+      assert_operator sent, :>, 0
+    ensure
+      socket&.close
+    end
+  end
+
+  # The deadline of a request runs from its first byte: a byte every 0.3 s used to move it each
+  # time, for as long as the client went on.
+  def test_a_trickling_request_times_out_from_its_first_byte
+    with_own_server do |server|
+      socket = UNIXSocket.new(server.path)
+      socket.write('{"get":')
+      started = clock
+      trickle = Thread.new do
+        100.times do
+          socket.write(" ")
+          sleep 0.3
+        end
+      rescue SystemCallError, IOError
+        nil
+      end
+      answer = read_all(socket, 60)
+      assert_match(/not finished within 2\.0 s/, JSON.parse(answer)["error"])
+      assert trickle.alive?, "refused only once the client stopped trickling (#{(clock - started).round(1)} s)"
+    ensure
+      trickle&.kill
+      socket&.close
+    end
+  end
+
+  # Idle or trickling clients used to keep every slot, and a new client got "too many clients".
+  # Now the one longest without an answer makes room, told why.
+  def test_idle_and_trickling_clients_do_not_keep_a_new_client_out
+    with_own_server do |server|
+      max = GVLScope::LiveServer::MAX_CLIENTS
+      idle = Array.new(max) { |i| UNIXSocket.new(server.path).tap { |s| s.write('{"get":') if i.odd? } }
+      waited_until = clock + 30
+      sleep 0.1 until connections(server).size == max || clock > waited_until
+      client = UNIXSocket.new(server.path)
+      client.write(%({"get":"hello"}\n))
+      assert_equal Process.pid, JSON.parse(client.gets)["pid"]
+      assert_match(/closed for a newer client/, JSON.parse(read_all(idle.first))["error"])
+      assert_equal max, connections(server).size
+    ensure
+      [*idle, client].compact.each(&:close)
+    end
+  end
+
+  # One EMFILE used to end the serving thread: no live socket for the rest of the process. Here
+  # the process runs out of descriptors (RLIMIT_NOFILE lowered) while a client connects; once
+  # some are free again the client is answered.
+  def test_running_out_of_descriptors_pauses_accepting_and_serving_goes_on
+    body = <<~RUBY
+      FAILED = Queue.new
+      UNIXServer.prepend(Module.new do
+        def accept_nonblock(...)
+          super
+        rescue Errno::EMFILE
+          FAILED << true
+          raise
+        end
+      end)
+      Process.setrlimit(:NOFILE, 64)
+      files = []
+      begin
+        loop { files << File.open(File::NULL) }
+      rescue Errno::EMFILE
+        $stdout.puts "full"
+        $stdout.flush
+      end
+      FAILED.pop
+      files.each(&:close)
+      sleep
+    RUBY
+    with_target(body) do |pid, path, out|
+      assert_equal "full\n", out.gets
+      raw(path) do |socket|
+        socket.write(%({"get":"hello"}\n))
+        assert socket.wait_readable(30), "no answer once descriptors were free again"
+        assert_equal pid, JSON.parse(socket.gets)["pid"]
+      end
+    end
+  end
 end

@@ -133,4 +133,79 @@ class PumaPluginTest < Minitest::Test
     report(plugin, 0, 200, totals(held: 0.75, wall: 7))
     assert_equal [[{ "worker" => "0", "pid" => "200" }, 0.75]], scrape(plugin).fetch("gvlscope_gvl_held_seconds_total")
   end
+
+  # The datagram path as in a cluster (the master's receiver thread, a worker's send), in one
+  # process: the plugin is also the worker at index 0.
+  def with_channel(per_worker: true)
+    lines = []
+    master = GVLScope::PumaPlugin.new({ prometheus_per_worker: per_worker, log_interval: 0 }, log: lines.method(:<<),
+                                                                                           clustered: true)
+    master.before_workers
+    master.instance_variable_set(:@index, 0) # the worker's side of the same object
+    GVLScope::Metrics.enable
+    yield master, lines
+  ensure
+    GVLScope::Metrics.disable if GVLScope::Metrics.enabled?
+    master.instance_variable_get(:@outbox)&.close
+    master.instance_variable_get(:@inbox)&.close
+  end
+
+  # Scrapes until +done+ holds (the receiver thread reads the datagrams when it gets to run).
+  def scrape_until(plugin, &done)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    loop do
+      samples = PrometheusText.parse(plugin.exposition).values.group_by(&:first)
+                              .transform_values { |rows| rows.map { |_, labels, value| [labels, value] } }
+      return samples if done.call(samples) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+      sleep 0.05
+    end
+  end
+
+  def dropped(samples) = value(samples, GVLScope::PumaPlugin::DROPPED)
+
+  # 100 routes of 3 KB labels (a route function's, or labels before they were capped) and a
+  # legitimate one: 40 such series made a 120 KB datagram that the master read cut, and dropped
+  # without a word, with the legitimate route in it.
+  def test_long_labels_are_sliced_into_datagrams_the_master_reads_whole
+    GVLScope::Breakdown.reset!
+    timing = Timing.new(1_000, 0, 0, 0, 1_000)
+    GVLScope::Breakdown.record(:route, "UsersController#show", timing)
+    100.times { |i| GVLScope::Breakdown.record(:route, "GET /#{i}#{'a' * 3000}", timing) }
+    with_channel do |plugin, lines|
+      plugin.__send__(:send_totals, GVLScope::Metrics.snapshot)
+      samples = scrape_until(plugin) { |s| s.fetch("gvlscope_route_requests_total", []).size == 101 }
+      routes = samples.fetch("gvlscope_route_requests_total").map { |labels, _| labels["route"] }
+      assert_includes routes, "UsersController#show"
+      assert_equal 101, routes.size
+      assert_equal 0, dropped(samples)
+      assert_empty lines
+    end
+  ensure
+    GVLScope::Breakdown.reset!
+  end
+
+  # A datagram read cut, one that is not a report, and a series too large for any datagram: each
+  # counted (the first one logged), and the reports around them still read.
+  def test_reports_that_cannot_travel_are_counted_never_silently_dropped
+    GVLScope::Breakdown.reset!
+    timing = Timing.new(1_000, 0, 0, 0, 1_000)
+    GVLScope::Breakdown.record(:route, "UsersController#show", timing)
+    GVLScope::Breakdown.record(:route, "x" * GVLScope::PumaPlugin::MAX_DATAGRAM_BYTES, timing)
+    with_channel do |plugin, lines|
+      outbox = plugin.instance_variable_get(:@outbox)
+      outbox.send(Marshal.dump([:breakdown, 0, 1, [["x" * 70_000]]]), 0)
+      outbox.send("not a report", 0)
+      plugin.__send__(:send_totals, GVLScope::Metrics.snapshot) # the large series is counted by the next totals
+      plugin.__send__(:send_totals, GVLScope::Metrics.snapshot)
+      samples = scrape_until(plugin) { |s| dropped(s) == 3 }
+      assert_equal 3, dropped(samples)
+      assert_equal [[{ "worker" => "0", "pid" => Process.pid.to_s, "route" => "UsersController#show" }, 1]],
+                   samples.fetch("gvlscope_route_requests_total")
+      assert_equal 1, lines.size, lines.inspect
+      assert_match(/a worker's report to the master was dropped \(65536 bytes read of a longer datagram\)/, lines.first)
+    end
+  ensure
+    GVLScope::Breakdown.reset!
+  end
 end

@@ -5,6 +5,7 @@ require "net/http"
 require "tmpdir"
 require "timeout"
 require "gvlscope/live"
+require "gvlscope/integrations/route_label"
 require_relative "support/puma_process"
 
 # Real Puma processes on loopback ports, real HTTP: the middleware's Server-Timing under
@@ -155,6 +156,23 @@ class PumaTest < Minitest::Test
     assert_equal ["GET /cpu", "GET /items/:id"], routes.map { |_, labels, _| labels["route"] }.uniq.sort
     assert_match(/gvlscope worker [01] \(pid \d+\): [\d.]+ s, GVL held [\d.]+%, waiting threads now \d+/, server.log)
     assert_equal "404", get(server.metrics_port, "/").code
+  end
+
+  # Any HTTP client chooses its path: requests with 3 KB paths (26 to one worker were enough) used
+  # to make datagrams the master read cut and dropped without a word, legitimate routes in them
+  # included, for good.
+  def test_long_paths_leave_the_clusters_per_route_metrics_whole
+    server = start_puma("plugin :gvlscope\ngvlscope log_interval: 0, prometheus_port: 0", workers: 2)
+    ("a".."z").first(20).product(%w[x y z]).each { |a, b| get(server.port, "/#{a}#{b}#{'q' * 3000}") } # letters: no id
+    (1..5).each { |id| get(server.port, "/items/#{id}") }
+    metrics = scrape_until(server, "65 requests counted") do |m|
+      m.values.select { |name, _, _| name == "gvlscope_route_requests_total" }.sum(&:last) == 65
+    end
+    routes = metrics.values.select { |name, _, _| name == "gvlscope_route_requests_total" }
+    assert_equal 5, routes.select { |_, labels, _| labels["route"] == "GET /items/:id" }.sum(&:last)
+    routes.each { |_, labels, _| assert_operator labels["route"].bytesize, :<=, GVLScope::RouteLabel::MAX_LABEL_BYTES }
+    dropped = metrics.values.select { |name, _, _| name == "gvlscope_puma_worker_reports_dropped_total" }
+    assert_equal [[{}, 0]], dropped.map { |_, labels, value| [labels, value] }
   end
 
   # Scrapes /metrics until the block accepts the parsed text (up to 30 s); returns it.

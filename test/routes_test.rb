@@ -63,6 +63,31 @@ class RoutesTest < Minitest::Test
     refute(labels.keys.any? { |label| label.match?(/\d{2}/) && !label.include?("v1") }, labels.keys.inspect)
   end
 
+  # Any client chooses the path and the method: neither may make a label (or a table) without end.
+  def test_long_paths_and_unknown_methods_make_bounded_labels
+    max = GVLScope::RouteLabel::MAX_LABEL_BYTES
+    middleware = GVLScope::Rack.new(OK, route: true)
+    middleware.call(env_for("/#{'a' * 3000}"))       # no id: a label of its own, cut
+    middleware.call(env_for("/#{'b' * 800}/42"))     # an id: the template, cut
+    middleware.call(env_for("/").merge("PATH_INFO" => "/x#{"\u00e9" * 1500}")) # cut inside a character
+    5.times { |i| middleware.call(env_for("/users", method: "X-METHOD-#{i}")) }
+    middleware.call(env_for("/users", method: "PATCH"))
+
+    labels = routes.keys
+    long = labels.select { |label| label.end_with?("...") }
+    assert_equal 3, long.size, labels.inspect
+    long.each do |label|
+      assert_operator label.bytesize, :<=, max
+      assert_predicate label, :valid_encoding?
+    end
+    assert_includes labels, "GET /#{'a' * (max - 8)}..."
+    assert_equal 5, routes.fetch("OTHER /users").count
+    assert_includes labels, "PATCH /users"
+    paths = GVLScope::RouteLabel.new.tap { |label| 1000.times { |i| label.call(env_for("/x", method: "M#{i}"), 200) } }
+                                .instance_variable_get(:@paths)
+    assert_equal ["OTHER"], paths.keys
+  end
+
   def test_sinatra_routes_are_their_patterns
     middleware = GVLScope::Rack.new(Users, route: true)
     %w[/users/1 /users/2 /users/3/posts/9].each do |path|

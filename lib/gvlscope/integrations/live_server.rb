@@ -18,21 +18,30 @@ module GVLScope
   # {"snapshot":{...Live::Snapshot#to_h...}} ("stacks":true adds where each thread is);
   # {"get":"hello"} answers {"pid":..,"version":..,"protocol":..}.
   # Anything else, a line over MAX_REQUEST_BYTES, or a request not finished within
-  # REQUEST_TIMEOUT gets {"error":"..."} and the connection closed.
+  # REQUEST_TIMEOUT of its first byte gets {"error":"..."} and the connection closed.
   #
   # One background thread serves every connection with IO.select (no thread per client, no
   # blocking call in the app's threads): it holds the GVL only to build an answer, about 0.1 ms
   # per snapshot (docs/performance.md).
+  #
+  # Bounds, whatever a client does: requests are answered one at a time, and a client whose
+  # answer is not all taken is not read from (one answer buffered per client at most); each
+  # deadline runs from a fixed moment (no byte moves it); past MAX_CLIENTS a new connection
+  # closes the one that answered nothing for the longest; a failed accept (EMFILE...) pauses
+  # accepting for a moment and serving goes on.
   class LiveServer
     MAX_REQUEST_BYTES = 4096
     REQUEST_TIMEOUT = 2.0 # seconds a client has to finish a request line it started
     IDLE_TIMEOUT = 60.0   # seconds an open connection may stay silent between requests
     WRITE_TIMEOUT = 5.0   # seconds a client has to take its answer
-    MAX_CLIENTS = 8       # past it a new connection gets an error line and is closed
+    MAX_CLIENTS = 8       # past it a new connection closes the one longest without an answer
+    ACCEPT_BACKOFF = (0.05..1.0) # seconds without accepting after a failed accept, doubling
     PROTOCOL = 1
 
-    # One client: bytes received, the answer not yet taken, and when it must have progressed.
-    Connection = Struct.new(:io, :input, :output, :deadline, :closing)
+    # One client: bytes received, the answer not yet taken, and when it must have progressed
+    # (see #deadline): since its last answer was taken (or it connected), since its unfinished
+    # request began, until its answer must be taken.
+    Connection = Struct.new(:io, :input, :output, :closing, :answered_at, :request_started_at, :write_by)
 
     class << self
       attr_reader :current
@@ -161,13 +170,18 @@ module GVLScope
 
     def serve_loop
       @clients = {}
+      @accept_paused_until = nil
+      @accept_backoff = ACCEPT_BACKOFF.begin
       loop do
-        readers = [@server, *@clients.keys]
+        accepting = @accept_paused_until.nil? || @accept_paused_until <= now
+        # A client with an answer not all taken is not read: what it sends waits in its socket.
+        readers = @clients.each_value.select { |c| c.output.empty? && !c.closing }.map(&:io)
+        readers << @server if accepting
         writers = @clients.each_value.reject { |c| c.output.empty? }.map(&:io)
-        deadline = @clients.each_value.map(&:deadline).min
-        ready = IO.select(readers, writers, nil, deadline && [deadline - now, 0].max)
+        wake = [*@clients.each_value.map { |c| deadline(c) }, (@accept_paused_until unless accepting)].compact.min
+        ready = IO.select(readers, writers, nil, wake && [wake - now, 0].max)
         if ready
-          ready[1].each { |io| flush(@clients[io]) if @clients[io] }
+          ready[1].each { |io| written(@clients[io]) if @clients[io] }
           ready[0].each { |io| io == @server ? accept : receive(@clients[io]) if io == @server || @clients[io] }
         end
         expire
@@ -177,17 +191,34 @@ module GVLScope
     end
 
     def accept
-      io = @server.accept_nonblock(exception: false)
+      io = begin
+        @server.accept_nonblock(exception: false)
+      rescue SystemCallError
+        # Out of descriptors (EMFILE, ENFILE), memory, or a connection aborted before it was taken:
+        # a moment without accepting (the listener stays readable: no busy loop), then again.
+        raise if @server.closed?
+
+        @accept_paused_until = now + @accept_backoff
+        @accept_backoff = [@accept_backoff * 2, ACCEPT_BACKOFF.end].min
+        return
+      end
       return if io == :wait_readable
 
-      connection = Connection.new(io, +"".b, +"".b, now + IDLE_TIMEOUT, false)
-      @clients[io] = connection
+      @accept_backoff = ACCEPT_BACKOFF.begin
+      moment = now
+      connection = Connection.new(io, +"".b, +"".b, false, moment, nil, nil)
       uid = peer_uid(io)
       if uid && uid != Process.euid
+        return io.close if @clients.size >= MAX_CLIENTS
+
+        @clients[io] = connection
         refuse(connection, "this socket answers only uid #{Process.euid} (#{Live::Paths.user_name(Process.euid)}); " \
                            "you are uid #{uid}")
-      elsif @clients.size > MAX_CLIENTS
-        refuse(connection, "too many clients (#{MAX_CLIENTS}); try again")
+      else
+        # Idle or trickling clients must not keep the others out: the one that has gone longest
+        # without an answer makes room (a `top` asks every few seconds).
+        evict(@clients.each_value.min_by(&:answered_at)) if @clients.size >= MAX_CLIENTS
+        @clients[io] = connection
       end
     end
 
@@ -206,20 +237,34 @@ module GVLScope
 
       return if connection.closing # nothing more is read from a refused client
 
+      connection.request_started_at ||= now
       connection.input << chunk
-      while (line_end = connection.input.index("\n"))
-        line = connection.input.slice!(0..line_end)
-        answer(connection, line)
-        return if connection.closing
-      end
-      if connection.input.bytesize > MAX_REQUEST_BYTES
-        refuse(connection, "request longer than #{MAX_REQUEST_BYTES} bytes")
-      else
-        # A started request must be finished soon; a silent connection may idle longer.
-        connection.deadline = now + (connection.input.empty? ? IDLE_TIMEOUT : REQUEST_TIMEOUT)
-      end
+      answer_lines(connection)
     rescue IOError, SystemCallError
       drop(connection)
+    end
+
+    # The complete lines received, answered in turn while each answer is taken at once: a client
+    # that sends and does not read has one answer waiting, the rest of its lines unread.
+    def answer_lines(connection)
+      while connection.output.empty? && !connection.closing && (line_end = connection.input.index("\n"))
+        line = connection.input.slice!(0..line_end)
+        # The next request began no earlier than this one was read.
+        connection.request_started_at = connection.input.empty? ? nil : now
+        answer(connection, line)
+      end
+      return if connection.closing || connection.input.index("\n")
+
+      refuse(connection, "request longer than #{MAX_REQUEST_BYTES} bytes") if connection.input.bytesize > MAX_REQUEST_BYTES
+    end
+
+    # When the connection must have progressed: its answer taken (WRITE_TIMEOUT after it was made),
+    # its request finished (REQUEST_TIMEOUT after its first byte), or a new request begun.
+    def deadline(connection)
+      if connection.write_by then connection.write_by
+      elsif connection.request_started_at then connection.request_started_at + REQUEST_TIMEOUT
+      else connection.answered_at + IDLE_TIMEOUT
+      end
     end
 
     def answer(connection, line)
@@ -241,7 +286,7 @@ module GVLScope
 
     def reply(connection, object)
       connection.output << JSON.generate(object) << "\n"
-      connection.deadline = now + WRITE_TIMEOUT
+      connection.write_by = now + WRITE_TIMEOUT
       flush(connection)
     end
 
@@ -252,22 +297,31 @@ module GVLScope
       reply(connection, { "error" => message })
     end
 
+    # Writes what the socket takes now; true once the answer is all written.
     def flush(connection)
       until connection.output.empty?
         written = connection.io.write_nonblock(connection.output, exception: false)
-        return if written == :wait_writable
+        return false if written == :wait_writable
 
         connection.output = connection.output.byteslice(written..)
       end
-      connection.deadline = now + (connection.input.empty? ? IDLE_TIMEOUT : REQUEST_TIMEOUT)
+      connection.write_by = nil
+      connection.answered_at = now
       drop(connection) if connection.closing
+      !connection.closing
     rescue IOError, SystemCallError
       drop(connection)
+      false
+    end
+
+    # The socket took more of an answer: once it took it all, the lines that waited are answered.
+    def written(connection)
+      answer_lines(connection) if flush(connection)
     end
 
     def expire
       moment = now
-      @clients.each_value.select { |c| c.deadline <= moment }.each do |connection|
+      @clients.each_value.select { |c| deadline(c) <= moment }.each do |connection|
         if connection.output.empty? && !connection.closing && !connection.input.empty?
           refuse(connection, "request not finished within #{REQUEST_TIMEOUT} s")
           drop(connection) unless connection.output.empty?
@@ -275,6 +329,17 @@ module GVLScope
           drop(connection)
         end
       end
+    end
+
+    # Closed to make room, with a word if no answer is half written (what the socket takes now).
+    def evict(connection)
+      if connection.output.empty?
+        connection.io.write_nonblock(%({"error":"closed for a newer client: #{MAX_CLIENTS} at most"}\n), exception: false)
+      end
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      drop(connection)
     end
 
     def drop(connection)

@@ -8,12 +8,15 @@ module GVLScope
   # The smallest HTTP server that Prometheus can scrape: GET /metrics, on a loopback address only
   # (the numbers describe the process; they are not for the internet). Each connection is served by
   # a short-lived thread of its own, with a deadline for the whole request, so a client that stalls
-  # delays nobody else. The port is bound when the server is created, so "port in use" is an error
-  # at boot.
+  # delays nobody else; past MAX_CLIENTS a new connection closes the oldest one still sending its
+  # request (stalled clients cannot keep scrapes out). A failed accept (out of descriptors, an
+  # aborted connection) pauses accepting for a moment; serving goes on. The port is bound when the
+  # server is created, so "port in use" is an error at boot.
   class MetricsServer
     CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
     REQUEST_DEADLINE = 2 # seconds a client has to send its whole request, and to take the answer
     MAX_CLIENTS = 8      # connections served at once; past it one is closed unanswered (scrapers retry)
+    ACCEPT_BACKOFF = (0.05..1.0) # seconds without accepting after a failed accept, doubling
     MAX_REQUEST_BYTES = 16_384
 
     def initialize(host:, port:, &body)
@@ -33,12 +36,11 @@ module GVLScope
     def port = @server.addr[1]
 
     def start
-      @clients = Queue.new # a token per connection being served
+      @clients = {} # connection being served => whether its request is still being read
+      @clients_lock = Mutex.new
       @thread = Thread.new do
         Thread.current.name = "gvlscope metrics"
-        loop { accept(@server.accept) }
-      rescue IOError, SystemCallError
-        nil # closed by stop
+        accept_loop
       end
       self
     end
@@ -61,12 +63,37 @@ module GVLScope
       false
     end
 
-    def accept(client)
-      if @clients.size >= MAX_CLIENTS
-        client.close
-        return
+    def accept_loop
+      backoff = ACCEPT_BACKOFF.begin
+      until @server.closed?
+        begin
+          client = @server.accept
+        rescue IOError
+          break # closed by stop
+        rescue SystemCallError
+          break if @server.closed?
+
+          # EMFILE, ENFILE, ENOMEM, ECONNABORTED...: the process's trouble for now, not the
+          # server's for good (the connection waits in the backlog; a scraper retries).
+          sleep backoff
+          backoff = [backoff * 2, ACCEPT_BACKOFF.end].min
+          next
+        end
+        backoff = ACCEPT_BACKOFF.begin
+        accept(client)
       end
-      @clients << client
+    end
+
+    def accept(client)
+      evicted, admitted = @clients_lock.synchronize do
+        # Oldest first (a Hash keeps its order): the one stalled longest makes room.
+        stalled = (@clients.find { |_, reading| reading }&.first if @clients.size >= MAX_CLIENTS)
+        @clients.delete(stalled)
+        [stalled, @clients.size < MAX_CLIENTS && (@clients[client] = true)]
+      end
+      evicted&.close # its thread's wait ends with IOError (outside the lock: that thread takes it to leave)
+      return client.close unless admitted
+
       Thread.new do
         Thread.current.name = "gvlscope metrics client"
         serve(client, now + REQUEST_DEADLINE)
@@ -74,12 +101,16 @@ module GVLScope
         nil # a client that hangs up, stalls or sends garbage must not stop the server
       ensure
         client.close
-        @clients.pop
+        @clients_lock.synchronize { @clients.delete(client) }
       end
+    rescue ThreadError # no thread to be had now: this client goes unanswered, the next may not
+      client.close
+      @clients_lock.synchronize { @clients.delete(client) }
     end
 
     def serve(client, deadline)
       request = read_request(client, deadline) or return
+      @clients_lock.synchronize { @clients[client] &&= false } # being answered: not to be evicted
       method, target = request.lines.first.to_s.split(" ", 3)
       if method == "GET" && target.to_s.split("?").first == "/metrics"
         begin

@@ -25,7 +25,9 @@ module GVLScope
   # pid) or summed over workers. Why the master: one port for the whole server, and it survives
   # worker restarts. In single mode the server process serves its own numbers. The per-route
   # (and per-job, Sidekiq embedded in Puma) numbers of GVLScope::Breakdown travel the same way,
-  # BREAKDOWN_PER_MESSAGE series a datagram.
+  # as many series a datagram as fit in MAX_DATAGRAM_BYTES. A report the master cannot read (cut,
+  # garbled) or a worker cannot send (one series larger than a datagram) is counted in
+  # gvlscope_puma_worker_reports_dropped_total, and the first one logged.
   class PumaPlugin
     OPTIONS = {
       log_interval: 60,             # seconds between log lines per worker; nil or 0: no lines
@@ -39,7 +41,9 @@ module GVLScope
     FLIGHT_RECORDER_DEFAULTS = { signal: "WINCH" }.freeze
     REPORT_EVERY = 1.0 # seconds between a worker's reports to the master
     STALE_AFTER = 5.0  # a worker that has not reported for this long is gone
-    BREAKDOWN_PER_MESSAGE = 40 # series per datagram: well under the 64 KiB the master reads
+    MAX_DATAGRAM_BYTES = 1 << 16 # what the master reads of a datagram; the rest of a longer one is lost
+    DATAGRAM_HEADER_BYTES = 256  # room for a breakdown datagram's kind, index and pid around its series
+    DROPPED = "gvlscope_puma_worker_reports_dropped_total"
 
     # The per-worker numbers that travel to the master and into the exposition.
     Totals = Struct.new(:wall_ns, :run_ns, :gc_ns, :wait_ns, :waiting_threads, :waits, :released_blocking,
@@ -95,9 +99,12 @@ module GVLScope
       @options = self.class.validate(options)
       @log = log
       @clustered = clustered
-      @workers = {} # index => [pid, Totals, reported_at, {key => Breakdown::Entry}]: the last report at each index
+      @workers = {} # index => [pid, Totals, reported_at, {key => Breakdown::Entry}, unsent]: the last report at each index
       @departed = nil # the final Totals of workers replaced at their index (restarts), summed
       @departed_breakdown = [] # and their Breakdown entries, added up
+      @dropped = 0 # reports the master could not read
+      @departed_unsent = 0 # series that restarted workers could not send
+      @unsent = 0 # in a worker: series too large to send (each totals report carries the count so far)
       @workers_lock = Mutex.new
       recorder = @options[:flight_recorder]
       @recorder_options = recorder && FLIGHT_RECORDER_DEFAULTS.merge(recorder == true ? {} : recorder)
@@ -111,7 +118,10 @@ module GVLScope
       @inbox, @outbox = UNIXSocket.pair(:DGRAM)
       @receiver = Thread.new do
         Thread.current.name = "gvlscope workers"
-        loop { receive(@inbox.recv(1 << 16)) }
+        loop do
+          message, _, flags = @inbox.recvmsg(MAX_DATAGRAM_BYTES)
+          receive(message, truncated: flags.anybits?(Socket::MSG_TRUNC))
+        end
       rescue IOError, SystemCallError
         nil
       end
@@ -140,7 +150,11 @@ module GVLScope
         series = [[Totals.of(Metrics.snapshot), { pid: Process.pid }]]
         breakdown = [[Breakdown.snapshot, { pid: Process.pid }]]
       end
-      Formats::Prometheus.exposition_of(series, breakdown: breakdown)
+      text = Formats::Prometheus.exposition_of(series, breakdown: breakdown)
+      return text unless @clustered
+
+      text + "# HELP #{DROPPED} Workers' reports the master could not read (cut, garbled) or a worker could not " \
+             "send (a series too large)\n# TYPE #{DROPPED} counter\n#{DROPPED} #{dropped_reports}\n"
     end
 
     # One log line for an interval (a Snapshot difference).
@@ -195,15 +209,38 @@ module GVLScope
 
     # Totals are totals, not increments: a lost datagram only leaves the master a second behind.
     def send_totals(snapshot)
-      @outbox.send(Marshal.dump([@index, Process.pid, Totals.of(snapshot).to_a]), 0)
-      Breakdown.snapshot.each_slice(BREAKDOWN_PER_MESSAGE) do |entries|
-        @outbox.send(Marshal.dump([:breakdown, @index, Process.pid, entries.map(&:pack)]), 0)
-      end
+      @outbox.send(Marshal.dump([@index, Process.pid, Totals.of(snapshot).to_a, @unsent]), 0)
+      breakdown_datagrams(Breakdown.snapshot) { |message| @outbox.send(message, 0) }
     rescue IOError, SystemCallError
       nil # the master is gone or busy; the next report will do
     end
 
-    def receive(message)
+    # The series packed into datagrams the master reads whole, sliced by their size (labels and
+    # tags have any length). A series too large to travel alone is counted in @unsent instead.
+    def breakdown_datagrams(entries)
+      budget = MAX_DATAGRAM_BYTES - DATAGRAM_HEADER_BYTES
+      batch = []
+      batch_bytes = 0
+      entries.each do |entry|
+        packed = entry.pack
+        # Alone it is at least as large as in a batch (a batch shares symbols and the format's header).
+        bytes = Marshal.dump(packed).bytesize
+        next @unsent += 1 if bytes > budget
+
+        if batch_bytes + bytes > budget
+          yield Marshal.dump([:breakdown, @index, Process.pid, batch])
+          batch = []
+          batch_bytes = 0
+        end
+        batch << packed
+        batch_bytes += bytes
+      end
+      yield Marshal.dump([:breakdown, @index, Process.pid, batch]) unless batch.empty?
+    end
+
+    def receive(message, truncated: false)
+      return dropped("#{MAX_DATAGRAM_BYTES} bytes read of a longer datagram") if truncated
+
       report = Marshal.load(message) # rubocop:disable Security/MarshalLoad -- from our own workers
       now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       @workers_lock.synchronize do
@@ -215,12 +252,26 @@ module GVLScope
             worker[3][entry.key] = entry
           end
         else
-          index, pid, numbers = report
-          worker_at(index, pid, now)[1] = Totals.new(*numbers)
+          index, pid, numbers, unsent = report
+          worker = worker_at(index, pid, now)
+          worker[1] = Totals.new(*numbers)
+          worker[4] = unsent.to_i
         end
       end
-    rescue StandardError
+    rescue StandardError => e
+      dropped("#{e.class}: #{e.message}")
+    end
+
+    # A report lost: counted, and the first one logged (the count is in every scrape).
+    def dropped(why)
+      first = @workers_lock.synchronize { (@dropped += 1) == 1 }
+      @log.call("gvlscope: a worker's report to the master was dropped (#{why}); #{DROPPED} counts them") if first
       nil
+    end
+
+    # The master's own count and each worker's series it could not send (restarted workers' kept).
+    def dropped_reports
+      @workers_lock.synchronize { @dropped + @departed_unsent + @workers.each_value.sum { |worker| worker[4] } }
     end
 
     # The worker at +index+ (under @workers_lock), reporting now. A new pid at an index: the worker
@@ -230,7 +281,8 @@ module GVLScope
       if previous_pid != pid
         @departed = @departed ? @departed + previous : previous if previous
         @departed_breakdown = Breakdown::Entry.add_up(@departed_breakdown + previous_breakdown.values) if previous_breakdown
-        @workers[index] = [pid, Totals.zero, now, {}]
+        @departed_unsent += @workers[index][4] if @workers[index]
+        @workers[index] = [pid, Totals.zero, now, {}, 0]
       end
       @workers[index].tap { |worker| worker[2] = now }
     end

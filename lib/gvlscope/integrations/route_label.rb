@@ -12,12 +12,23 @@ module GVLScope
   #              hex ids of 8+ characters with a digit, with a run of 3+ digits ("INV-2024-001"), or
   #              tokens of 16+ letters, digits, _ and - with both letters and digits. A 404 there
   #              is "GET (not found)": the paths nobody routes (scanners) are not routes.
+  #              A method that is not HTTP's or WebDAV's is "OTHER"; a label past MAX_LABEL_BYTES
+  #              keeps its first MAX_LABEL_BYTES bytes and ends in "..." (any client chooses both).
   # Labels repeat, so they are kept: the common case allocates nothing. GVLScope::Rack asks this
   # only for a route's first request (and for what C does not key: see Native::RackRequests in
   # ext/gvlscope/breakdown.c, which builds the same labels for the requests after it).
   class RouteLabel
     MAX_CACHED_PATHS = 1000 # labels of paths without ids kept; past it they are built each time
     NOT_FOUND = " (not found)"
+    # Labels travel to a Puma master in datagrams and into every scrape: a client's 3 KB path must
+    # not make a 3 KB label. Real route templates are far shorter.
+    MAX_LABEL_BYTES = 256
+    CUT = "..."
+    # The methods named as they are; any other (a server passes unknown ones through) is one label,
+    # so that a client cannot make a table per method.
+    METHODS = %w[GET HEAD POST PUT DELETE PATCH OPTIONS TRACE CONNECT PROPFIND PROPPATCH MKCOL COPY MOVE
+                 LOCK UNLOCK REPORT SEARCH PURGE].to_h { |method| [method, method] }.freeze
+    OTHER_METHOD = "OTHER"
 
     def initialize
       @rails = {}  # controller class => action name => label
@@ -54,7 +65,7 @@ module GVLScope
     end
 
     def template(env, status)
-      method = env["REQUEST_METHOD"]
+      method = METHODS[env["REQUEST_METHOD"]] || OTHER_METHOD
       return -"#{method}#{NOT_FOUND}" if status.to_i == 404
 
       script_name = env["SCRIPT_NAME"]
@@ -64,17 +75,24 @@ module GVLScope
       by_path[path] || label_of_path(by_path, method, path)
     end
 
-    # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS.
-    # The template is made in C (Native.route_template, ext/gvlscope/breakdown.c).
+    # Paths with ids are not kept (there is no end to them); the others are, up to MAX_CACHED_PATHS,
+    # and long ones are not (their keys would be as long). The template is made in C
+    # (Native.route_template, ext/gvlscope/breakdown.c).
     def label_of_path(by_path, method, path)
       template = Native.route_template(method, path)
-      return template if template
+      return cut(template) if template
 
       label = -"#{method} #{path}"
-      return label if @cached_paths >= MAX_CACHED_PATHS
+      return cut(label) if @cached_paths >= MAX_CACHED_PATHS || label.bytesize > MAX_LABEL_BYTES
 
       @cached_paths += 1
       by_path[path.frozen? ? path : -path] = label
+    end
+
+    def cut(label)
+      return label if label.bytesize <= MAX_LABEL_BYTES
+
+      -"#{label.byteslice(0, MAX_LABEL_BYTES - CUT.bytesize).scrub('')}#{CUT}"
     end
 
     # "admin/user_profiles" => "Admin::UserProfiles", as Rails names the controller class.
