@@ -140,8 +140,8 @@ class ReportHTMLTest < Minitest::Test
     trace_program(trace, "GVLWorkloads.cpu_beside_reader(#{name.inspect}, 4)")
     report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
     html = write_html(report)
-    refute_includes File.read(html)[/^const REPORT = .*$/], "<"
     dom, data = render(html)
+    refute_includes File.read(html)[/^const REPORT = .*$/], "<"
     assert_equal report.timeline.threads.size.to_s, data["lanes"]
     assert_includes dom, escape("<!--<script>"), "the thread is missing from the page"
     assert_includes JSON.generate(page_data(html)), name, "the data holds the name as it was"
