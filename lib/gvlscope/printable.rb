@@ -21,7 +21,7 @@ module GVLScope
     def escape(string, control)
       string = string.to_s
       string = string.dup.force_encoding(Encoding::UTF_8) unless string.encoding == Encoding::UTF_8
-      string = string.scrub
+      string = string.scrub unless string.valid_encoding? # no copy for the usual name: the live server runs this in its host
       string.match?(control) ? string.gsub(control) { |char| char.dump[1..-2] } : string
     end
   end

@@ -259,9 +259,9 @@ module GVLScope
       end
 
       def self.thread_row(row, code = nil)
-        ThreadRow.new(row.serial, row.name && Printable.text(row.name), row.ractor_id, row.state, row.exited, row.run_ns, row.wait_ns, row.idle_ns,
-                      row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns, row.released_blocking,
-                      row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
+        ThreadRow.new(row.serial, row.name && Printable.text(row.name), row.ractor_id, row.state, row.exited, row.run_ns,
+                      row.wait_ns, row.idle_ns, row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns,
+                      row.released_blocking, row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
       end
 
       private
