@@ -158,7 +158,8 @@ module LabHelper
   def result(measured)
     json = JSON.generate(measured)
     if (path = ENV["GVLSCOPE_LAB_RESULT"])
-      File.write(path, json)
+      # A new file only: never through a link, nor over a file someone else left there.
+      File.open(path, File::WRONLY | File::CREAT | File::EXCL | File::NOFOLLOW, 0o600) { |file| file.write(json) }
     else
       puts json
     end

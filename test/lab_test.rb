@@ -55,11 +55,40 @@ class LabTest < Minitest::Test
         ]
       )
       knobs = GVLScope::Lab::Runner::Knobs.new(size: "tiny", priority: 0)
+      # Another user's link at the name the result once had: the scenario must not write through it.
+      victim = File.join(dir, "victim")
+      File.write(victim, "precious")
+      planted = File.join(Dir.tmpdir, "gvlscope-lab-#{Process.pid}-engineered.json")
+      File.symlink(victim, planted)
       result = GVLScope::Lab::Runner.new(knobs, out_dir: dir).run(scenario)
       assert_equal %i[holds differs holds], result.verdicts.map(&:status), result.verdicts.map(&:measured).inspect
       assert_match(/working/, result.output)
       assert_empty result.findings
       assert File.exist?(result.trace)
+      assert_equal "precious", File.read(victim)
+      assert_equal victim, File.readlink(planted)
+    ensure
+      File.unlink(planted) if planted && File.symlink?(planted)
+    end
+  end
+
+  # Without a writable checkout the lab builds its extension in /tmp/gvlscope-<uid> and loads it:
+  # such a directory made by another user is refused.
+  def test_the_scratch_directory_in_tmp_must_be_ours
+    skip "needs root to give a directory away" unless Process.euid.zero? && (nobody = Etc.getpwnam("nobody"))
+
+    Dir.mktmpdir("gvlscope-tmp") do |tmp|
+      squatted = File.join(tmp, "gvlscope-0")
+      Dir.mkdir(squatted)
+      File.chown(nobody.uid, nobody.gid, squatted)
+      old_tmpdir = ENV.fetch("TMPDIR", nil)
+      ENV["TMPDIR"] = tmp
+      error = assert_raises(GVLScope::Error) { GVLScope::Lab.private_tmp }
+      assert_equal "#{squatted} belongs to uid #{nobody.uid}, not to us (uid 0)", error.message
+      File.chown(0, 0, squatted)
+      assert_equal squatted, GVLScope::Lab.private_tmp
+    ensure
+      ENV["TMPDIR"] = old_tmpdir
     end
   end
 

@@ -209,14 +209,92 @@ class LiveServerTest < Minitest::Test
       File.chmod(0o755, dir)
       open = "GVLScope::LiveServer.start(dir: #{dir.inspect}).tap { |s| File.chmod(0o777, s.path) }"
       with_target(open: open) do |_pid, path|
-        answer = as_nobody do
-          GVLScope::Live.fetch(socket: path)
-        rescue GVLScope::Error => e
-          e.message
-        end
-        assert_equal "#{path}: this socket answers only uid 0 (root); you are uid #{nobody.uid}", answer
+        # A bare connection (gvlscope's client refuses a server of another uid): the refusal comes unasked.
+        answer = as_nobody { UNIXSocket.open(path) { |socket| JSON.parse(socket.gets)["error"] } }
+        assert_equal "this socket answers only uid 0 (root); you are uid #{nobody.uid}", answer
         # Root, the owner, still gets its answer.
         refute_nil GVLScope::Live.fetch(socket: path)
+      end
+    end
+  end
+
+  # A socket served by nobody in +dir+ (which nobody can write in), answering every line with a
+  # made-up hello; yields the socket's path.
+  def with_squatter(path)
+    ready_reader, ready_writer = IO.pipe
+    squatter = fork do
+      ready_reader.close
+      Process::GID.change_privilege(nobody.gid)
+      Process::UID.change_privilege(nobody.uid)
+      server = UNIXServer.new(path)
+      File.chmod(0o777, path)
+      ready_writer.puts "ready"
+      ready_writer.close
+      loop do
+        client = server.accept
+        client.puts JSON.generate({ "pid" => 1, "version" => "fake", "protocol" => 1 }) while client.gets
+        client.close
+      end
+    end
+    ready_writer.close
+    assert_equal "ready\n", ready_reader.gets, "the squatter did not listen"
+    yield path
+  ensure
+    ready_reader&.close
+    if squatter
+      Process.kill(:KILL, squatter)
+      Process.wait(squatter)
+    end
+  end
+
+  # Another user makes our socket directory first (no XDG_RUNTIME_DIR: /tmp/gvlscope-<uid>) and
+  # serves a socket of their own in it: our server says why it does not serve, our client refuses.
+  def test_a_socket_directory_squatted_by_another_user_is_neither_served_nor_read
+    skip "needs root to act as another user" unless Process.euid.zero? && nobody
+
+    Dir.mktmpdir("gvlscope-runtime") do |runtime|
+      File.chmod(0o1777, runtime) # open to the squatter, as /tmp is
+      squatted = File.join(runtime, "gvlscope")
+      as_nobody { Dir.mkdir(squatted, 0o755) }
+      env = { "XDG_RUNTIME_DIR" => runtime, "GVLSCOPE_LIVE" => "1", "GVLSCOPE_TRACE" => "0" }
+      err_reader, err_writer = IO.pipe
+      pid = Process.spawn(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rgvlscope/autorun", "-e", "sleep",
+                          err: err_writer)
+      err_writer.close
+      assert_equal "gvlscope: no live socket for pid #{pid}: gvlscope live: #{squatted} belongs to uid #{nobody.uid}, " \
+                   "not to us (uid 0)\n", err_reader.gets
+      with_squatter(File.join(squatted, "#{pid}.sock")) do |path|
+        error = assert_raises(GVLScope::Error) { GVLScope::Live.fetch(pid: pid) }
+        assert_equal "pid #{pid}: not reading #{path}: #{squatted} belongs to uid #{nobody.uid}, not to us (uid 0) " \
+                     "(another user may be serving it)", error.message
+      end
+    ensure
+      if pid
+        Process.kill(:KILL, pid)
+        Process.wait(pid)
+      end
+      err_reader&.close
+    end
+  end
+
+  # The client asks the socket who serves it (SO_PEERCRED): another user's server is refused
+  # wherever its socket is, and a socket of ours answers for its own process only.
+  def test_the_client_reads_only_the_process_it_asked_for_as_our_own_user
+    skip "needs root to act as another user" unless Process.euid.zero? && nobody
+
+    Dir.mktmpdir("gvlscope-theirs") do |dir|
+      File.chown(nobody.uid, nobody.gid, dir)
+      with_squatter(File.join(dir, "fake.sock")) do |path|
+        error = assert_raises(GVLScope::Error) { GVLScope::Live::Client.new(path).hello }
+        assert_equal "#{path}: not reading #{path}: it is served by uid #{nobody.uid}, not by us (uid 0)", error.message
+      end
+    end
+    with_target do |first, _first_path|
+      with_target do |second, second_path|
+        assert_equal second, GVLScope::Live::Client.new(second_path, pid: second).hello["pid"]
+        error = assert_raises(GVLScope::Error) { GVLScope::Live::Client.new(second_path, pid: first).hello }
+        assert_equal "pid #{first}: not reading #{second_path}: it is served by pid #{second}, not by pid #{first}",
+                     error.message
       end
     end
   end
@@ -309,18 +387,22 @@ class LiveServerTest < Minitest::Test
     end
   end
 
-  def test_a_socket_directory_that_is_not_ours_is_refused
+  def test_a_socket_directory_that_is_not_ours_or_open_to_others_is_refused
     skip "needs root to give a directory away" unless Process.euid.zero? && nobody
 
-    Dir.mktmpdir("gvlscope-theirs") do |dir|
+    Dir.mktmpdir("gvlscope-runtime") do |runtime|
+      dir = File.join(runtime, "gvlscope")
+      Dir.mkdir(dir)
       File.chown(nobody.uid, nobody.gid, dir)
-      error = assert_raises(GVLScope::Error) { GVLScope::Live::Paths.check_private!(dir) }
+      error = assert_raises(GVLScope::Error) { GVLScope::Live::Paths.own_dir(env: { "XDG_RUNTIME_DIR" => runtime }) }
       assert_equal "gvlscope live: #{dir} belongs to uid #{nobody.uid}, not to us (uid 0)", error.message
-    end
-    Dir.mktmpdir("gvlscope-open") do |dir|
+      File.chown(0, 0, dir)
       File.chmod(0o777, dir)
-      GVLScope::Live::Paths.check_private!(dir)
-      assert_equal 0o700, File.stat(dir).mode & 0o777, "an open directory of ours is made private"
+      error = assert_raises(GVLScope::Error) { GVLScope::Live::Paths.own_dir(env: { "XDG_RUNTIME_DIR" => runtime }) }
+      assert_equal "gvlscope live: #{dir} is writable by others (mode 777)", error.message
+      File.chmod(0o755, dir)
+      assert_equal dir, GVLScope::Live::Paths.own_dir(env: { "XDG_RUNTIME_DIR" => runtime })
+      assert_equal 0o700, File.stat(dir).mode & 0o777, "a directory of ours is made private"
     end
   end
 

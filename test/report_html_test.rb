@@ -57,7 +57,7 @@ class ReportHTMLTest < Minitest::Test
   def escape(text) = text.gsub("&", "&amp;").gsub("<", "&lt;").gsub(">", "&gt;")
 
   # The page's data, as the viewer gets it.
-  def page_data(html) = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1].gsub("<\\/", "</"))
+  def page_data(html) = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1])
 
   # A script that clicks the link of finding +index+, after the page has drawn.
   def click_finding(index) = %(document.querySelectorAll("#findings .finding")[#{index}].querySelector("a").click();)
@@ -131,6 +131,20 @@ class ReportHTMLTest < Minitest::Test
     assert_operator from, :<=, hog.focus_ns[0]
     assert_operator to, :>=, hog.focus_ns[1]
     assert_operator to - from, :<, report.duration_ns, "the timeline did not zoom in"
+  end
+
+  # "<!--<script>" in the page's data kept its script open to the end of the page: a blank report.
+  def test_a_thread_named_like_html_markup_leaves_the_viewer_working
+    trace = File.join(@dir, "t.gvl")
+    name = "<!--<script>\u2028&"
+    trace_program(trace, "GVLWorkloads.cpu_beside_reader(#{name.inspect}, 4)")
+    report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(trace))
+    html = write_html(report)
+    dom, data = render(html)
+    refute_includes File.read(html)[/^const REPORT = .*$/], "<"
+    assert_equal report.timeline.threads.size.to_s, data["lanes"]
+    assert_includes dom, escape("<!--<script>"), "the thread is missing from the page"
+    assert_includes JSON.generate(page_data(html)), name, "the data holds the name as it was"
   end
 
   def test_a_trace_without_stacks_says_so

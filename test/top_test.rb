@@ -151,6 +151,26 @@ class TopTest < Minitest::Test
     end
   end
 
+  # The program's output once went to TMPDIR/gvlscope-top-<top's pid>.log, opened through any link
+  # another user planted there. The shell plants one at that name, then becomes top (same pid).
+  def test_the_programs_output_goes_to_a_new_file_not_through_a_planted_link
+    Dir.mktmpdir("gvlscope-top-tmp") do |tmp|
+      victim = File.join(tmp, "victim")
+      File.write(victim, "precious")
+      script = %(ln -s "$1" "$TMPDIR/gvlscope-top-$$.log" && shift && exec "$@")
+      _out, err, _status = Open3.capture3({ "TMPDIR" => tmp }, "sh", "-c", script, "sh", victim, RbConfig.ruby, EXE, "top",
+                                          "--once", "--interval", "0.2", "--", RbConfig.ruby, "-e",
+                                          'puts "program output"; $stdout.flush; sleep 1.5')
+      assert_equal "precious", File.read(victim)
+      log = err[/the program's output is in (.+)$/, 1]
+      refute_nil log, err
+      assert_equal tmp, File.dirname(log)
+      refute File.symlink?(log), "#{log} is a link"
+      assert_equal "program output\n", File.read(log)
+      assert_equal 0o600, File.stat(log).mode & 0o777
+    end
+  end
+
   def test_a_program_that_never_opens_a_socket_ends_top_with_its_status
     _out, err, status = gvlscope("top", "--once", "--", "sh", "-c", "exit 4")
     assert_equal 4, status.exitstatus

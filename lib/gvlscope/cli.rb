@@ -4,6 +4,7 @@ require "optparse"
 require "etc"
 require_relative "version"
 require_relative "errors"
+require_relative "printable"
 require_relative "formats"
 require_relative "progress"
 require_relative "units"
@@ -106,17 +107,17 @@ module GVLScope
         raise UsageError, "unknown command '#{command}'"
       end
     rescue UsageError, OptionParser::ParseError => e
-      @err.puts "#{prefixed(e.message)} (see gvlscope#{" #{@command}" if @command} --help)"
+      @err.puts "#{prefixed(Printable.message(e.message))} (see gvlscope#{" #{@command}" if @command} --help)"
       2
     rescue Error, SystemCallError => e
       raise if @debug
 
-      @err.puts prefixed(e.message)
+      @err.puts prefixed(Printable.message(e.message))
       1
     rescue StandardError => e
       raise if @debug
 
-      @err.puts "gvlscope: internal error: #{e.class}: #{e.message} (run with --debug for a backtrace)"
+      @err.puts "gvlscope: internal error: #{e.class}: #{Printable.message(e.message)} (run with --debug for a backtrace)"
       1
     end
 
@@ -157,7 +158,7 @@ module GVLScope
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
-      file.warnings.each { |warning| say "gvlscope: warning: #{warning}" } if checked
+      file.warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" } if checked
       return scan.run if scan
 
       progress("building the timeline of #{file.size} events")

@@ -3,6 +3,7 @@
 require "etc"
 require "tmpdir"
 require_relative "errors"
+require_relative "private_dir"
 
 module GVLScope
   # The lab: the published GVL experiments as scenarios that measure, on the Ruby at hand, the
@@ -13,11 +14,14 @@ module GVLScope
     SIZES = %w[tiny small full].freeze
 
     # Where the lab writes traces and extension builds: tmp/ of a checkout, or (from an installed
-    # gem, whose directory may be read-only) the system's temporary directory.
+    # gem, whose directory may be read-only) a directory of ours in the system's temporary directory.
     def self.scratch(*parts)
-      base = File.writable?(ROOT) ? File.join(ROOT, "tmp") : File.join(Dir.tmpdir, "gvlscope-#{Process.uid}")
-      File.join(base, *parts)
+      File.join(File.writable?(ROOT) ? File.join(ROOT, "tmp") : private_tmp, *parts)
     end
+
+    # /tmp/gvlscope-<uid>, refused (GVLScope::Error) when another user made it: the lab loads the
+    # extension it builds there.
+    def self.private_tmp = PrivateDir.ensure!(File.join(Dir.tmpdir, "gvlscope-#{Process.euid}"))
 
     # A published claim as a predicate over measured numbers. +holds+ gets the measured Hash and
     # returns true/false; +measured+ turns the numbers into the text shown beside +published+.

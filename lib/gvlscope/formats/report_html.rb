@@ -60,6 +60,12 @@ module GVLScope
       BUDGET = Budget.new(embed_all_intervals: 1_000_000, detail_intervals: 1_000_000, windows: 20, lanes: 200,
                           bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
       SHARE_ONE = 0xFFFF # an overview bin's share of a state, in 1/65535 of the bin (uint16)
+      # The data's characters that HTML reads inside <script>: "</script>" ends it and "<!--<script>"
+      # keeps the script open to the end of the page (the viewer never starts); U+2028/2029 end a line in older
+      # JavaScript. JSON has them only inside strings, where \uXXXX means the same character.
+      SCRIPT_UNSAFE = /[<>&\u2028\u2029]/
+      SCRIPT_ESCAPES = { "<" => "\\u003c", ">" => "\\u003e", "&" => "\\u0026",
+                         "\u2028" => "\\u2028", "\u2029" => "\\u2029" }.freeze
 
       # +window+: [from_ns, to_ns] (`gvlscope report --window`): the page's intervals are those of
       # that range only (one pass), the overview everywhere, and it opens on that range.
@@ -75,7 +81,7 @@ module GVLScope
 
       def write(io)
         template = File.read(TEMPLATE)
-        data = JSON.generate(model).gsub("</", "<\\/") # "</script>" in a thread name must not end the script
+        data = JSON.generate(model).gsub(SCRIPT_UNSAFE, SCRIPT_ESCAPES)
         page = template.sub("/*GVLSCOPE_VIEWER*/") { File.read(VIEWER) }
                        .sub("/*GVLSCOPE_DATA*/") { "const REPORT = #{data};" }
                        .sub("<!--GVLSCOPE_TITLE-->") { escape(File.basename(@subject.file.path.to_s)) }

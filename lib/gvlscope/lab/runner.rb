@@ -34,15 +34,17 @@ module GVLScope
         ext_dir = Rubies.extension_for(ruby, version)
         FileUtils.mkdir_p(@out_dir)
         Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).each { |old| File.delete(old) }
-        result_path = File.join(Dir.tmpdir, "gvlscope-lab-#{Process.pid}-#{scenario.name}.json")
-        env = environment(scenario, ext_dir, result_path)
-        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        output = execute(env, ruby, scenario)
-        seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-        raise Error, "lab #{scenario.name}: the scenario wrote no result (its output is above)" unless File.exist?(result_path)
+        # A new 0700 directory: the result read back is the scenario's, not a file or link planted at a guessable name.
+        measured, output, seconds = Dir.mktmpdir("gvlscope-lab-") do |private_dir|
+          result_path = File.join(private_dir, "#{scenario.name}.json")
+          env = environment(scenario, ext_dir, result_path)
+          started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          output = execute(env, ruby, scenario)
+          seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+          raise Error, "lab #{scenario.name}: the scenario wrote no result (its output is above)" unless File.exist?(result_path)
 
-        measured = JSON.parse(File.read(result_path), symbolize_names: true)
-        File.delete(result_path)
+          [JSON.parse(File.read(result_path), symbolize_names: true), output, seconds]
+        end
         measured[:rings] = measured[:rings].transform_keys(&:to_s) if measured[:rings]
         trace, report = read_trace(scenario)
         measured.merge!(scenario.from_trace.call(report.timeline, report)) if report && scenario.from_trace

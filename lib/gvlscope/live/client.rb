@@ -27,7 +27,12 @@ module GVLScope
           raise Error, "pid #{pid} runs as #{Paths.user_name(uid)} (uid #{uid}); its live socket answers only that user: " \
                        "run gvlscope top as #{Paths.user_name(uid)}"
         end
-        path = Paths.candidates(pid, uid: uid).find { |candidate| File.socket?(candidate) }
+        present = Paths.candidates(pid, uid: uid).select { |candidate| File.exist?(candidate) || File.symlink?(candidate) }
+        path = present.find { |candidate| Paths.distrust_socket(candidate).nil? }
+        if path.nil? && present.any?
+          raise Error, "pid #{pid}: not reading #{present.first}: #{Paths.distrust_socket(present.first)} " \
+                       "(another user may be serving it)"
+        end
         unless path
           raise Error, "pid #{pid} has no gvlscope live socket: start it with GVLSCOPE_LIVE=1 and -rgvlscope/autorun, " \
                        "gvlscope run --live, gvlscope top -- COMMAND, or the Puma plugin's live: true"
@@ -92,13 +97,41 @@ module GVLScope
       end
 
       def connect
-        @socket ||= UNIXSocket.new(@path)
+        @socket ||= UNIXSocket.new(@path).tap { |socket| check_peer!(socket) }
       rescue Errno::ENOENT
         raise Error, "#{who}: no live socket at #{@path} (the process stopped serving, or exited)"
       rescue Errno::ECONNREFUSED
         raise Error, "#{who}: nobody answers at #{@path} (the process exited without removing it)"
       rescue Errno::EACCES
         raise Error, "#{who}: permission denied on #{@path}: it belongs to another user"
+      end
+
+      # The server must be a process of ours, and +pid+ itself when we asked for it: a socket
+      # another user put in our place would otherwise serve us made-up numbers.
+      def check_peer!(socket)
+        peer_pid, peer_uid = peer_credentials(socket)
+        if peer_uid && peer_uid != Process.euid
+          refuse_peer!(socket, "is served by uid #{peer_uid}, not by us (uid #{Process.euid})")
+        elsif @pid && peer_pid && peer_pid != @pid
+          refuse_peer!(socket, "is served by pid #{peer_pid}, not by pid #{@pid}")
+        end
+      end
+
+      # [pid, uid] of the process that listens (SO_PEERCRED on Linux; the uid alone from
+      # getpeereid elsewhere; nil where neither exists).
+      def peer_credentials(socket)
+        if defined?(Socket::SO_PEERCRED)
+          socket.getsockopt(:SOCKET, :PEERCRED).unpack("i2") # struct ucred: pid, uid, gid
+        else
+          [nil, socket.getpeereid.first]
+        end
+      rescue NotImplementedError, SystemCallError
+        [nil, nil]
+      end
+
+      def refuse_peer!(socket, problem)
+        socket.close
+        raise Error, "#{who}: not reading #{@path}: it #{problem}"
       end
 
       def read_line(socket)

@@ -2,13 +2,15 @@
 
 require "etc"
 require_relative "../errors"
+require_relative "../private_dir"
 
 module GVLScope
   module Live
     # Where a process's live socket lives: <runtime dir>/gvlscope/<pid>.sock, the runtime dir being
     # $XDG_RUNTIME_DIR (per user, 0700, made by the login manager) or, without one, a private
     # /tmp/gvlscope-<uid>. Both directories are 0700 and owned by the user, so only that user (and
-    # root) can reach the socket; the server also checks each peer's uid.
+    # root) can reach the socket; the server checks each peer's uid, the client the directory,
+    # the socket and the server's pid and uid.
     module Paths
       SOCKET_SUFFIX = ".sock"
       # /tmp whatever TMPDIR says: a client and its target must agree on the fallback directory.
@@ -17,19 +19,32 @@ module GVLScope
       module_function
 
       # The directory this process's socket goes in, created 0700 when missing. Raises
-      # GVLScope::Error when it exists but is not ours or not private (someone else's /tmp entry).
+      # GVLScope::Error when it exists but is not ours or others may write in it (someone else's
+      # /tmp entry: serving there would let them replace our socket).
       def own_dir(env: ENV)
         parent = runtime_dir(env)
         dir = parent ? File.join(parent, "gvlscope") : File.join(FALLBACK_ROOT, "gvlscope-#{Process.euid}")
-        begin
-          Dir.mkdir(dir, 0o700)
-        rescue Errno::EEXIST
-          nil
-        end
-        check_private!(dir)
+        PrivateDir.ensure!(dir)
+        File.chmod(0o700, dir) unless (File.lstat(dir).mode & 0o777) == 0o700 # others need not list our sockets
         dir
+      rescue Error, SystemCallError => e
+        advice = parent ? "" : " (remove it, or give this process an XDG_RUNTIME_DIR of its own)"
+        raise Error, "gvlscope live: #{e.message}#{advice}"
+      end
+
+      # Why the socket at +path+ must not be trusted (one line), or nil: its directory must be
+      # PrivateDir's kind and the socket itself a socket of ours, else another user may be serving it.
+      def distrust_socket(path)
+        reason = PrivateDir.distrust(File.dirname(path))
+        return reason if reason
+
+        stat = File.lstat(path)
+        return "#{path} is not a socket" unless stat.socket?
+        return "#{path} belongs to uid #{stat.uid}, not to us (uid #{Process.euid})" unless stat.uid == Process.euid
+
+        nil
       rescue SystemCallError => e
-        raise Error, "gvlscope live: cannot make the socket directory #{dir}: #{e.message}"
+        "#{path}: #{e.message}"
       end
 
       def socket_path(dir, pid) = File.join(dir, "#{pid}#{SOCKET_SUFFIX}")
@@ -43,15 +58,6 @@ module GVLScope
         stat.directory? && stat.uid == Process.euid ? dir : nil
       rescue SystemCallError
         nil
-      end
-
-      # A directory the socket may live in: a real directory (not a link), ours, mode 0700.
-      def check_private!(dir)
-        stat = File.lstat(dir)
-        raise Error, "gvlscope live: #{dir} is not a directory" unless stat.directory?
-        raise Error, "gvlscope live: #{dir} belongs to uid #{stat.uid}, not to us (uid #{Process.euid})" unless stat.uid == Process.euid
-
-        File.chmod(0o700, dir) unless (stat.mode & 0o777) == 0o700
       end
 
       # Where a client looks for +pid+'s socket, most likely first: under the runtime dir the

@@ -4,6 +4,7 @@ require "json"
 require "set"
 require_relative "../errors"
 require_relative "../units"
+require_relative "../printable"
 require_relative "rules"
 
 module GVLScope
@@ -363,15 +364,15 @@ module GVLScope
 
         frames = thread.backtrace_locations(0, FRAMES_LOOKED_AT) or return nil
         frame = frames.find { |f| f.path && !f.path.start_with?("<internal:") } || frames.first or return nil
-        "#{frame.label} (#{frame.path.to_s.delete_prefix(cwd)}:#{frame.lineno})"
+        Printable.text("#{frame.label} (#{frame.path.to_s.delete_prefix(cwd)}:#{frame.lineno})")
       rescue StandardError
         nil
       end
 
       def self.thread_row(row, code = nil)
-        ThreadRow.new(row.serial, row.name, row.ractor_id, row.state, row.exited, row.run_ns, row.wait_ns, row.idle_ns,
-                      row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns, row.released_blocking,
-                      row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
+        ThreadRow.new(row.serial, row.name && Printable.text(row.name), row.ractor_id, row.state, row.exited, row.run_ns,
+                      row.wait_ns, row.idle_ns, row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns,
+                      row.released_blocking, row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
       end
 
       private

@@ -4,6 +4,7 @@ require "json"
 require "tempfile"
 require_relative "../errors"
 require_relative "trace_file"
+require_relative "../printable"
 require_relative "gvl_writer"
 
 module GVLScope
@@ -153,12 +154,12 @@ module GVLScope
         thread_table(names, threads.uniq)
       end
 
-      # The name a "thread_name" metadata event gives (UTF-8 for every output, as in .gvl traces).
+      # The name a "thread_name" metadata event gives (UTF-8 and printable, as in .gvl traces).
       def thread_name(event)
         return unless event["ph"] == "M" && event["name"] == "thread_name" && event["tid"].is_a?(Integer)
 
         name = event["args"]["name"] if event["args"].is_a?(Hash)
-        name.scrub if name.is_a?(String)
+        Printable.text(name) if name.is_a?(String)
       end
 
       # serial => ThreadInfo of the threads with these serials (in order), by +names+ (serial => name).

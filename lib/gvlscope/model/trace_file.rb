@@ -2,6 +2,7 @@
 
 require_relative "../errors"
 require_relative "../vocabulary"
+require_relative "../printable"
 
 module GVLScope
   module Model
@@ -420,8 +421,9 @@ module GVLScope
       end
 
       # One line naming the file and where in it: a corrupt trace, not gvlscope's failure.
-      # Ruby takes any bytes as a thread name or a path; every output (JSON, HTML, protobuf) needs UTF-8.
-      def utf8(bytes) = bytes.force_encoding(Encoding::UTF_8).scrub
+      # Ruby takes any bytes as a thread name or a path; every output (JSON, HTML, protobuf) needs UTF-8,
+      # and a terminal must not obey the control characters in them.
+      def utf8(bytes) = Printable.text(bytes.force_encoding(Encoding::UTF_8))
 
       def corrupt!(offset, problem)
         raise FormatError, "#{@path}: #{problem} at byte #{offset} (corrupt file?)"

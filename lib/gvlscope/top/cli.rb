@@ -2,7 +2,9 @@
 
 require "optparse"
 require "tmpdir"
+require "tempfile"
 require_relative "../errors"
+require_relative "../printable"
 require_relative "../live"
 require_relative "../formats/top_text"
 require_relative "code_reader"
@@ -58,7 +60,7 @@ module GVLScope
         catch(:help) { return start(parser, argv) }
         0
       rescue CLIUsage, OptionParser::ParseError => e
-        @err.puts "gvlscope top: #{e.message} (see gvlscope top --help)"
+        @err.puts "gvlscope top: #{Printable.message(e.message)} (see gvlscope top --help)"
         2
       end
 
@@ -276,13 +278,14 @@ module GVLScope
 
       def watch_program(command)
         Dir.mktmpdir("gvlscope-top") do |run_dir|
-          log = File.expand_path(@log || File.join(Dir.tmpdir, "gvlscope-top-#{Process.pid}.log"))
-          pid = spawn_program(command, run_dir, log)
-          program = program_control(pid)
+          log = open_log
           begin
+            pid = spawn_program(command, run_dir, log)
+            program = program_control(pid)
             status = begin
               source = wait_for_socket(pid, run_dir, program)
-              source ? watch(source, "pid #{source.pid} (#{command.join(' ')[0, 40]})", program: program) : program.call(:wait)
+              title = "pid #{source&.pid} (#{Printable.text(command.join(' ')[0, 40])})"
+              source ? watch(source, title, program: program) : program.call(:wait)
             rescue Interrupt
               program.call(:stop)
             ensure
@@ -292,9 +295,20 @@ module GVLScope
             @err.print File.read(messages) if File.exist?(messages)
             status
           ensure
-            tell_log(log)
+            log.close
+            tell_log(log.path)
           end
         end
+      end
+
+      # Where the program's output goes: --log PATH, else a new file of a name nobody can guess
+      # (Tempfile: O_EXCL, 0600), so that no link planted in the temp dir is followed.
+      def open_log
+        return Tempfile.create(["gvlscope-top-", ".log"]) unless @log
+
+        File.open(File.expand_path(@log), "w")
+      rescue SystemCallError => e
+        raise Error, "cannot write the program's output to #{@log}: #{e.message}"
       end
 
       def spawn_program(command, run_dir, log)
@@ -307,7 +321,7 @@ module GVLScope
           "GVLSCOPE_OUTPUT" => @trace && File.expand_path(@trace),
         }
         # Its own process group: the terminal's Ctrl-C reaches top, which ends the program itself.
-        Process.spawn(env, *command, in: File::NULL, out: [log, "w"], err: [:child, :out], pgroup: true)
+        Process.spawn(env, *command, in: File::NULL, out: log, err: [:child, :out], pgroup: true)
       rescue SystemCallError => e
         raise Error, "cannot run #{command.first}: #{e.message}"
       end
