@@ -142,12 +142,13 @@ module WaitTruth
     end
 
     def log = File.read(@log_path)
+    def tail = log.lines.last(30).join
 
     def wait_for(what, seconds = BOOT_TIMEOUT)
       deadline = WaitTruth.clock + seconds
       until (found = yield(log))
-        raise "#{what}: not there in #{seconds} s:\n#{log}" if WaitTruth.clock > deadline
-        raise "#{what}: the process exited:\n#{log}" if Process.waitpid(@pid, Process::WNOHANG)
+        raise "#{what}: not there in #{seconds} s; the log's end:\n#{tail}" if WaitTruth.clock > deadline
+        raise "#{what}: the process exited; the log's end:\n#{tail}" if Process.waitpid(@pid, Process::WNOHANG)
 
         sleep 0.05
       end
@@ -221,11 +222,8 @@ module WaitTruth
     end
 
     def beside_neighbour(burn_path, offset)
-      started = nil
-      neighbour = Thread.new do
-        started = WaitTruth.clock
-        timed_get(burn_path)
-      end
+      started = WaitTruth.clock
+      neighbour = Thread.new { timed_get(burn_path) }
       sleep offset
       quick = timed_get("/fast")
       neighbour.join
@@ -250,9 +248,12 @@ module WaitTruth
   # The Sidekiq CLI on bench/wait_truth_jobs.rb, with its own redis-server.
   class JobServer
     CONCURRENCY = 20 # > BURN_JOBS + QUICK_JOBS: a pushed job never waits for a free processor
-    # GVLScope::Sidekiq's line: the jid, the wait, then the rest's "name N ms" pairs.
-    GVLSCOPE_LINE = /^(\S+) .*gvlscope: QuickJob \(queue default, jid (\h+)\) waited ([\d.]+) ms for the GVL(.*)$/
-    DONE_LINE = /jid=(\h+) elapsed=([\d.]+) INFO: done/
+    # GVLScope::Sidekiq's line: its time, the jid, the wait, then the rest's "name N ms" pairs.
+    # Sidekiq 7 starts a line with the time, Sidekiq 8 with the (coloured) level.
+    TIME = /(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z)/
+    GVLSCOPE_LINE = /#{TIME}.*gvlscope: QuickJob \(queue default, jid (\h+)\) waited ([\d.]+) ms for the GVL(.*)$/
+    DONE_LINE = /jid=(\h+)\b.*elapsed=([\d.]+).*\bdone$/
+    COLOURS = /\e\[[\d;]*m/
 
     def initialize(gemfile:, dir:)
       @gemfile = File.join(ROOT, gemfile)
@@ -273,7 +274,7 @@ module WaitTruth
       end
       @child.stop
       ends = JSON.parse(File.read(@ends_path))
-      log = @child.log
+      log = @child.log.gsub(COLOURS, "")
       version = log[/Sidekiq (\d+\.\d+\.\d+)/, 1]
       Result.new(name, samples(pushed[:beside], ends, log), samples(pushed[:alone], ends, log),
                  ["Sidekiq #{version}, concurrency #{CONCURRENCY}, Redis on loopback"])
@@ -306,7 +307,7 @@ module WaitTruth
         push("QuickJob").tap { |jid| pushed[jid] = [offset, realtime] }
       end
       all = burn_jids + jids
-      @child.wait_for("#{all.size} jobs done", 60) { |log| (all - log.scan(DONE_LINE).map(&:first)).empty? }
+      @child.wait_for("#{all.size} jobs done", 60) { |log| (all - log.gsub(COLOURS, "").scan(DONE_LINE).map(&:first)).empty? }
     end
 
     # As Sidekiq::Client pushes a job; returns its jid.
@@ -327,7 +328,8 @@ module WaitTruth
         # "(P ms of it before the job started); in the job D ms: run R ms, idle I ms, gc G ms"
         parts = { "wait" => wait_ms }
         parts["pickup"] = Float(rest[/\(([\d.]+) ms of it before/, 1]) if rest.include?("of it before")
-        rest.scan(/([a-z][\w-]*) ([\d.]+) ms/) { |part, ms| parts[part] ||= Float(ms) }
+        parts["duration"] = Float(rest[/in the job ([\d.]+) ms/, 1]) if rest.include?("in the job")
+        rest.scan(/[,:] ([a-z][\w-]*) ([\d.]+) ms/) { |part, ms| parts[part] ||= Float(ms) }
         Sample.new(latency_ms: (ends.fetch(jid) - pushed_at) * 1000, wait_ms: wait_ms, parts: parts,
                    offset_ms: offset * 1000,
                    extra: { elapsed_ms: elapsed[jid], pushed_at: pushed_at, logged_at: logged_at })

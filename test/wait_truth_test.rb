@@ -26,8 +26,8 @@ class WaitTruthTest < Minitest::Test
       assert_operator parts.keys, :include?, "gvl-wait", sample.inspect
       assert_operator parts.values.sum, :<=, within_clock_error(sample.latency_ms), sample.inspect
     end
-    # The neighbour was under way when the quick request went out.
-    result.beside.each { |sample| assert_includes 15.0..1000.0, sample.offset_ms, sample.inspect }
+    # The quick request went out at least 20 ms after its neighbour (a sleep never ends early).
+    result.beside.each { |sample| assert_operator sample.offset_ms, :>=, 20.0, sample.inspect }
     table = StringIO.new
     WaitTruth::Table.tries(result, table)
     assert_match(/^== puma8-single-2: Puma 8\.\d+\.\d+, single, 2 threads$/, table.string)
