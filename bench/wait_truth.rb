@@ -14,10 +14,12 @@
 #   sidekiq{8,7}                      Sidekiq 8 (the bundle's) or 7 (gemfiles/sidekiq7.gemfile) on a
 #                                     real redis-server, bench/wait_truth_jobs.rb
 #
-# A web try: GET /cpu burns 300 ms of CPU in a pure Ruby loop; 20-100 ms later (random: users do
-# not choose when their requests arrive) GET /fast. Each request on a new connection, timed by the
-# client from before connecting to the whole response read (CLOCK_MONOTONIC). When both are done,
-# GET /fast again with nothing beside it: the same request alone. gvlscope's figure is the
+# A web try: GET /cpu burns 300 ms of CPU in a pure Ruby loop (in cluster mode, one such request
+# per worker); 20-100 ms later (random: users do not choose when their requests arrive) the same
+# route burning 0 ms. Each request on a new connection, timed by the client from before
+# connecting to the whole response read (CLOCK_MONOTONIC). When all are done, the quick request
+# again with nothing beside it: the same request alone. The route answers the pid that served it:
+# in cluster mode a quick request that another worker served is shown as such, not measured. gvlscope's figure is the
 # response's Server-Timing header (every entry is kept and printed, whatever entries there are).
 #
 # A Sidekiq round: 3 BurnJobs of 400 ms each, then 15 QuickJobs pushed at random offsets 20-100 ms
@@ -56,9 +58,9 @@ module WaitTruth
   OFFSET_SECONDS = (0.020..0.100) # when the quick request is sent after its neighbour
   TARGET = 0.8
   BOOT_TIMEOUT = 60
-  # A try whose client latency exceeds the alone median by less than this was not delayed: its
-  # ratio is not computed (cluster mode, where the quick request often reaches the other worker).
-  DELAYED_MS = 5.0
+  # A try whose client latency exceeds the alone median by less than this was not delayed, and its
+  # ratio is not computed: on a loaded 2-core machine the same request alone varies by that much.
+  DELAYED_MS = 20.0
 
   # One quick request or job. latency_ms: what the client measured (a job: push to end);
   # alone_ms: the median latency of the same request alone (the try's baseline); wait_ms:
@@ -78,7 +80,9 @@ module WaitTruth
 
     def alone_latency_ms = WaitTruth.median(@alone.map(&:latency_ms))
     def delay_ms(sample) = sample.latency_ms - alone_latency_ms
-    def delayed?(sample) = delay_ms(sample) >= DELAYED_MS
+    # In cluster mode a quick request served by the other worker had no neighbour in its process:
+    # whatever delayed it was not the GVL.
+    def delayed?(sample) = sample.extra[:same_process] != false && delay_ms(sample) >= DELAYED_MS
 
     # reported wait / (client latency - latency alone); nil for a try that was not delayed.
     def ratio(sample) = delayed?(sample) ? sample.wait_ms / delay_ms(sample) : nil
@@ -118,11 +122,11 @@ module WaitTruth
       workers = Regexp.last_match(2) == "cluster" ? 2 : 0
       web = WebServer.new(gemfile: GEMFILES.fetch("puma#{Regexp.last_match(1)}"), rackup: WEB_APP,
                           threads: Integer(Regexp.last_match(3)), workers: workers, dir: dir)
-      web.measure(server, tries, rng, burn_path: "/cpu?cpu_ms=#{BURN_MS}")
+      web.measure(server, tries, rng, path: "/cpu?cpu_ms=")
     when "rails"
       web = WebServer.new(gemfile: GEMFILES.fetch("puma8"), rackup: RAILS_APP, threads: 5, workers: 0, dir: dir,
                           env: { "RAILS_ENV" => "production" })
-      web.measure(server, tries, rng, burn_path: "/cpu?ms=#{BURN_MS}")
+      web.measure(server, tries, rng, path: "/cpu?ms=")
     when /\Asidekiq[78]\z/
       rounds = (tries / quick_jobs.to_f).ceil
       JobServer.new(gemfile: GEMFILES.fetch(server), dir: dir).measure(server, rounds, quick_jobs, rng)
@@ -177,15 +181,20 @@ module WaitTruth
       @env = env
     end
 
-    def measure(name, tries, rng, burn_path:)
+    # path: the app's CPU route, which answers the pid of the process that served it, less its
+    # burn's length in ms: the neighbour burns BURN_MS, the quick request 0 (in cluster mode the
+    # pids tell whether both were served by the same worker).
+    def measure(name, tries, rng, path:)
+      @burn_path = "#{path}#{BURN_MS}"
+      @quick_path = "#{path}0"
       start
-      warm_up(burn_path)
+      warm_up(path)
       beside = []
       alone = []
       tries.times do
-        beside << beside_neighbour(burn_path, rng.rand(OFFSET_SECONDS))
+        beside << beside_neighbour(rng.rand(OFFSET_SECONDS))
         sleep 0.05 # the neighbour's thread is back waiting for work
-        alone << timed_get("/fast")
+        alone << timed_get(@quick_path)
       end
       Result.new(name, beside, alone, ["#{version}, #{@workers.zero? ? 'single' : "cluster (#{@workers} workers)"}, #{@threads} threads"])
     ensure
@@ -214,19 +223,22 @@ module WaitTruth
     def version = @child.log[/Puma version: ([\d.]+)/, 1]&.then { |v| "Puma #{v}" } || "Puma"
 
     # Every pool thread (of every worker) has served a request and the code is loaded.
-    def warm_up(burn_path)
+    def warm_up(path)
       2.times do
-        Array.new(@threads * [@workers, 1].max) { Thread.new { timed_get(burn_path.sub(/=\d+/, "=20")) } }.each(&:join)
+        Array.new(@threads * [@workers, 1].max) { Thread.new { timed_get("#{path}20") } }.each(&:join)
       end
-      5.times { timed_get("/fast") }
+      5.times { timed_get(@quick_path) }
     end
 
-    def beside_neighbour(burn_path, offset)
+    def beside_neighbour(offset)
       started = WaitTruth.clock
-      neighbour = Thread.new { timed_get(burn_path) }
+      # One neighbour per worker: in cluster mode, a quick request finding a worker free is served
+      # there, with no neighbour at all.
+      neighbours = Array.new([@workers, 1].max) { Thread.new { timed_get(@burn_path) } }
       sleep offset
-      quick = timed_get("/fast")
-      neighbour.join
+      quick = timed_get(@quick_path)
+      busy = neighbours.map { |neighbour| neighbour.value.extra.fetch(:pid) }
+      quick.extra[:same_process] = busy.include?(quick.extra.fetch(:pid)) unless @workers.zero?
       quick.offset_ms = (quick.extra.delete(:sent) - started) * 1000
       quick
     end
@@ -241,7 +253,7 @@ module WaitTruth
 
       parts = WaitTruth.server_timing(response["server-timing"])
       Sample.new(latency_ms: latency_ms, wait_ms: parts.fetch("gvl-wait", Float::NAN), parts: parts,
-                 extra: { sent: sent })
+                 extra: { sent: sent, pid: response.body.to_s.strip })
     end
   end
 
@@ -351,7 +363,7 @@ module WaitTruth
       rows = result.beside.each_with_index.map do |sample, i|
         ratio = result.ratio(sample)
         row = [(i + 1).to_s, ms(sample.offset_ms), ms(sample.latency_ms), ms(result.alone[i % result.alone.size].latency_ms),
-               ratio ? format("%.2f", ratio) : "not delayed", result.met?(sample) ? "yes" : "no",
+               ratio_text(result, sample), result.met?(sample) ? "yes" : "no",
                *names.map { |n| ms(sample.parts[n]) }]
         row << ms(sample.extra[:elapsed_ms]) if header.last == "elapsed ms"
         row
@@ -359,14 +371,22 @@ module WaitTruth
       print_rows(header, rows, out)
     end
 
-    SUMMARY = ["server", "tries", "delayed", "client ms", "alone ms", "wait ms", "ratio", ">= 80 %",
+    def ratio_text(result, sample)
+      return "other worker" if sample.extra[:same_process] == false
+      return "not delayed" unless result.delayed?(sample)
+
+      format("%.2f", result.ratio(sample))
+    end
+
+    SUMMARY = ["server", "tries", "other worker", "delayed", "client ms", "alone ms", "wait ms", "ratio", ">= 80 %",
                "alone wait ms (max)"].freeze
 
     def summary_row(result)
       delayed = result.beside.select { |sample| result.delayed?(sample) }
       ratios = delayed.map { |sample| result.ratio(sample) }
       alone_waits = result.alone.map(&:wait_ms)
-      [result.server, result.beside.size.to_s, delayed.size.to_s,
+      other = result.beside.count { |sample| sample.extra[:same_process] == false }
+      [result.server, result.beside.size.to_s, other.to_s, delayed.size.to_s,
        ms(WaitTruth.median(result.beside.map(&:latency_ms))), ms(result.alone_latency_ms),
        ms(WaitTruth.median(result.beside.map(&:wait_ms))), ratios.empty? ? "-" : format("%.2f", WaitTruth.median(ratios)),
        "#{result.beside.count { |sample| result.met?(sample) }}/#{result.beside.size}",
