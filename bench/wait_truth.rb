@@ -58,13 +58,15 @@ module WaitTruth
   OFFSET_SECONDS = (0.020..0.100) # when the quick request is sent after its neighbour
   TARGET = 0.8
   BOOT_TIMEOUT = 60
+  # The Server-Timing entries whose sum is the reported GVL wait (--wait-entries).
+  WAIT_ENTRIES = %w[gvl-wait].freeze
   # A try whose client latency exceeds the alone median by less than this was not delayed, and its
   # ratio is not computed: on a loaded 2-core machine the same request alone varies by that much.
   DELAYED_MS = 20.0
 
-  # One quick request or job. latency_ms: what the client measured (a job: push to end);
-  # alone_ms: the median latency of the same request alone (the try's baseline); wait_ms:
-  # gvlscope's GVL wait for it; parts: every figure gvlscope gave ("gvl-wait" => ms, ...).
+  # One quick request or job. latency_ms: what the client measured (a job: push to end); wait_ms:
+  # gvlscope's GVL wait for it; parts: every figure gvlscope gave ("gvl-wait" => ms, ...);
+  # offset_ms: when it was sent after its neighbour; extra: the pid that served it, Sidekiq's elapsed.
   Sample = Struct.new(:latency_ms, :wait_ms, :parts, :offset_ms, :extra, keyword_init: true)
 
   # One server's run: the quick requests beside the neighbour and alone.
@@ -115,17 +117,18 @@ module WaitTruth
   end
 
   # Runs one server (a name of SERVERS) for +tries+ tries; returns its Result.
-  def run(server, tries:, seed:, dir:, quick_jobs: QUICK_JOBS)
+  def run(server, tries:, seed:, dir:, quick_jobs: QUICK_JOBS, wait_entries: WAIT_ENTRIES)
     rng = Random.new(seed)
     case server
     when /\Apuma([78])-(single|cluster)-(\d+)\z/
       workers = Regexp.last_match(2) == "cluster" ? 2 : 0
       web = WebServer.new(gemfile: GEMFILES.fetch("puma#{Regexp.last_match(1)}"), rackup: WEB_APP,
-                          threads: Integer(Regexp.last_match(3)), workers: workers, dir: dir)
+                          threads: Integer(Regexp.last_match(3)), workers: workers, dir: dir,
+                          wait_entries: wait_entries)
       web.measure(server, tries, rng, path: "/cpu?cpu_ms=")
     when "rails"
       web = WebServer.new(gemfile: GEMFILES.fetch("puma8"), rackup: RAILS_APP, threads: 5, workers: 0, dir: dir,
-                          env: { "RAILS_ENV" => "production" })
+                          wait_entries: wait_entries, env: { "RAILS_ENV" => "production" })
       web.measure(server, tries, rng, path: "/cpu?ms=")
     when /\Asidekiq[78]\z/
       rounds = (tries / quick_jobs.to_f).ceil
@@ -172,7 +175,8 @@ module WaitTruth
 
   # `puma -C config` on a free loopback port, under the gemfile's Puma and this checkout's lib.
   class WebServer
-    def initialize(gemfile:, rackup:, threads:, workers:, dir:, env: {})
+    def initialize(gemfile:, rackup:, threads:, workers:, dir:, wait_entries:, env: {})
+      @wait_entries = wait_entries
       @gemfile = File.join(ROOT, gemfile)
       @rackup = rackup
       @threads = threads
@@ -252,7 +256,8 @@ module WaitTruth
       raise "GET #{path}: #{response.code}\n#{@child.log}" unless response.code == "200"
 
       parts = WaitTruth.server_timing(response["server-timing"])
-      Sample.new(latency_ms: latency_ms, wait_ms: parts.fetch("gvl-wait", Float::NAN), parts: parts,
+      waits = parts.values_at(*@wait_entries).compact
+      Sample.new(latency_ms: latency_ms, wait_ms: waits.empty? ? Float::NAN : waits.sum, parts: parts,
                  extra: { sent: sent, pid: response.body.to_s.strip })
     end
   end
@@ -403,12 +408,21 @@ module WaitTruth
     servers = SERVERS
     tries = 10
     seed = Random.new_seed % 100_000
-    OptionParser.new do |opts|
+    wait_entries = WAIT_ENTRIES
+    parser = OptionParser.new do |opts|
       opts.banner = "Usage: bundle exec ruby -Ilib bench/wait_truth.rb [--servers a,b] [--tries N] [--seed N]"
       opts.on("--servers LIST", Array, "servers to run (default all): #{SERVERS.join(', ')}") { |list| servers = list }
-      opts.on("--tries N", Integer, "quick requests beside the neighbour per server (default 10)") { |n| tries = n }
+      opts.on("--tries N", Integer, "quick requests beside the neighbour per server (default 10; Sidekiq: " \
+                                    "rounds of #{QUICK_JOBS} jobs)") { |n| tries = n }
       opts.on("--seed N", Integer, "the offsets' random seed (default random, printed)") { |n| seed = n }
-    end.parse!(argv)
+      opts.on("--wait-entries LIST", Array, "Server-Timing entries summed as the reported GVL wait " \
+                                            "(default #{WAIT_ENTRIES.join(',')})") { |list| wait_entries = list }
+    end
+    begin
+      parser.parse!(argv)
+    rescue OptionParser::ParseError => e
+      abort "wait_truth: #{e.message}\n#{parser.banner}"
+    end
     unknown = servers - SERVERS
     abort "wait_truth: unknown server #{unknown.join(', ')}; servers: #{SERVERS.join(', ')}" unless unknown.empty?
     abort "wait_truth: --tries must be at least 1" unless tries.positive?
@@ -417,14 +431,17 @@ module WaitTruth
     results = servers.map do |server|
       Dir.mktmpdir("wait-truth") do |dir|
         started = clock
-        result = run(server, tries: tries, seed: seed, dir: dir)
+        result = run(server, tries: tries, seed: seed, dir: dir, wait_entries: wait_entries)
         Table.tries(result, out)
         out.puts format("(%.0f s)", clock - started)
         result
       end
     end
-    out.puts "== summary (ratio: reported GVL wait / (client latency - median latency alone), over the delayed tries)"
+    out.puts "== summary (reported GVL wait: #{wait_entries.join(' + ')}; ratio: reported GVL wait / " \
+             "(client latency - median latency alone), over the delayed tries)"
     Table.print_rows(Table::SUMMARY, results.map { |result| Table.summary_row(result) }, out)
+  rescue RuntimeError => e # a server that did not boot or answer: its message carries its log's end
+    abort "wait_truth: #{e.message}"
   end
 end
 
