@@ -1,0 +1,448 @@
+# frozen_string_literal: true
+
+# Ground truth for the GVL wait gvlscope reports per request and per job (issue 27): real servers
+# driven by real clients over loopback, and for each quick request (or job) that a CPU-bound
+# neighbour delayed, what the client measured beside what gvlscope said.
+#
+#   bundle exec ruby -Ilib bench/wait_truth.rb [--servers puma8-single-2,sidekiq8] [--tries 10] [--seed N]
+#
+# Servers (all by default):
+#   puma{8,7}-{single,cluster}-{2,5}  Puma 8 (the bundle's) or 7 (gemfiles/puma7.gemfile), single
+#                                     mode or cluster mode with 2 workers, 2 or 5 threads, serving
+#                                     test/fixtures/web/app.ru (GVLScope::Rack outermost)
+#   rails                             test/fixtures/rails/config.ru under Puma 8, single, 5 threads
+#   sidekiq{8,7}                      Sidekiq 8 (the bundle's) or 7 (gemfiles/sidekiq7.gemfile) on a
+#                                     real redis-server, bench/wait_truth_jobs.rb
+#
+# A web try: GET /cpu burns 300 ms of CPU in a pure Ruby loop (in cluster mode, one such request
+# per worker); 20-100 ms later (random: users do not choose when their requests arrive) the same
+# route burning 0 ms. Each request on a new connection, timed by the client from before
+# connecting to the whole response read (CLOCK_MONOTONIC). When all are done, the quick request
+# again with nothing beside it: the same request alone. The route answers the pid that served it:
+# in cluster mode a quick request that another worker served is shown as such, not measured. gvlscope's figure is the
+# response's Server-Timing header (every entry is kept and printed, whatever entries there are).
+#
+# A Sidekiq round: 3 BurnJobs of 400 ms each, then 15 QuickJobs pushed at random offsets 20-100 ms
+# after them, and the same 15 QuickJobs alone in a round of their own. Concurrency 20: every job
+# finds a processor waiting on Redis, so its time from the push (CLOCK_REALTIME, taken just before
+# LPUSH) to its end (CLOCK_REALTIME at the end of perform) is its own. gvlscope's figure is
+# GVLScope::Sidekiq's log line for the job (log_wait_over_ms: 0); Sidekiq's own `elapsed=` is shown
+# beside it.
+#
+# Target (issue 27): reported GVL wait >= 80 % of (client latency - the median latency alone) in at
+# least 9 of 10 tries; alone, under 1 ms.
+require "json"
+require "net/http"
+require "optparse"
+require "securerandom"
+require "tmpdir"
+require "fileutils"
+require "rbconfig"
+require "timeout"
+require "etc"
+require_relative "../test/support/redis_server"
+
+module WaitTruth
+  ROOT = File.expand_path("..", __dir__)
+  GEMFILES = { "puma8" => "Gemfile", "puma7" => "gemfiles/puma7.gemfile",
+               "sidekiq8" => "Gemfile", "sidekiq7" => "gemfiles/sidekiq7.gemfile" }.freeze
+  WEB_APP = File.join(ROOT, "test/fixtures/web/app.ru")
+  RAILS_APP = File.join(ROOT, "test/fixtures/rails/config.ru")
+  JOBS_APP = File.join(ROOT, "bench/wait_truth_jobs.rb")
+  PUMA_SERVERS = %w[8 7].product(%w[single cluster], %w[2 5]).map { |version, mode, threads| "puma#{version}-#{mode}-#{threads}" }
+  SERVERS = [*PUMA_SERVERS, "rails", "sidekiq8", "sidekiq7"].freeze
+  BURN_MS = 300
+  JOB_BURN_MS = 400
+  BURN_JOBS = 3
+  QUICK_JOBS = 15
+  OFFSET_SECONDS = (0.020..0.100) # when the quick request is sent after its neighbour
+  TARGET = 0.8
+  BOOT_TIMEOUT = 60
+  # The Server-Timing entries whose sum is the reported GVL wait (--wait-entries).
+  WAIT_ENTRIES = %w[gvl-wait].freeze
+  # A try whose client latency exceeds the alone median by less than this was not delayed, and its
+  # ratio is not computed: on a loaded 2-core machine the same request alone varies by that much.
+  DELAYED_MS = 20.0
+
+  # One quick request or job. latency_ms: what the client measured (a job: push to end); wait_ms:
+  # gvlscope's GVL wait for it; parts: every figure gvlscope gave ("gvl-wait" => ms, ...);
+  # offset_ms: when it was sent after its neighbour; extra: the pid that served it, Sidekiq's elapsed.
+  Sample = Struct.new(:latency_ms, :wait_ms, :parts, :offset_ms, :extra, keyword_init: true)
+
+  # One server's run: the quick requests beside the neighbour and alone.
+  class Result
+    attr_reader :server, :beside, :alone, :notes
+
+    def initialize(server, beside, alone, notes = [])
+      @server = server
+      @beside = beside
+      @alone = alone
+      @notes = notes
+    end
+
+    def alone_latency_ms = WaitTruth.median(@alone.map(&:latency_ms))
+    def delay_ms(sample) = sample.latency_ms - alone_latency_ms
+    # In cluster mode a quick request served by the other worker had no neighbour in its process:
+    # whatever delayed it was not the GVL.
+    def delayed?(sample) = sample.extra[:same_process] != false && delay_ms(sample) >= DELAYED_MS
+
+    # reported wait / (client latency - latency alone); nil for a try that was not delayed.
+    def ratio(sample) = delayed?(sample) ? sample.wait_ms / delay_ms(sample) : nil
+
+    # The target: the reported wait covers 80 % of the delay (a try not delayed needs nothing).
+    def met?(sample) = !delayed?(sample) || sample.wait_ms >= TARGET * delay_ms(sample)
+
+    def part_names = (@beside + @alone).flat_map { |sample| sample.parts.keys }.uniq
+  end
+
+  module_function
+
+  def median(values)
+    return nil if values.empty?
+
+    sorted = values.sort
+    mid = sorted.size / 2
+    sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
+  end
+
+  def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+  # "gvl-wait;dur=12.3, gvl-run;dur=0.1;desc=..." => { "gvl-wait" => 12.3, "gvl-run" => 0.1 }
+  def server_timing(header)
+    header.to_s.split(",").each_with_object({}) do |entry, parts|
+      name = entry.strip[/\A[^;\s]+/] or next
+      duration = entry[/;\s*dur=([\d.]+)/, 1]
+      parts[name] = Float(duration) if duration
+    end
+  end
+
+  # Runs one server (a name of SERVERS) for +tries+ tries; returns its Result.
+  def run(server, tries:, seed:, dir:, quick_jobs: QUICK_JOBS, wait_entries: WAIT_ENTRIES)
+    rng = Random.new(seed)
+    case server
+    when /\Apuma([78])-(single|cluster)-(\d+)\z/
+      workers = Regexp.last_match(2) == "cluster" ? 2 : 0
+      web = WebServer.new(gemfile: GEMFILES.fetch("puma#{Regexp.last_match(1)}"), rackup: WEB_APP,
+                          threads: Integer(Regexp.last_match(3)), workers: workers, dir: dir,
+                          wait_entries: wait_entries)
+      web.measure(server, tries, rng, path: "/cpu?cpu_ms=")
+    when "rails"
+      web = WebServer.new(gemfile: GEMFILES.fetch("puma8"), rackup: RAILS_APP, threads: 5, workers: 0, dir: dir,
+                          wait_entries: wait_entries, env: { "RAILS_ENV" => "production" })
+      web.measure(server, tries, rng, path: "/cpu?ms=")
+    when /\Asidekiq[78]\z/
+      rounds = (tries / quick_jobs.to_f).ceil
+      JobServer.new(gemfile: GEMFILES.fetch(server), dir: dir).measure(server, rounds, quick_jobs, rng)
+    else
+      raise ArgumentError, "unknown server #{server.inspect}; servers: #{SERVERS.join(', ')}"
+    end
+  end
+
+  # A child process in its own process group, its output in a log file; stopped with TERM, then
+  # KILL if it does not finish, so a stuck server cannot hang the harness.
+  class Child
+    attr_reader :pid, :log_path
+
+    def initialize(env, argv, log_path)
+      @log_path = log_path
+      @pid = Process.spawn({ "RUBYOPT" => nil }.merge(env), *argv, out: log_path, err: [:child, :out], pgroup: true)
+    end
+
+    def log = File.read(@log_path)
+    def tail = log.lines.last(30).join
+
+    def wait_for(what, seconds = BOOT_TIMEOUT)
+      deadline = WaitTruth.clock + seconds
+      until (found = yield(log))
+        raise "#{what}: not there in #{seconds} s; the log's end:\n#{tail}" if WaitTruth.clock > deadline
+        raise "#{what}: the process exited; the log's end:\n#{tail}" if Process.waitpid(@pid, Process::WNOHANG)
+
+        sleep 0.05
+      end
+      found
+    end
+
+    def stop
+      Process.kill(:TERM, -@pid)
+      Timeout.timeout(15) { Process.wait(@pid) }
+    rescue Timeout::Error
+      Process.kill(:KILL, -@pid)
+      Process.wait(@pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+  end
+
+  # `puma -C config` on a free loopback port, under the gemfile's Puma and this checkout's lib.
+  class WebServer
+    def initialize(gemfile:, rackup:, threads:, workers:, dir:, wait_entries:, env: {})
+      @wait_entries = wait_entries
+      @gemfile = File.join(ROOT, gemfile)
+      @rackup = rackup
+      @threads = threads
+      @workers = workers
+      @dir = dir
+      @env = env
+    end
+
+    # path: the app's CPU route, which answers the pid of the process that served it, less its
+    # burn's length in ms: the neighbour burns BURN_MS, the quick request 0 (in cluster mode the
+    # pids tell whether both were served by the same worker).
+    def measure(name, tries, rng, path:)
+      @burn_path = "#{path}#{BURN_MS}"
+      @quick_path = "#{path}0"
+      start
+      warm_up(path)
+      beside = []
+      alone = []
+      tries.times do
+        beside << beside_neighbour(rng.rand(OFFSET_SECONDS))
+        sleep 0.05 # the neighbour's thread is back waiting for work
+        alone << timed_get(@quick_path)
+      end
+      Result.new(name, beside, alone, ["#{version}, #{@workers.zero? ? 'single' : "cluster (#{@workers} workers)"}, #{@threads} threads"])
+    ensure
+      @child&.stop
+    end
+
+    private
+
+    def start
+      config = File.join(@dir, "puma.rb")
+      File.write(config, <<~RUBY)
+        bind "tcp://127.0.0.1:0"
+        threads #{@threads}, #{@threads}
+        workers #{@workers}
+        rackup #{@rackup.inspect}
+        environment "production"
+      RUBY
+      @child = Child.new(@env.merge("BUNDLE_GEMFILE" => @gemfile),
+                         [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
+                          'load Gem.bin_path("puma", "puma")', "--", "-C", config],
+                         File.join(@dir, "puma.log"))
+      @port = Integer(@child.wait_for("puma listening") { |log| log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1] })
+      @child.wait_for("#{@workers} workers booted") { |log| log.scan(/Worker \d+ \(PID: \d+\) booted/).size >= @workers }
+    end
+
+    def version = @child.log[/Puma version: ([\d.]+)/, 1]&.then { |v| "Puma #{v}" } || "Puma"
+
+    # Every pool thread (of every worker) has served a request and the code is loaded.
+    def warm_up(path)
+      2.times do
+        Array.new(@threads * [@workers, 1].max) { Thread.new { timed_get("#{path}20") } }.each(&:join)
+      end
+      5.times { timed_get(@quick_path) }
+    end
+
+    def beside_neighbour(offset)
+      started = WaitTruth.clock
+      # One neighbour per worker: in cluster mode, a quick request finding a worker free is served
+      # there, with no neighbour at all.
+      neighbours = Array.new([@workers, 1].max) { Thread.new { timed_get(@burn_path) } }
+      sleep offset
+      quick = timed_get(@quick_path)
+      busy = neighbours.map { |neighbour| neighbour.value.extra.fetch(:pid) }
+      quick.extra[:same_process] = busy.include?(quick.extra.fetch(:pid)) unless @workers.zero?
+      quick.offset_ms = (quick.extra.delete(:sent) - started) * 1000
+      quick
+    end
+
+    # One request on a new connection; the client's latency from before connecting to the whole
+    # response read.
+    def timed_get(path)
+      sent = WaitTruth.clock
+      response = Net::HTTP.start("127.0.0.1", @port, open_timeout: 10, read_timeout: 30) { |http| http.get(path) }
+      latency_ms = (WaitTruth.clock - sent) * 1000
+      raise "GET #{path}: #{response.code}\n#{@child.log}" unless response.code == "200"
+
+      parts = WaitTruth.server_timing(response["server-timing"])
+      waits = parts.values_at(*@wait_entries).compact
+      Sample.new(latency_ms: latency_ms, wait_ms: waits.empty? ? Float::NAN : waits.sum, parts: parts,
+                 extra: { sent: sent, pid: response.body.to_s.strip })
+    end
+  end
+
+  # The Sidekiq CLI on bench/wait_truth_jobs.rb, with its own redis-server.
+  class JobServer
+    CONCURRENCY = 20 # > BURN_JOBS + QUICK_JOBS: a pushed job never waits for a free processor
+    # GVLScope::Sidekiq's line: its time, the jid, the wait, then the rest's "name N ms" pairs.
+    # Sidekiq 7 starts a line with the time, Sidekiq 8 with the (coloured) level.
+    TIME = /(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z)/
+    GVLSCOPE_LINE = /#{TIME}.*gvlscope: QuickJob \(queue default, jid (\h+)\) waited ([\d.]+) ms for the GVL(.*)$/
+    DONE_LINE = /jid=(\h+)\b.*elapsed=([\d.]+).*\bdone$/
+    COLOURS = /\e\[[\d;]*m/
+
+    def initialize(gemfile:, dir:)
+      @gemfile = File.join(ROOT, gemfile)
+      @dir = dir
+      @ends_path = File.join(dir, "ends.json")
+    end
+
+    def measure(name, rounds, quick_jobs, rng)
+      raise "redis-server is not installed (script/test installs it)" unless RedisServer.available?
+
+      @redis = RedisServer.new
+      start
+      pushed = { alone: {}, beside: {} }
+      push_round(2, quick_jobs, rng, {}) # warm-up: the classes' first runs, every processor's connection
+      rounds.times do
+        push_round(0, quick_jobs, rng, pushed[:alone])
+        push_round(BURN_JOBS, quick_jobs, rng, pushed[:beside])
+      end
+      @child.stop
+      ends = JSON.parse(File.read(@ends_path))
+      log = @child.log.gsub(COLOURS, "")
+      version = log[/Sidekiq (\d+\.\d+\.\d+)/, 1]
+      Result.new(name, samples(pushed[:beside], ends, log), samples(pushed[:alone], ends, log),
+                 ["Sidekiq #{version}, concurrency #{CONCURRENCY}, Redis on loopback"])
+    ensure
+      @child&.stop
+      @redis&.stop
+    end
+
+    private
+
+    def start
+      @child = Child.new({ "BUNDLE_GEMFILE" => @gemfile, "REDIS_URL" => @redis.url, "WAIT_TRUTH_ENDS" => @ends_path },
+                         [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
+                          'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", JOBS_APP, "-c", CONCURRENCY.to_s,
+                          "-q", "default", "-t", "5"],
+                         File.join(@dir, "sidekiq.log"))
+      @child.wait_for("sidekiq connected") { |log| log[/connecting to Redis/] }
+      sleep 1 # its processors start fetching after the Redis connection
+    end
+
+    # +burns+ BurnJobs, then quick_jobs QuickJobs at random offsets after them; waits until all
+    # are done. pushed: jid => [offset s, push CLOCK_REALTIME].
+    def push_round(burns, quick_jobs, rng, pushed)
+      burn_jids = Array.new(burns) { push("BurnJob", JOB_BURN_MS) }
+      base = WaitTruth.clock
+      jids = Array.new(quick_jobs) { rng.rand(OFFSET_SECONDS) }.sort.map do |offset|
+        sleep [base + offset - WaitTruth.clock, 0].max
+        realtime = Process.clock_gettime(Process::CLOCK_REALTIME)
+        offset = WaitTruth.clock - base
+        push("QuickJob").tap { |jid| pushed[jid] = [offset, realtime] }
+      end
+      all = burn_jids + jids
+      @child.wait_for("#{all.size} jobs done", 60) { |log| (all - log.gsub(COLOURS, "").scan(DONE_LINE).map(&:first)).empty? }
+    end
+
+    # As Sidekiq::Client pushes a job; returns its jid.
+    def push(klass, *args)
+      jid = SecureRandom.hex(12)
+      now_ms = (Time.now.to_f * 1000).to_i
+      @redis.call("LPUSH", "queue:default", JSON.generate("class" => klass, "args" => args, "queue" => "default",
+                                                          "jid" => jid, "retry" => false, "created_at" => now_ms,
+                                                          "enqueued_at" => now_ms))
+      jid
+    end
+
+    def samples(pushed, ends, log)
+      reported = log.scan(GVLSCOPE_LINE).to_h { |time, jid, wait, rest| [jid, [time, Float(wait), rest]] }
+      elapsed = log.scan(DONE_LINE).to_h { |jid, seconds| [jid, Float(seconds) * 1000] }
+      pushed.map do |jid, (offset, pushed_at)|
+        logged_at, wait_ms, rest = reported.fetch(jid) { raise "no gvlscope line for QuickJob #{jid}:\n#{log}" }
+        # "(P ms of it before the job started); in the job D ms: run R ms, idle I ms, gc G ms"
+        parts = { "wait" => wait_ms }
+        parts["pickup"] = Float(rest[/\(([\d.]+) ms of it before/, 1]) if rest.include?("of it before")
+        parts["duration"] = Float(rest[/in the job ([\d.]+) ms/, 1]) if rest.include?("in the job")
+        rest.scan(/[,:] ([a-z][\w-]*) ([\d.]+) ms/) { |part, ms| parts[part] ||= Float(ms) }
+        Sample.new(latency_ms: (ends.fetch(jid) - pushed_at) * 1000, wait_ms: wait_ms, parts: parts,
+                   offset_ms: offset * 1000,
+                   extra: { elapsed_ms: elapsed[jid], pushed_at: pushed_at, logged_at: logged_at })
+      end
+    end
+  end
+
+  # The tables: each try, then a summary line per server.
+  module Table
+    module_function
+
+    def ms(value) = value.nil? || (value.is_a?(Float) && value.nan?) ? "-" : format("%.1f", value)
+
+    def tries(result, out)
+      names = result.part_names
+      out.puts "== #{result.server}: #{result.notes.join('; ')}"
+      header = ["try", "offset ms", "client ms", "alone ms", "ratio", "met", *names.map { |n| "#{n} ms" }]
+      header << "elapsed ms" if result.beside.first&.extra&.key?(:elapsed_ms)
+      rows = result.beside.each_with_index.map do |sample, i|
+        ratio = result.ratio(sample)
+        row = [(i + 1).to_s, ms(sample.offset_ms), ms(sample.latency_ms), ms(result.alone[i % result.alone.size].latency_ms),
+               ratio_text(result, sample), result.met?(sample) ? "yes" : "no",
+               *names.map { |n| ms(sample.parts[n]) }]
+        row << ms(sample.extra[:elapsed_ms]) if header.last == "elapsed ms"
+        row
+      end
+      print_rows(header, rows, out)
+    end
+
+    def ratio_text(result, sample)
+      return "other worker" if sample.extra[:same_process] == false
+      return "not delayed" unless result.delayed?(sample)
+
+      format("%.2f", result.ratio(sample))
+    end
+
+    SUMMARY = ["server", "tries", "other worker", "delayed", "client ms", "alone ms", "wait ms", "ratio", ">= 80 %",
+               "alone wait ms (max)"].freeze
+
+    def summary_row(result)
+      delayed = result.beside.select { |sample| result.delayed?(sample) }
+      ratios = delayed.map { |sample| result.ratio(sample) }
+      alone_waits = result.alone.map(&:wait_ms)
+      other = result.beside.count { |sample| sample.extra[:same_process] == false }
+      [result.server, result.beside.size.to_s, other.to_s, delayed.size.to_s,
+       ms(WaitTruth.median(result.beside.map(&:latency_ms))), ms(result.alone_latency_ms),
+       ms(WaitTruth.median(result.beside.map(&:wait_ms))), ratios.empty? ? "-" : format("%.2f", WaitTruth.median(ratios)),
+       "#{result.beside.count { |sample| result.met?(sample) }}/#{result.beside.size}",
+       "#{ms(WaitTruth.median(alone_waits))} (#{ms(alone_waits.max)})"]
+    end
+
+    def print_rows(header, rows, out)
+      widths = header.each_index.map { |i| [header[i], *rows.map { |row| row[i] }].map(&:size).max }
+      [header, *rows].each { |row| out.puts row.each_with_index.map { |cell, i| cell.rjust(widths[i]) }.join("  ").rstrip }
+    end
+  end
+
+  def main(argv, out = $stdout)
+    servers = SERVERS
+    tries = 10
+    seed = Random.new_seed % 100_000
+    wait_entries = WAIT_ENTRIES
+    parser = OptionParser.new do |opts|
+      opts.banner = "Usage: bundle exec ruby -Ilib bench/wait_truth.rb [--servers a,b] [--tries N] [--seed N]"
+      opts.on("--servers LIST", Array, "servers to run (default all): #{SERVERS.join(', ')}") { |list| servers = list }
+      opts.on("--tries N", Integer, "quick requests beside the neighbour per server (default 10; Sidekiq: " \
+                                    "rounds of #{QUICK_JOBS} jobs)") { |n| tries = n }
+      opts.on("--seed N", Integer, "the offsets' random seed (default random, printed)") { |n| seed = n }
+      opts.on("--wait-entries LIST", Array, "Server-Timing entries summed as the reported GVL wait " \
+                                            "(default #{WAIT_ENTRIES.join(',')})") { |list| wait_entries = list }
+    end
+    begin
+      parser.parse!(argv)
+    rescue OptionParser::ParseError => e
+      abort "wait_truth: #{e.message}\n#{parser.banner}"
+    end
+    unknown = servers - SERVERS
+    abort "wait_truth: unknown server #{unknown.join(', ')}; servers: #{SERVERS.join(', ')}" unless unknown.empty?
+    abort "wait_truth: --tries must be at least 1" unless tries.positive?
+
+    out.puts "wait_truth: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, seed #{seed}, #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}"
+    results = servers.map do |server|
+      Dir.mktmpdir("wait-truth") do |dir|
+        started = clock
+        result = run(server, tries: tries, seed: seed, dir: dir, wait_entries: wait_entries)
+        Table.tries(result, out)
+        out.puts format("(%.0f s)", clock - started)
+        result
+      end
+    end
+    out.puts "== summary (reported GVL wait: #{wait_entries.join(' + ')}; ratio: reported GVL wait / " \
+             "(client latency - median latency alone), over the delayed tries)"
+    Table.print_rows(Table::SUMMARY, results.map { |result| Table.summary_row(result) }, out)
+  rescue RuntimeError => e # a server that did not boot or answer: its message carries its log's end
+    abort "wait_truth: #{e.message}"
+  end
+end
+
+WaitTruth.main(ARGV) if $PROGRAM_NAME == __FILE__
