@@ -107,6 +107,62 @@ class HandoffTest < Minitest::Test
     [wake_r, wake_w, conn, other].each { |io| io&.close unless io&.closed? }
   end
 
+  # Sidekiq's shape: the processor fetches its job (a blocking pop, as BRPOP), then takes the job
+  # logger's lock, which another thread holds, before the middleware starts the job's timing.
+  class FakeProcessor
+    prepend GVLScope::Handoffs::SidekiqProcessor
+
+    def initialize(jobs) = @jobs = jobs
+    def run(lock, reached)
+      fetch
+      reached << true
+      lock.synchronize { GVLScope::RequestTiming.start.finish! }
+    end
+
+    private
+
+    def fetch = @jobs.pop
+  end
+
+  def test_a_jobs_pickup_wait_counts_from_the_fetch_that_brought_it
+    jobs = Queue.new
+    lock = Mutex.new
+    reached = Queue.new
+    stop = false
+    path = File.join(@dir, "fetch.gvl")
+    GVLScope.start(path, stacks: false)
+    hog = Thread.new { x = 0; x += 1 until stop } # rubocop:disable Style/Semicolon
+    processor = FakeProcessor.new(jobs)
+    worker = Thread.new { processor.run(lock, reached) }
+    worker.name = "processor"
+    holder = Thread.new do
+      lock.synchronize do
+        Thread.pass until !reached.empty? && worker.status == "sleep"
+        sleep 0.005 # the processor is blocked on the lock by now
+      end
+    end
+    sleep 0.05 until worker.status == "sleep" && holder.status == "run"
+    sleep 0.02 # the processor waits for its job: its longest block
+    jobs << { "class" => "QuickJob" }
+    timing = worker.value
+    holder.join
+    stop = true
+    hog.join
+    GVLScope.stop
+
+    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
+    intervals = timeline.threads.values.find { |t| t.label.start_with?("processor") }&.intervals or flunk "no processor"
+    after_pop = intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    expected = after_pop.select { |i| i.state == :wait }.sum(&:duration_ns)
+    assert_operator after_pop.count { |i| i.state == :idle }, :>=, 1, "the processor blocked on the lock: #{after_pop.map(&:state)}"
+    assert_operator expected, :>, 0
+    assert_in_delta expected, timing.wait_ns, 2_000 * after_pop.size, "trace's waits vs the job's"
+    assert_operator timing.queue_ns, :>=, timing.pickup_wait_ns
+    refute_nil timing.blocked_before_start_ns
+  ensure
+    stop = true
+  end
+
   def test_work_without_a_hand_off_keeps_the_threads_own_rule
     timing = Thread.new { GVLScope::RequestTiming.start.finish! }.value
     assert_nil timing.queue_ns
