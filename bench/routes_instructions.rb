@@ -7,6 +7,10 @@
 # them on a plain Rack path ("/"), a path with an id ("/users/42", the template is built each time)
 # and a Rails request (the router's env keys and a controller set by the app). server_timing: false
 # in all, to leave the header's cost out (bench/web_instructions.rb has it).
+# SETUPS=handoff_off,handoff: what following a connection from Puma's server thread costs (Handoffs:
+# a Ruby method prepended to Server#new_client stamps the thread's GVL counters, GVLScope::Rack
+# finds the stamp by env["puma.socket"]), each call a new connection handed over, then its request;
+# handoff_off does the same without Handoffs.
 #
 #   bundle exec ruby -Ilib bench/routes_instructions.rb        (CALLS=20000; needs valgrind)
 #   SETUPS=bare,no_routes,recorder,header,everything   the rest of the middleware's work (docs/performance.md,
@@ -38,12 +42,27 @@ PROGRAM = <<~'RUBY'
                 "rails_route" => [GVLScope::Rack.new(rails, server_timing: false), "/users/42"],
                 "recorder" => [GVLScope::Rack.new(hello, server_timing: false, route: false, flight_recorder: RECORDER), "/"],
                 "header" => [GVLScope::Rack.new(hello, route: false), "/"],
-                "everything" => [GVLScope::Rack.new(hello, flight_recorder: RECORDER), "/"] }.fetch(setup)
+                "everything" => [GVLScope::Rack.new(hello, flight_recorder: RECORDER), "/"],
+                "handoff" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
+                "handoff_off" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"] }.fetch(setup)
   env = { "REQUEST_METHOD" => "GET", "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => "",
           "SERVER_NAME" => "localhost", "SERVER_PORT" => "9292", "rack.url_scheme" => "http" }
-  1000.times { app.call(env.dup) }
+  call = -> { app.call(env.dup) }
+  if setup.start_with?("handoff") # as under Puma: the server thread hands each connection over, then its request runs
+    require "gvlscope/integrations/handoffs"
+    require "socket"
+    server = Class.new { def new_client(io, _listener) = io }.new
+    if setup == "handoff"
+      server.class.prepend(GVLScope::Handoffs::PumaServer)
+      GVLScope::Native.handoff_claim_in_rack = true
+    end
+    env["puma.socket"], = UNIXSocket.pair
+    sleep 0.01 # a block: the server thread's wait for the connection, where its arrival is taken
+    call = -> { server.new_client(env["puma.socket"], nil); app.call(env.dup) }
+  end
+  1000.times { call.call }
   GC.start
-  calls.times { app.call(env.dup) }
+  calls.times { call.call }
 RUBY
 
 def instructions(setup, calls)
@@ -60,7 +79,9 @@ puts "ruby #{RUBY_VERSION}, #{CALLS} calls in-process under callgrind (env.dup p
 puts "| setup | instructions per call | over bare | over no_routes |"
 puts "|---|---:|---:|---:|"
 per_call.each do |setup, count|
-  bare = setup.start_with?("rails") ? per_call["rails_bare"] : per_call["bare"]
-  puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") ? "-" : format("%+.0f", count - bare),
+  # handoff's bare is handoff_off: the same connection and env, without Handoffs
+  bare = { "rails" => per_call["rails_bare"], "handoff" => per_call["handoff_off"] }.fetch(setup[/\A[a-z]+/], per_call["bare"])
+  bare = nil if setup == "handoff_off"
+  puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") || bare.nil? ? "-" : format("%+.0f", count - bare),
               per_call["no_routes"] && %w[route route_with_id recorder header everything].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
 end

@@ -87,13 +87,8 @@ class HandoffTest < Minitest::Test
     hog.join
     GVLScope.stop
 
-    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
-    acceptor_intervals, pool_intervals = %w[acceptor pool].map do |name|
-      timeline.threads.values.find { |t| t.label.start_with?(name) }&.intervals or flunk "no #{name} in #{timeline.threads.values.map(&:label)}"
-    end
     # The acceptor's waits after IO.select returned; the pool thread's after its queue woke it.
-    after_select = acceptor_intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
-    after_pop = pool_intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    after_select, after_pop = after_first_block(path, "acceptor", "pool")
     expected = (after_select + after_pop).select { |i| i.state == :wait }.sum(&:duration_ns)
     lock_idles = after_pop.count { |i| i.state == :idle }
     assert_operator lock_idles, :>=, 1, "the pool thread blocked on the lock: #{after_pop.map(&:state)}"
@@ -150,9 +145,7 @@ class HandoffTest < Minitest::Test
     hog.join
     GVLScope.stop
 
-    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
-    intervals = timeline.threads.values.find { |t| t.label.start_with?("processor") }&.intervals or flunk "no processor"
-    after_pop = intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    after_pop, = after_first_block(path, "processor")
     expected = after_pop.select { |i| i.state == :wait }.sum(&:duration_ns)
     assert_operator after_pop.count { |i| i.state == :idle }, :>=, 1, "the processor blocked on the lock: #{after_pop.map(&:state)}"
     assert_operator expected, :>, 0
@@ -161,6 +154,15 @@ class HandoffTest < Minitest::Test
     refute_nil timing.blocked_before_start_ns
   ensure
     stop = true
+  end
+
+  # Each named thread's intervals in the trace after its first block (the wait for work) ended.
+  def after_first_block(path, *names)
+    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
+    names.map do |name|
+      thread = timeline.threads.values.find { |t| t.label.start_with?(name) } or flunk "no #{name} in #{timeline.threads.values.map(&:label)}"
+      thread.intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
+    end
   end
 
   def test_work_without_a_hand_off_keeps_the_threads_own_rule
