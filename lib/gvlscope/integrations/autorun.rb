@@ -31,6 +31,7 @@ end
 
 begin
   require_relative "../../gvlscope"
+  require_relative "../at_exit"
 rescue LoadError, StandardError => e
   # Never stop the user's program from running because tracing cannot start.
   GVLScope::Autorun.tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
@@ -92,7 +93,7 @@ module GVLScope
       path = claim(output_paths)
       # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
       append(File.join(run_dir, "traces"), path) if run_dir
-      at_exit { stop }
+      GVLScope::AtExit.after_other_threads { stop }
     rescue SystemCallError, GVLScope::Error => e
       tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
     end
@@ -110,11 +111,13 @@ module GVLScope
     # `gvlscope run --metrics-only`: no trace, the metrics of the whole process at its exit.
     def start_metrics
       GVLScope::Metrics.enable
-      at_exit do
+      GVLScope::AtExit.after_other_threads do
         tell("gvlscope: GVL metrics of pid #{Process.pid} (#{$PROGRAM_NAME})\n#{GVLScope::Metrics.snapshot}")
       end
     end
 
+    # At exit, after the program's other threads are gone (GVLScope::AtExit): the stop waits for
+    # the writer thread, and they must not run meanwhile.
     def stop
       return unless GVLScope.tracing?
 
