@@ -31,7 +31,7 @@ end
 
 begin
   require_relative "../../gvlscope"
-  require_relative "../at_exit"
+  require_relative "at_exit"
 rescue LoadError, StandardError => e
   # Never stop the user's program from running because tracing cannot start.
   GVLScope::Autorun.tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
