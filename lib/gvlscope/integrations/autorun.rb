@@ -121,6 +121,10 @@ module GVLScope
     def stop
       return unless GVLScope.tracing?
 
+      # Metrics off first (nothing reads them once the threads are gone): with them on, the stop
+      # would enable the recorder's GC TracePoint again after Ruby cleared every TracePoint at the
+      # end of at_exit, and Ruby 3.4 fires it into its freed object as it frees all at exit ([BUG]).
+      GVLScope::Metrics.disable if GVLScope::Metrics.enabled?
       summary = GVLScope.stop
       tell("gvlscope: #{summary}") if summary.dropped.positive? || summary.write_error
       if summary.dropped.positive? && !summary.write_error
