@@ -74,9 +74,11 @@ class DaemonTest < Minitest::Test
 
   private
 
-  # The daemon is no child of ours: poll its pid. 20 s is far beyond its few ms of work.
+  # The daemon is no child of ours: poll its pid. 20 s (on an idle machine: hang_limit) is far
+  # beyond its few ms of work.
   def assert_daemon_exits(pid_file)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20
+    limit = GVLScopeTestHelper.hang_limit(20)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + limit
     # File.write creates the file before it writes the pid: wait until it holds something.
     sleep 0.05 until File.size?(pid_file) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
     assert_path_exists pid_file, "the daemon started"
@@ -92,7 +94,7 @@ class DaemonTest < Minitest::Test
       sleep 0.05 if alive
     end
     Process.kill(:KILL, pid) if alive
-    refute alive, "the daemon (pid #{pid}) was still running after 20 s: stop waited for a thread the fork left behind"
+    refute alive, "the daemon (pid #{pid}) was still running after #{limit} s: stop waited for a thread the fork left behind"
     pid
   end
 end

@@ -92,6 +92,61 @@ class LabTest < Minitest::Test
     end
   end
 
+  def scenario_of(dir, name, source)
+    program = File.join(dir, "#{name}.rb")
+    File.write(program, source)
+    GVLScope::Lab::Scenario.new(name: name, file: program, summary: "test", source: "test", seconds: 1, claims: [])
+  end
+
+  # A zombie (killed, not reaped yet by whoever adopted it) is not alive.
+  def alive?(pid)
+    File.read("/proc/#{pid}/stat")[/\) (\S)/, 1] != "Z"
+  rescue Errno::ENOENT
+    false
+  end
+
+  # A scenario that hangs after starting a helper that holds its output pipe (as the thread sweep's
+  # wrk and servers do): stopped with one error, its helper too, and no reader thread dies of the
+  # pipe closed under it ("IOError: stream closed in another thread").
+  def test_a_silent_scenario_is_stopped_with_what_it_started
+    Dir.mktmpdir("gvlscope-lab") do |dir|
+      helper_pid = File.join(dir, "helper.pid")
+      scenario = scenario_of(dir, "hangs", <<~RUBY)
+        $stdout.sync = true
+        File.write(#{helper_pid.inspect}, spawn("sleep", "600").to_s)
+        puts "started a helper"
+        sleep
+      RUBY
+      runner = GVLScope::Lab::Runner.new(GVLScope::Lab::Runner::Knobs.new(size: "tiny", priority: 0), out_dir: dir, silence_limit: 2)
+      error = nil
+      _out, err = capture_io { error = assert_raises(GVLScope::Error) { runner.run(scenario) } }
+      assert_match(/\Alab hangs: no output for 2 s; stopped:\nstarted a helper\n\z/, error.message)
+      assert_empty err, "a thread died (Thread.report_on_exception)"
+      pid = Integer(File.read(helper_pid))
+      # Its output pipe closes as it exits, a moment before it is a zombie.
+      50.times { alive?(pid) ? sleep(0.1) : break }
+      refute alive?(pid), "the scenario's helper #{pid} outlived it"
+    end
+  end
+
+  # Silence, not the whole run, is what stops a scenario: one that a busy machine slows down but
+  # that still says what it does finishes.
+  def test_a_slow_scenario_that_speaks_is_not_stopped
+    Dir.mktmpdir("gvlscope-lab") do |dir|
+      scenario = scenario_of(dir, "slow", <<~RUBY)
+        require #{File.join(ROOT, 'lab/lab_helper').inspect}
+        include LabHelper
+        $stdout.sync = true
+        8.times { |i| say "step \#{i}"; sleep 0.5 }
+        result(steps: 8)
+      RUBY
+      runner = GVLScope::Lab::Runner.new(GVLScope::Lab::Runner::Knobs.new(size: "tiny", priority: 0), out_dir: dir, silence_limit: 3)
+      result = runner.run(scenario)
+      assert_equal 8, result.measured[:steps]
+      assert_operator result.seconds, :>, 3, "the run outlasted the silence limit"
+    end
+  end
+
   def test_every_scenario_runs_at_its_tiny_size
     Dir.mktmpdir("gvlscope-lab") do |dir|
       out, err, status = gvlscope("lab", "all", "--size", "tiny", "-o", dir, "--write", File.join(dir, "lab.md"))

@@ -5,6 +5,7 @@ require "gvlscope"
 require "minitest/autorun"
 require "open3"
 require "rbconfig"
+require "etc"
 require "gvlscope/model"
 require "gvlscope/formats"
 require_relative "support/gvl_workloads"
@@ -15,16 +16,27 @@ module GVLScopeTestHelper
   # For child programs that wait for a Ractor: `require RACTOR_RESULT`, then RactorResult.of(ractor).
   RACTOR_RESULT = File.join(ROOT, "lab/ractor_result")
 
-  # Runs +command+; returns [stdout, stderr, status]. A process that outlives +timeout+ seconds is
-  # killed and the test fails: a hang in CRuby must not hang the suite.
+  # How much longer than on an idle machine a child may take before it counts as hung: the
+  # sanitizer job (libasan preloaded) runs everything several times slower, and other work on
+  # the machine (its load average over the cores, read as the child starts) slows it down too.
+  def self.hang_limit(seconds)
+    sanitized = ENV["LD_PRELOAD"].to_s.include?("libasan") ? 5 : 1
+    load = (File.read("/proc/loadavg").to_f rescue 0.0) # rubocop:disable Style/RescueModifier
+    (seconds * sanitized * [1.0, load / Etc.nprocessors].max).ceil
+  end
+
+  # Runs +command+; returns [stdout, stderr, status]. A process that outlives +timeout+ seconds
+  # (on an idle machine: see hang_limit) is killed and the test fails: a hang in CRuby must not
+  # hang the suite.
   def run_process(command, env: {}, chdir: Dir.pwd, timeout: 120)
+    limit = GVLScopeTestHelper.hang_limit(timeout)
     Open3.popen3(env, *command, chdir: chdir) do |stdin, stdout, stderr, waiter|
       stdin.close
       out_reader = Thread.new { stdout.read }
       err_reader = Thread.new { stderr.read }
-      unless waiter.join(timeout)
+      unless waiter.join(limit)
         Process.kill(:KILL, waiter.pid)
-        flunk "did not finish in #{timeout} s: #{command.join(' ')}"
+        flunk "did not finish in #{limit} s: #{command.join(' ')}"
       end
       [out_reader.value, err_reader.value, waiter.value]
     end

@@ -62,6 +62,18 @@ class TransparencyTest < Minitest::Test
       end
       puts "main done"
     RUBY
+    # The trace stops at exit without the main thread sleeping or waiting while other threads
+    # still run: untraced, this thread is killed before it sees the main thread stopped.
+    "main_thread_exit" => Program.new(source: <<~'RUBY'),
+      main = Thread.current
+      Thread.new do
+        Thread.pass until main.stop? # asleep below
+        main.run
+        Thread.pass until main.stop?
+        p :main_stopped
+      end
+      sleep # and then the end: no IO, which would let the thread run
+    RUBY
     "exit_bang" => Program.new(complete: 0, source: <<~'RUBY'),
       at_exit { puts "never printed" }
       puts "before exit!"

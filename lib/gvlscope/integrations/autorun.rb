@@ -31,6 +31,7 @@ end
 
 begin
   require_relative "../../gvlscope"
+  require_relative "at_exit"
 rescue LoadError, StandardError => e
   # Never stop the user's program from running because tracing cannot start.
   GVLScope::Autorun.tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
@@ -99,7 +100,7 @@ module GVLScope
     # The trace of this process; returns its path, or nil (told why).
     def start_trace
       path = claim(output_paths)
-      at_exit { stop }
+      GVLScope::AtExit.after_other_threads { stop }
       path
     rescue SystemCallError, GVLScope::Error => e
       tell("gvlscope: not tracing pid #{Process.pid}: #{e.message}")
@@ -135,14 +136,20 @@ module GVLScope
     # `gvlscope run --metrics-only`: no trace, the metrics of the whole process at its exit.
     def start_metrics
       GVLScope::Metrics.enable
-      at_exit do
+      GVLScope::AtExit.after_other_threads do
         tell("gvlscope: GVL metrics of pid #{Process.pid} (#{$PROGRAM_NAME})\n#{GVLScope::Metrics.snapshot}")
       end
     end
 
+    # At exit, after the program's other threads are gone (GVLScope::AtExit): the stop waits for
+    # the writer thread, and they must not run meanwhile.
     def stop
       return unless GVLScope.tracing?
 
+      # Metrics off first (nothing reads them once the threads are gone): with them on, the stop
+      # would enable the recorder's GC TracePoint again after Ruby cleared every TracePoint at the
+      # end of at_exit, and Ruby 3.4 fires it into its freed object as it frees all at exit ([BUG]).
+      GVLScope::Metrics.disable if GVLScope::Metrics.enabled?
       summary = GVLScope.stop
       tell("gvlscope: #{summary}") if summary.dropped.positive? || summary.write_error
       if summary.dropped.positive? && !summary.write_error

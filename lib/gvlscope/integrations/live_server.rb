@@ -4,6 +4,7 @@ require "socket"
 require "json"
 require_relative "../metrics"
 require_relative "../fork"
+require_relative "at_exit"
 require_relative "../live/paths"
 require_relative "../live/snapshot"
 require_relative "../version"
@@ -96,8 +97,8 @@ module GVLScope
         Thread.current.report_on_exception = false
         serve_loop
       end
-      owner = @pid
-      at_exit { stop if Process.pid == owner }
+      # After the program's other threads are gone: joining ours in an at_exit block would let them run.
+      GVLScope::AtExit.after_other_threads { stop }
       self
     end
 

@@ -18,14 +18,20 @@ module GVLScope
       Result = Struct.new(:scenario, :knobs, :ruby_description, :measured, :verdicts, :findings, :trace, :seconds,
                           :output, keyword_init: true)
 
-      # Longest a scenario may run before it is killed (every loop in lab/ is bounded; this is for
-      # a Ruby that hangs).
-      TIMEOUT = { "tiny" => 120, "small" => 300, "full" => 1800 }.freeze
+      # Longest a scenario may stay silent before it is stopped (every loop in lab/ is bounded and
+      # says what it did; this is for a Ruby that hangs). Silence, not the whole run: a scenario
+      # that a busy machine slows down still finishes.
+      SILENCE_LIMIT = { "tiny" => 120, "small" => 300, "full" => 1800 }.freeze
+      # What a stopped scenario gets to stop what it started (its ensure blocks: Puma servers,
+      # helpers) before it and its process group are killed; and what a finished scenario's
+      # output gets to reach its end while a process it left behind holds the pipe.
+      GRACE_SECONDS = 10
 
-      def initialize(knobs, out_dir:, echo: nil)
+      def initialize(knobs, out_dir:, echo: nil, silence_limit: SILENCE_LIMIT.fetch(knobs.size))
         @knobs = knobs
         @out_dir = out_dir
         @echo = echo # an IO that gets the scenario's output line by line, or nil
+        @silence_limit = silence_limit
       end
 
       def run(scenario)
@@ -72,25 +78,64 @@ module GVLScope
         }
       end
 
+      def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+      # In its own process group, so that what it spawned (wrk, helpers) goes with it when it is
+      # stopped; the runner leaving early (Ctrl-C) stops it too.
       def execute(env, ruby, scenario)
         output = +""
-        Open3.popen2e(env, ruby, scenario.path, chdir: ROOT) do |stdin, out, waiter|
+        heard_at = now
+        Open3.popen2e(env, ruby, scenario.path, chdir: ROOT, pgroup: true) do |stdin, out, waiter|
           stdin.close
           reader = Thread.new do
             out.each_line do |line|
+              heard_at = now
               output << line
               @echo&.print("  #{line}")
             end
+          rescue IOError
+            nil # finish_reading closed the pipe: a process the scenario left behind still holds it
           end
-          unless waiter.join(TIMEOUT.fetch(@knobs.size))
-            Process.kill(:KILL, waiter.pid)
-            raise Error, "lab #{scenario.name}: no result after #{TIMEOUT.fetch(@knobs.size)} s; killed"
+          begin
+            until waiter.join(1)
+              next if now - heard_at < @silence_limit
+
+              stop(waiter)
+              finish_reading(reader, out)
+              raise Error, "lab #{scenario.name}: no output for #{@silence_limit} s; stopped#{@echo ? '' : ":\n#{output}"}"
+            end
+            finish_reading(reader, out)
+          ensure
+            stop(waiter) if waiter.alive?
           end
-          reader.join
           status = waiter.value
           raise Error, "lab #{scenario.name} failed (#{status}):\n#{output}" unless status.success?
         end
         output
+      end
+
+      # TERM first (the scenario's ensure blocks stop the servers it started in their own process
+      # groups), then KILL for whatever of its process group is left.
+      def stop(waiter)
+        signal(:TERM, waiter.pid)
+        waiter.join(GRACE_SECONDS)
+        signal(:KILL, -waiter.pid)
+        waiter.join
+      end
+
+      def signal(name, pid)
+        Process.kill(name, pid)
+      rescue Errno::ESRCH, Errno::EPERM
+        nil # gone already
+      end
+
+      # The reader ends at the pipe's end; a process the scenario left behind keeps it open, and
+      # closing it here is then the reader's end (rescued there, not a thread's death).
+      def finish_reading(reader, out)
+        return if reader.join(GRACE_SECONDS)
+
+        out.close
+        reader.join
       end
 
       # The scenario's own process wrote the first trace (its helpers run untraced).
@@ -111,11 +156,14 @@ module GVLScope
         return choice if choice.include?("/") && File.executable?(choice)
         raise Error, "--ruby #{choice}: no executable there" if choice.include?("/")
 
-        version = { "3.3" => "3.3.8", "3.4" => "3.4.5" }.fetch(choice, choice)
-        cache = File.join(ENV.fetch("XDG_CACHE_HOME", File.join(Dir.home, ".cache")), "gvlscope", "ruby-#{version}", "bin", "ruby")
-        return cache if File.executable?(cache)
+        # A series (3.4) is whichever of its versions script/bootstrap built, the newest first.
+        pattern = choice.count(".") == 1 ? "ruby-#{choice}.*" : "ruby-#{choice}"
+        cache = File.join(ENV.fetch("XDG_CACHE_HOME", File.join(Dir.home, ".cache")), "gvlscope")
+        built = Dir.glob(File.join(cache, pattern, "bin", "ruby")).select { |ruby| File.executable?(ruby) }
+        newest = built.max_by { |ruby| Gem::Version.new(File.basename(File.dirname(ruby, 2)).delete_prefix("ruby-")) }
+        return newest if newest
 
-        raise Error, "--ruby #{choice}: Ruby #{version} is not built yet; run script/bootstrap #{version} (about 3 min), " \
+        raise Error, "--ruby #{choice}: Ruby #{choice} is not built yet; run script/bootstrap #{choice} (about 3 min), " \
                      "or pass --ruby /path/to/ruby"
       end
 

@@ -1,0 +1,15 @@
+# Sourced by script/bootstrap and script/test: installs Debian packages with apt-get.
+#
+# Another apt-get or dpkg on the machine (unattended-upgrades, a second script/test) holds the
+# dpkg and lists locks: apt waits up to 10 minutes for them (DPkg::Lock::Timeout, honoured by
+# `update` and `install` since apt 1.9.11; bookworm has 2.6) instead of failing at once.
+APT_LOCK_WAIT=(-o DPkg::Lock::Timeout=600)
+
+# apt_install PACKAGE... : apt-get update, then install (with sudo unless root). Quiet; returns
+# apt-get's status.
+apt_install() {
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  command -v apt-get >/dev/null || return 127
+  $sudo apt-get "${APT_LOCK_WAIT[@]}" update -qq \
+    && $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${APT_LOCK_WAIT[@]}" install -y -qq "$@"
+}
