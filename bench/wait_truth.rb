@@ -93,12 +93,6 @@ module WaitTruth
     def met?(sample) = !delayed?(sample) || sample.wait_ms >= TARGET * delay_ms(sample)
 
     def part_names = (@beside + @alone).flat_map { |sample| sample.parts.keys }.uniq
-
-    # The same tries with the time blocked before the job (a lock, a log write) counted as wait.
-    def with_blocked
-      add = ->(sample) { sample.dup.tap { |copy| copy.wait_ms = sample.wait_ms + sample.parts.fetch("blocked", 0.0) } }
-      Result.new("#{@server} +blocked", @beside.map(&add), @alone.map(&add), @notes)
-    end
   end
 
   module_function
@@ -352,9 +346,9 @@ module WaitTruth
         parts = { "wait" => wait_ms }
         parts["pickup"] = Float(rest[/\(([\d.]+) ms of it before/, 1]) if rest.include?("of it before")
         parts["duration"] = Float(rest[/in the job ([\d.]+) ms/, 1]) if rest.include?("in the job")
-        # "which it reached Q ms before; blocked B ms on the way": from the fetch that brought it (Handoffs)
+        # "which it reached Q ms before; B ms of the wait blocked on the way": from the fetch that brought it (Handoffs)
         parts["queue"] = Float(rest[/reached ([\d.]+) ms before/, 1]) if rest.include?("reached")
-        parts["blocked"] = Float(rest[/blocked ([\d.]+) ms on the way/, 1]) if rest.include?("blocked")
+        parts["blocked"] = Float(rest[/([\d.]+) ms of the wait blocked on the way/, 1]) if rest.include?("blocked on the way")
         rest.scan(/[,:] ([a-z][\w-]*) ([\d.]+) ms/) { |part, ms| parts[part] ||= Float(ms) }
         Sample.new(latency_ms: (ends.fetch(jid) - pushed_at) * 1000, wait_ms: wait_ms, parts: parts,
                    offset_ms: offset * 1000,
@@ -448,11 +442,7 @@ module WaitTruth
     end
     out.puts "== summary (reported GVL wait: #{wait_entries.join(' + ')}; ratio: reported GVL wait / " \
              "(client latency - median latency alone), over the delayed tries)"
-    # A job blocked on the way to its start (the job logger's lock, whose holder waited for the GVL)
-    # is reported apart from the GVL wait: the same table with it counted in, for the job servers.
-    with_blocked = results.filter_map { |result| result.with_blocked if result.beside.any? { |s| s.parts.key?("blocked") } }
-    rows = results.map { |result| Table.summary_row(result) } + with_blocked.map { |result| Table.summary_row(result) }
-    Table.print_rows(Table::SUMMARY, rows, out)
+    Table.print_rows(Table::SUMMARY, results.map { |result| Table.summary_row(result) }, out)
   rescue RuntimeError => e # a server that did not boot or answer: its message carries its log's end
     abort "wait_truth: #{e.message}"
   end

@@ -69,10 +69,15 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
         if (slot->ticket.set && thread == rb_thread_current()) {
             // Handed over (handoff.c): the wait from the work's arrival, on every thread it went
             // through, across the locks taken on the way. The thread's own starts at the hand-off.
-            timing->pickup_wait_ns = slot->ticket.carried_wait_ns + minus(timing->before[WAIT], slot->ticket.wait_base_ns);
+            // Its time blocked between taking the work and starting it counts too: the runner's own
+            // locks and log writes (a job logger's Monitor, held by a thread that itself waits for
+            // the GVL beside CPU-bound work). The GVL's counters cannot tell whose wait a lock's is,
+            // so it is also kept apart (blocked_before_start_ns), an upper bound on that part.
+            timing->blocked_before_start_ns = minus(timing->before[IDLE], slot->ticket.idle_base_ns);
+            timing->pickup_wait_ns = slot->ticket.carried_wait_ns + minus(timing->before[WAIT], slot->ticket.wait_base_ns) +
+                                     timing->blocked_before_start_ns;
             timing->arrival_ns = slot->ticket.arrival_ns;
             timing->pickup_exact = slot->ticket.exact;
-            timing->blocked_before_start_ns = minus(timing->before[IDLE], slot->ticket.idle_base_ns);
             slot->ticket.set = 0;
         } else if (slot->request_end_known || woke) {
             uint64_t from = slot->request_end_known ? slot->request_end_wait_ns : 0;

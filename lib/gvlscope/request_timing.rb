@@ -30,16 +30,18 @@ module GVLScope
 
     def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
 
-    # The wait before the app or job, in words for a log line: the GVL's part and, when a hand-off
-    # told when the work arrived (Handoffs), how long before the start that was and how long the
-    # thread that took it was blocked on the way (locks, such as a job logger's whose holder was
-    # itself waiting for the GVL, and log writes: the GVL's counters cannot tell which).
+    # The wait before the app or job, in words for a log line: how much of the wait came before the
+    # start and, when a hand-off told when the work arrived (Handoffs), how long before the start
+    # that was and how much of the wait was the thread blocked on the way (a lock, such as a job
+    # logger's whose holder was itself waiting for the GVL, or a log write: the GVL's counters
+    # cannot tell whose wait a lock's was, so that part is an upper bound).
     def before_start_words(what)
       words = format("%.1f ms of it before the %s started", pickup_wait_ms, what)
       return words unless (queue = queue_ms)
 
-      words << format(", which it reached %.1f ms before; blocked %.1f ms on the way", queue, blocked_before_start_ms)
-      words << "; at least that much GVL wait: more waits than the threads' logs hold" unless pickup_exact?
+      words << format(", which it reached %.1f ms before; %.1f ms of the wait blocked on the way " \
+                      "(locks, log writes: GVL wait by their holders, at most)", queue, blocked_before_start_ms)
+      words << "; at least that much wait: more waits than the threads' logs hold" unless pickup_exact?
       words
     end
 
