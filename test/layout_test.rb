@@ -62,8 +62,10 @@ class LayoutTest < Minitest::Test
   # Each stage has its folder; the top level holds the live API and the public require paths.
   def test_stages_have_their_folders
     top = Dir[File.join(LIB, "gvlscope/*.rb")].map { |f| File.basename(f, ".rb") }.sort
-    assert_equal %w[analysis autorun breakdown cli errors flight_recorder fork formats lab live metrics model native probe
-                    progress rack request_timing sidekiq trace units version vocabulary], top
+    # Beside the public require paths, the helpers every stage shares (units, vocabulary, printable
+    # names, a private directory's checks, the one-copy guard of the entry files).
+    assert_equal %w[analysis autorun breakdown cli errors flight_recorder fork formats lab live metrics model native one_copy
+                    printable private_dir probe progress rack request_timing sidekiq trace units version vocabulary], top
     %w[model analysis analysis/rules formats integrations lab live].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end
