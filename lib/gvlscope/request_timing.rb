@@ -47,13 +47,8 @@ module GVLScope
 
     # For structured loggers (lograge's custom_options, semantic_logger payloads).
     def to_h
-      hash = { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
-               gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3), pickup_wait_ms: pickup_wait_ms.round(3) }
-      if queue_ns
-        hash[:queue_ms] = queue_ms.round(3)
-        hash[:blocked_before_start_ms] = blocked_before_start_ms.round(3)
-      end
-      hash
+      { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
+        gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
     end
 
     def inspect
