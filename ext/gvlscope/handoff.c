@@ -105,7 +105,7 @@ static int fd_of(VALUE io) {
 // (~650 instructions), where Ruby's super is cached.
 
 // Native.handoff_stamp(io): the calling thread hands io's connection over (Puma's server thread in
-// Server#new_client, the reactor's in #reactor_wakeup). Returns nil.
+// Server#new_client). Returns nil.
 static VALUE handoff_stamp(VALUE self, VALUE io) {
     stamp_now(fd_of(io));
     return Qnil;
@@ -127,13 +127,6 @@ void gvls_handoff_claim_env(VALUE env) {
 static VALUE handoff_set_rack(VALUE self, VALUE on) {
     gvls_handoff_rack = RTEST(on);
     return on;
-}
-
-// Native.handoff_claim(io): the calling thread takes io's connection (tests; GVLScope::Rack claims
-// through env): its next request starts from the stamp.
-static VALUE handoff_claim(VALUE self, VALUE io) {
-    claim(fd_of(io));
-    return Qnil;
 }
 
 // Native.handoff_fetch_begin / handoff_fetch_end(work) around a job runner's fetch (Sidekiq's
@@ -174,7 +167,6 @@ void gvls_handoff_after_fork(void) {
 
 void gvls_handoff_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "handoff_stamp", handoff_stamp, 1);
-    rb_define_singleton_method(mNative, "handoff_claim", handoff_claim, 1);
     rb_define_singleton_method(mNative, "handoff_fetch_begin", handoff_fetch_begin, 0);
     rb_define_singleton_method(mNative, "handoff_fetch_end", handoff_fetch_end, 1);
     rb_define_singleton_method(mNative, "handoff_stats", handoff_stats, 0);
