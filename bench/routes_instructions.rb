@@ -14,7 +14,7 @@
 #
 #   bundle exec ruby -Ilib bench/routes_instructions.rb        (CALLS=20000; needs valgrind)
 #   SETUPS=bare,no_routes,recorder,header,everything   the rest of the middleware's work (docs/performance.md,
-#   "The web cost, settled"): the flight recorder's per-request checks (its ring running, thresholds never
+#   "Web"): the flight recorder's per-request checks (its ring running, thresholds never
 #   reached), the Server-Timing value formatted and added, and everything on (routes, header, recorder)
 require "rbconfig"
 
