@@ -1,7 +1,7 @@
 // GVLScope::Engine: the report engine's Ruby face (lib/gvlscope/model/scan.rb drives it).
 //   Engine::Index  pass 1 over a trace's records (index.c)
-//   Engine::Pass   one pass of the state machine and its consumers (pass.c), its results, and
-//                  the exports' per-interval writers (output.c)
+//   Engine::Pass   one pass of the state machine and its consumers (pass.c and the files it
+//                  lists), its results, and the exports' per-interval writers (output.c)
 // Ruby calls #step between chunks of work (a progress bar, Ctrl-C) and reads results at the end.
 #include <errno.h>
 #include <stdlib.h>
