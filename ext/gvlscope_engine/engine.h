@@ -2,7 +2,8 @@
 // state machine (lib/gvlscope/model/timeline.rb, rule for rule) and feeds every consumer as
 // intervals close, so no interval is kept: per-thread rows, histograms, blame, code locations,
 // the HTML overview, detail windows and the exports' interval spill. docs/architecture.md has the
-// whole design; the recorder (ext/gvlscope) is a separate extension and shares nothing with this.
+// whole design; the recorder (ext/gvlscope) is a separate extension and shares nothing with this
+// but the trace format's numbers (ext/gvlscope/format.h, through numbering.h).
 #ifndef GVLSCOPE_ENGINE_H
 #define GVLSCOPE_ENGINE_H
 
