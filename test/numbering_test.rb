@@ -9,8 +9,9 @@ require "support/synthetic_trace"
 # that place or checked here:
 #   event kinds    ext/gvlscope/format.h (enum gvls_event_kind): the recorder writes them and the
 #                  report engine takes them (ext/gvlscope_engine/numbering.h); in Ruby,
-#                  Vocabulary::EVENT_KINDS, which Model::TraceFile, Model::Scan, Model::GvlWriter
-#                  and the tests' trace writers take theirs from; docs/format.md tells them
+#                  Vocabulary::EVENT_KINDS, which Model::TraceFile, Model::Scan, Model::GvlWriter,
+#                  Probe (probe.c's counts) and the tests' trace writers take theirs from;
+#                  docs/format.md tells them
 #   engine states  ext/gvlscope_engine/numbering.h (ENG_STATES, Engine::STATES): Model::Scan::STATES
 #   reasons        ext/gvlscope_engine/numbering.h (ENG_REASONS, Engine::REASONS): Model::Scan::REASONS
 # (The recorder's metric states, ext/gvlscope/metrics.h, are checked against
@@ -43,6 +44,13 @@ class NumberingTest < Minitest::Test
     assert_equal events, GVLScope::Model::GvlWriter::KIND_CODES
     assert_equal events.keys, GVLScope::Model::TraceFile::EVENTS.compact
     assert_equal kinds.invert, SyntheticTrace::KIND
+  end
+
+  # probe.c counts the kinds from 1 to GVLS_EV_EXITED, Probe::KINDS names them.
+  def test_the_probe_counts_format_hs_thread_events
+    probe_c = File.read(File.join(GVLScopeTestHelper::ROOT, "ext/gvlscope/probe.c"))
+    assert_match(/enum \{ PROBE_KINDS = GVLS_EV_EXITED \}/, probe_c)
+    assert_equal (1..format_h_kinds.key(:exited)).map { |number| format_h_kinds[number] }, GVLScope::Probe::KINDS
   end
 
   def test_the_format_doc_tells_format_hs_kinds
