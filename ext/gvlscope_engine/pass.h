@@ -1,4 +1,5 @@
-// One pass of the engine over an index: the merge, the timeline's state machine and its consumers.
+// One pass of the engine over an index: the merge, the timeline's state machine and its consumers;
+// their types, and what the pass's files (pass.c lists them) call in each other.
 #ifndef GVLSCOPE_ENGINE_PASS_H
 #define GVLSCOPE_ENGINE_PASS_H
 

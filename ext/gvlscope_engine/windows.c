@@ -1,5 +1,6 @@
-// Detail windows (the HTML report's --window and zoomed views): each window keeps the first
-// +limit+ final intervals that meet it, in a max-heap; and when a windows-only pass may stop.
+// Detail windows (Analysis::Report#detail; Scan#intervals asks for one window over everything):
+// each keeps the first +limit+ final intervals that meet it, in a max-heap; and when a pass that
+// only collects windows may stop.
 #include <stdlib.h>
 
 #include "pass.h"
