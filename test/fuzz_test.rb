@@ -38,7 +38,7 @@ class FuzzTest < Minitest::Test
 
     def chunk(type, payload) = [type, payload.bytesize].pack("L<L<") + payload
 
-    KIND = { started: 1, ready: 2, resumed: 3, suspended: 4, exited: 5, gc_enter: 6, gc_exit: 7 }.freeze
+    KIND = GVLScope::Vocabulary::EVENT_KINDS.each_with_index.to_h.except(nil).freeze
 
     # records: [[kind, thread serial, ns since base], ...] in time order.
     def events(native, tid, base, records, dropped: 0)

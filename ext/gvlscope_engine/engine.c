@@ -1,7 +1,7 @@
 // GVLScope::Engine: the report engine's Ruby face (lib/gvlscope/model/scan.rb drives it).
 //   Engine::Index  pass 1 over a trace's records (index.c)
-//   Engine::Pass   one pass of the state machine and its consumers (pass.c), its results, and
-//                  the exports' per-interval writers (output.c)
+//   Engine::Pass   one pass of the state machine and its consumers (pass.c and the files it
+//                  lists), its results, and the exports' per-interval writers (output.c)
 // Ruby calls #step between chunks of work (a progress bar, Ctrl-C) and reads results at the end.
 #include <errno.h>
 #include <stdlib.h>
@@ -626,12 +626,28 @@ static VALUE engine_vocabulary(VALUE module, VALUE names, VALUE reasons) {
     return Qnil;
 }
 
+// The words of the engine's numbers (numbering.h), by number, nil where a number has none:
+// Engine::EVENT_KINDS, Engine::STATES and Engine::REASONS (test/numbering_test.rb checks the Ruby
+// tables against them).
+#define KIND_WORD(name, number, word) [name] = word,
+#define NAME_WORD(name, word) [name] = word,
+static const char *const KIND_WORDS[] = { ENG_EVENT_KINDS(KIND_WORD) };
+static const char *const STATE_WORDS[] = { ENG_STATES(NAME_WORD) };
+static const char *const REASON_WORDS[] = { ENG_REASONS(NAME_WORD) };
+
+static VALUE words(const char *const *names, long count) {
+    VALUE array = rb_ary_new_capa(count);
+    for (long i = 0; i < count; i++) rb_ary_push(array, names[i] ? ID2SYM(rb_intern(names[i])) : Qnil);
+    return rb_obj_freeze(array);
+}
+
 RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     VALUE mGVLScope = rb_define_module("GVLScope");
     VALUE mEngine = rb_define_module_under(mGVLScope, "Engine");
     rb_define_singleton_method(mEngine, "vocabulary", engine_vocabulary, 2);
-    rb_define_const(mEngine, "STATES", INT2FIX(ST_COUNT));
-    rb_define_const(mEngine, "REASONS", INT2FIX(R_COUNT));
+    rb_define_const(mEngine, "EVENT_KINDS", words(KIND_WORDS, sizeof(KIND_WORDS) / sizeof(*KIND_WORDS)));
+    rb_define_const(mEngine, "STATES", words(STATE_WORDS, ST_COUNT));
+    rb_define_const(mEngine, "REASONS", words(REASON_WORDS, R_COUNT));
 
     cIndex = rb_define_class_under(mEngine, "Index", rb_cObject);
     rb_undef_alloc_func(cIndex);

@@ -1,4 +1,5 @@
-// One pass of the engine over an index: the merge, the timeline's state machine and its consumers.
+// One pass of the engine over an index: the merge, the timeline's state machine and its consumers;
+// their types, and what the pass's files (pass.c lists them) call in each other.
 #ifndef GVLSCOPE_ENGINE_PASS_H
 #define GVLSCOPE_ENGINE_PASS_H
 
@@ -79,7 +80,7 @@ typedef struct {
 
 // A closed hold, or (sum_count > 0) a run of them folded into per-holder sums: a run whose span
 // [start, end) has no possible wait's start strictly inside overlaps each such wait either whole
-// or not at all, so the sums give blame the same numbers (see fold_holds in pass.c).
+// or not at all, so the sums give blame the same numbers (see fold_holds in blame.c).
 typedef struct {
     int64_t start, end;
     uint32_t thread;
@@ -221,8 +222,39 @@ void eng_pass_configure_thread(eng_engine *engine, uint32_t serial, uint32_t rac
 void eng_pass_add_window(eng_engine *engine, int64_t start, int64_t end, uint64_t limit);
 void eng_windows_sorted(eng_engine *engine); // each window's found intervals in time order
 
+// Between the pass's files (pass.c lists them), by file.
+// median.c
+void median_push(eng_engine *engine, eng_median *median, int64_t value);
 int64_t eng_median_value(const eng_median *median);
 void eng_median_free(eng_memory *memory, eng_median *median);
+// threads.c
+uint32_t thread_index(eng_engine *engine, uint32_t serial);
+void register_thread(eng_engine *engine, uint32_t at);
+eng_pair *pair(eng_engine *engine, eng_vec *pairs, eng_map *map, uint64_t key, uint32_t a, uint32_t b);
+void set_state(eng_engine *engine, uint32_t at, uint8_t state);
+void add_waiting(eng_engine *engine, uint32_t ractor, int64_t delta);
+// blame.c
+void blame_wait(eng_engine *engine, uint32_t at, int64_t start, int64_t end, bool after_blocking);
+void blame_hold(eng_engine *engine, uint32_t at, const eng_interval *interval);
+void samples_during(eng_engine *engine, uint32_t at, int64_t start, int64_t end);
+// overview.c
+void overview_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval);
+// thread_stats.c
+void commit_release(eng_engine *engine, uint32_t at, eng_thread *thread);
+void streak_close(eng_engine *engine, eng_thread *thread, bool paused);
+void on_final(eng_engine *engine, uint32_t at, const eng_interval *interval);
+// windows.c
+void window_offer(eng_engine *engine, eng_window *window, const eng_found *found);
+bool windows_settled(eng_engine *engine);
+// state_machine.c
+extern const uint8_t INFERRED_BEFORE[]; // by event kind: the state a thread was in before it
+void settle(eng_engine *engine, uint32_t at);
+void close_interval(eng_engine *engine, uint32_t at, int64_t time);
+void process_event(eng_engine *engine, const eng_item *item);
+void process_sample(eng_engine *engine, const eng_item *item);
+// merge.c
+int peek(eng_engine *engine, const eng_item **item);
+void pop(eng_engine *engine);
 
 // spill.c
 int eng_stream_add(eng_engine *engine, eng_stream *stream, const eng_interval *interval);

@@ -1,4 +1,4 @@
-// Counted allocation, growable arrays, an integer map and exact-or-histogram medians.
+// Counted allocation, growable arrays and an integer map (util.h).
 #include <stdlib.h>
 #include <string.h>
 

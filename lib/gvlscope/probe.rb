@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
+require_relative "vocabulary"
 
 module GVLScope
   # Counts the GVL events fired while a block runs: a smoke test that the hook is wired.
@@ -8,7 +9,8 @@ module GVLScope
   #   GVLScope::Probe.count { Thread.new { IO.pipe[0].wait_readable(0.01) }.join }
   #   # => {started: 1, ready: 3, resumed: 4, suspended: 4, exited: 1}
   module Probe
-    KINDS = %i[started ready resumed suspended exited].freeze
+    # What ext/gvlscope/probe.c counts, in its order: the thread events, STARTED to EXITED.
+    KINDS = Vocabulary::EVENT_KINDS[1..Vocabulary::EVENT_KINDS.index(:exited)].freeze
 
     def self.count
       Native.probe_start

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "gvlscope/vocabulary"
+
 # Writes valid .gvl traces (docs/format.md) of any size, fast: the memory test and bench/report.rb
 # need traces of 10M and 100M events, which no recorder writes in reasonable time.
 #
@@ -16,7 +18,7 @@
 # 100M events takes seconds.
 module SyntheticTrace
   PERIOD_ROUNDS = 2048
-  KIND = { started: 1, ready: 2, resumed: 3, suspended: 4, exited: 5, gc_enter: 6, gc_exit: 7, arg: 8, sample: 9 }.freeze
+  KIND = GVLScope::Vocabulary::EVENT_KINDS.each_with_index.to_h.except(nil).freeze
   SITE_STACK = 1
   SAMPLE_STACK = 2
 
