@@ -81,15 +81,15 @@ class ReportMarkdownTest < Minitest::Test
   end
 
   # A hog and the thread in convoy behind it, both with hostile names.
-  def hostile_report
-    events = [[0, HOG, :started], [0, HOG, :ready], [0, HOG, :resumed], [0, VICTIM, :started], [0, VICTIM, :ready]]
+  def hostile_report(hog = HOG, victim = VICTIM)
+    events = [[0, hog, :started], [0, hog, :ready], [0, hog, :resumed], [0, victim, :started], [0, victim, :ready]]
     at = 0
     4.times do
-      events.push([at + 100, HOG, :suspended], [at + 100, HOG, :ready], [at + 100, VICTIM, :resumed],
-                  [at + 101, VICTIM, :suspended], [at + 101, HOG, :resumed], [at + 110, VICTIM, :ready])
+      events.push([at + 100, hog, :suspended], [at + 100, hog, :ready], [at + 100, victim, :resumed],
+                  [at + 101, victim, :suspended], [at + 101, hog, :resumed], [at + 110, victim, :ready])
       at += 101
     end
-    events.push([at + 100, HOG, :suspended], [at + 100, VICTIM, :resumed], [at + 101, VICTIM, :suspended])
+    events.push([at + 100, hog, :suspended], [at + 100, victim, :resumed], [at + 101, victim, :suspended])
     GVLScope::Analysis::Report.new(ScriptedTimeline.timeline(events, end_ms: at + 200))
   end
 
@@ -122,6 +122,20 @@ class ReportMarkdownTest < Minitest::Test
     html = Commonmarker.to_html(markdown, options: { extension: { table: true }, render: { unsafe: true } })
     refute_match(/<script|<img/, html)
     assert_includes html, "&lt;script&gt;alert(1)&lt;/script&gt;"
+  end
+
+  # Names that are not valid UTF-8 (invalid bytes, a terminal escape) are shown, invalid
+  # bytes as U+FFFD and control characters escaped, as in the text report.
+  def test_names_that_are_not_utf8
+    hog = "h\xff\xfe|x".dup.force_encoding(Encoding::UTF_8)
+    victim = "v\e]0;title\a\xff".dup.force_encoding(Encoding::UTF_8)
+    markdown = GVLScope::Formats::ReportMarkdown.new(hostile_report(hog, victim)).to_s
+    assert markdown.valid_encoding?
+    threads = tables(parse(markdown)).first
+    assert_equal ["v\\e]0;title\\a\uFFFD", "h\uFFFD\uFFFD|x"], threads.drop(1).map(&:first)
+    spans = nodes(nodes(parse(markdown), :list).first, :code).map(&:string_content)
+    assert_includes spans, "h\uFFFD\uFFFD|x"
+    assert_includes spans, "v\\e]0;title\\a\uFFFD"
   end
 
   # Text that is not a name is escaped too: a file path full of Markdown is the path.

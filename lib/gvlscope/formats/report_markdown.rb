@@ -141,28 +141,31 @@ module GVLScope
       end
 
       # A finding's sentence: its quoted thread labels ('name') and code labels (`Class#method`)
-      # as code spans, the rest as text. Labels are found by their exact quoted form, longest
-      # first, so that one holding a quote or a backtick cannot unbalance what follows.
+      # as code spans, the rest as text. Labels are found by their exact quoted form, the first in
+      # the sentence (the longest at one place), so that one holding a quote or a backtick cannot
+      # unbalance what follows. Plain string search: a label need not be valid UTF-8.
       def prose(sentence, finding)
+        rest = utf8(sentence)
+        quoted = known_quoted(finding).select { |q| rest.include?(q) }
         pieces = []
-        rest = sentence.to_s
-        pattern = known_pattern(finding)
-        while pattern && (match = pattern.match(rest))
-          pieces << text(match.pre_match)
-          pieces << code(match[0][1..-2]) # 'label' or `label`: the label without its quotes
-          rest = match.post_match
+        loop do
+          found = quoted.filter_map { |q| (at = rest.index(q)) && [at, -q.size, q] }.min
+          break unless found
+
+          at, _, q = found
+          pieces << text(rest[0, at]) << code(q[1..-2]) # 'label' or `label`: the label without its quotes
+          rest = rest[(at + q.size)..]
         end
         pieces << text(rest)
         pieces.join
       end
 
       # 'label' of every thread, `label` of every code frame the report or the finding names.
-      def known_pattern(finding)
-        quoted = @report.all_rows.map { |row| "'#{row.label}'" }
-        quoted.concat(finding.threads.to_a.map { |label| "'#{label}'" })
-        quoted.concat(code_labels(finding).map { |label| "`#{label}`" })
-        quoted = quoted.uniq.sort_by { |q| -q.size }
-        quoted.empty? ? nil : Regexp.union(quoted)
+      def known_quoted(finding)
+        @thread_quotes ||= @report.all_rows.map { |row| utf8("'#{row.label}'") }
+        quoted = @thread_quotes + finding.threads.to_a.map { |label| utf8("'#{label}'") }
+        quoted.concat(code_labels(finding).map { |label| utf8("`#{label}`") })
+        quoted.uniq
       end
 
       def code_labels(finding)
@@ -176,6 +179,13 @@ module GVLScope
           labels.concat(code.release_sites.map { |row| row.frame.label })
         end
         labels.compact.map(&:to_s).reject(&:empty?).uniq
+      end
+
+      # +string+ as UTF-8, invalid bytes as U+FFFD (as Printable shows them).
+      def utf8(string)
+        string = string.to_s
+        string = string.dup.force_encoding(Encoding::UTF_8) unless string.encoding == Encoding::UTF_8
+        string.valid_encoding? ? string : string.scrub
       end
 
       # Text with the characters Markdown or HTML would read escaped: backslash escapes for
