@@ -155,6 +155,14 @@ class ReportMarkdownTest < Minitest::Test
     assert_empty types - %i[document paragraph text escaped], "only text: #{types}"
   end
 
+  # docs/report.md shows the output of the fixture as it is (the start of the pinned file).
+  def test_the_docs_show_todays_output
+    shown = File.read(File.join(ROOT, "docs/report.md"))[/^```markdown\n(.*?)^\.\.\.\n```$/m, 1]
+    refute_nil shown, "docs/report.md has no ```markdown example ending in ..."
+    pinned = File.read(File.join(TRACES, "expected/hog.report.md"))
+    assert pinned.start_with?(shown), "docs/report.md's Markdown example is not today's output"
+  end
+
   def test_cli_format_option
     _, err, status = Dir.chdir(TRACES) { cli("report", "hog.gvl", "--json", "--format", "markdown") }
     assert_equal 2, status
