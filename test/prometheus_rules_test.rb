@@ -11,11 +11,8 @@ class PrometheusRulesTest < Minitest::Test
 
   DIR = File.join(ROOT, "contrib/prometheus")
 
-  def setup
-    skip "promtool is not installed (Debian's prometheus package: script/test installs it)" unless system("command -v promtool >/dev/null 2>&1")
-  end
-
   def promtool(*args)
+    skip "promtool is not installed (Debian's prometheus package: script/test installs it)" unless system("command -v promtool >/dev/null 2>&1")
     out, err, status = run_process(["promtool", *args], chdir: DIR)
     assert status.success?, "promtool #{args.join(' ')}:\n#{out}#{err}"
     out + err
