@@ -50,6 +50,7 @@ class GoldenTest < Minitest::Test
         base = File.basename(input, ".*")
         check("#{base}.report.txt", cli("report", input))
         check("#{base}.report.json", cli("report", input, "--json"))
+        check("#{base}.report.md", cli("report", input, "--format", "markdown"))
         check("#{base}.summary.txt", cli("summary", input))
       end
     end

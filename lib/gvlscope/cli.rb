@@ -21,7 +21,7 @@ module GVLScope
       Commands:
         run [options] -- COMMAND [ARGS...]
                               run a Ruby program traced from boot (no code change); print a summary
-        report FILE [--html OUT [--window FROM..TO]] [--json] [--thread NAME]
+        report FILE [--html OUT [--window FROM..TO]] [--json | --format FORMAT] [--thread NAME]
                               what the GVL did and why: findings, per-thread table, histograms
         export FILE --format #{Formats.for_command("export").map(&:name).join("|")} [-o OUT]
                               convert a trace for Perfetto UI / chrome://tracing / speedscope
@@ -469,13 +469,15 @@ module GVLScope
           "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
     end
 
+    REPORT_FORMATS = Formats.for_command("report").map(&:name).freeze
+
     def report(argv)
       html = nil
-      json = false
+      format = nil
       thread = nil
       window = nil
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO]] [--json] [--thread NAME]\n\n" \
+        opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO]] [--json | --format FORMAT] [--thread NAME]\n\n" \
                       "Findings (convoy, hog, long hold, contention, hand-off thrash, GC), one per cause, ranked by the\n" \
                       "GVL wait each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and\n" \
                       "histograms of hold time, wait time and waiters at acquire.\nFILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
@@ -483,7 +485,17 @@ module GVLScope
         opts.on("--window FROM..TO", "with --html: the timeline's intervals for this range only, every one (up to 1,000,000),",
                 "time since the trace began with a unit (ns, us, ms, s): 12.5s..12.7s, 300..450ms;",
                 "the page of a long trace shows the command for the range in view") { |range| window = range }
-        opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text") { json = true }
+        opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text: --format json") do
+          raise UsageError, "--json is --format json: give one of them" if format && format != "json"
+
+          format = "json"
+        end
+        opts.on("--format FORMAT", REPORT_FORMATS, "print the report in this format (default text):",
+                *Formats.help("report")) do |name|
+          raise UsageError, "--json is --format json: give one of them" if format && format != name
+
+          format = name
+        end
         opts.on("--thread NAME", "only this thread's row and findings") { |name| thread = name }
         opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
       end
@@ -496,15 +508,16 @@ module GVLScope
 
       # The HTML's overview is summed in the same pass as the rest.
       require_relative "analysis/overview"
-      bins = (Analysis::Overview::BINS if html)
+      bins = (Analysis::Overview::BINS if html || format == "html")
       report = report_of(timeline_of(path, bins: bins), thread: thread)
       window &&= window_in(report, window, window_text)
       progress("writing the report")
-      if json
-        print_out { Formats::ReportJSON.new(report).write(@out) }
-      else
+      case format
+      when nil, "text"
         text = Formats::ReportText.new(report).to_s
         print_out { @out.puts text }
+      else
+        print_out { Formats.fetch(format, command: "report").format_class.new(report).write(@out) }
       end
       write_html(report, html, window: window) if html
       0

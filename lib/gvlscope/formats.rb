@@ -41,6 +41,8 @@ module GVLScope
                 extension: ".json", description: "the report as JSON (schema: docs/report.md)"),
       Entry.new(name: "html", class_name: :ReportHTML, file: "report_html", subject: :report, command: "report",
                 extension: ".html", description: "self-contained HTML report with a zoomable timeline"),
+      Entry.new(name: "markdown", class_name: :ReportMarkdown, file: "report_markdown", subject: :report, command: "report",
+                extension: ".md", description: "GitHub-flavoured Markdown for a pull request or an issue (docs/report.md)"),
       Entry.new(name: "summary", class_name: :SummaryText, file: "summary_text", subject: :timeline, command: "summary",
                 extension: ".txt", description: "per-thread GVL times"),
       Entry.new(name: "metrics-text", class_name: :MetricsText, file: "metrics_text", subject: :snapshot, command: nil,
