@@ -1,0 +1,161 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "json"
+require "stringio"
+require "tmpdir"
+require "gvlscope/cli"
+require "gvlscope/analysis/diff_inputs"
+
+# `gvlscope diff A B` on recorded pairs (test/fixtures/diff): the convoy demo's traces before and
+# after its CPU work moved to a process (demo/convoy.rb, CPU_IN=process), and the snapshot and
+# scrape pairs of record.rb there (a Rack app beside a CPU thread, then beside a CPU process).
+class DiffTest < Minitest::Test
+  FIXTURES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/diff")
+  PAIRS = {
+    trace: %w[convoy-before.gvl convoy-after.gvl],
+    snapshot: %w[before.snapshots.json after.snapshots.json],
+    scrape: %w[before.prom after.prom],
+  }.freeze
+  Diff = GVLScope::Analysis::Diff
+
+  def cli(*args)
+    out = StringIO.new
+    err = StringIO.new
+    status = GVLScope::CLI.new(out: out, err: err).run(args)
+    [out.string, err.string, status]
+  end
+
+  def pair(kind) = PAIRS.fetch(kind).map { |name| File.join(FIXTURES, name) }
+
+  def diff_of(kind)
+    out, err, status = cli("diff", *pair(kind))
+    assert_equal 0, status, err
+    assert_empty err
+    out
+  end
+
+  def verdict_line(out) = out.lines.find { |line| line.start_with?("Verdict: ", "No verdict: ") }.chomp
+
+  def test_traces_convoy_fixed
+    out = diff_of(:trace)
+    assert_equal "Verdict: GVL wait per second fell 96 % (A 1888 ms/s → B 71 ms/s; 221 → 177 waits); " \
+                 "GVL held 99.7 % → 8.5 %; findings gone: hog, convoy", verdict_line(out)
+    # Threads by name and creation site: the two echo threads (serials differ) are one row, and
+    # 'cpu' is gone.
+    assert_match(/^  echo x2 \(demo\/convoy\.rb:13\)\s+913 ms → 56 ms fell 94 %/, out)
+    assert_match(/^  cpu \(demo\/convoy\.rb:32\)\s+2\.13 ms → \(gone\)/, out)
+    assert_match(/^  gone:    hog \('cpu', 'main', 'echo'\)/, out)
+    assert_match(/^  gone:    convoy \('main', 'echo', 'cpu'\)/, out)
+    # 92 and 93 waits of 'main': no p99 verdict (MIN_P99 = 100), said so.
+    assert_match(/^  main: p99 wait: 92 and 93 values \(a p99 needs 100 on each side\)$/, out)
+  end
+
+  def test_snapshots_per_route
+    out = diff_of(:snapshot)
+    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 134 ms → B 251 us; 480 → 480 requests); " \
+                 "GVL held 99.3 % → 15.2 %; findings gone: hog, convoy", verdict_line(out)
+    assert_match(%r{^  GET /fast\s+137 ms → 492 us fell 99\.6 %\s+240 → 240$}, out)
+    assert_match(/^  worker 0\s+960 ms → 54 ms fell 94 %/, out)
+    assert_match(/^  main: GVL wait per s: 2 and 4 waits \(a verdict needs 30 on one side\)$/, out)
+  end
+
+  def test_scrapes_per_route_with_p99
+    out = diff_of(:scrape)
+    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 134 ms → B 251 us; 480 → 480 requests); " \
+                 "GVL held 99.2 % → 16.8 %", verdict_line(out)
+    assert_match(%r{^  GET /slow\s+130 ms → 10\.3 us fell >99\.9 %\s+240 → 240\s+≤268 ms → ≤262 us fell 99\.9 %$}, out)
+  end
+
+  def test_json_round_trips
+    PAIRS.each_key do |kind|
+      json, err, status = cli("diff", *pair(kind), "--format", "json")
+      assert_equal 0, status, err
+      hash = JSON.parse(json)
+      assert_equal 1, hash["gvlscope_diff"]
+      assert_equal kind.to_s, hash["kind"]
+      assert hash["verdict_given"], kind
+      back = Diff.from_h(hash)
+      assert_equal hash, JSON.parse(JSON.generate(back.to_h)), kind
+      assert_equal diff_of(kind), GVLScope::Formats::DiffText.new(back).to_s, kind
+    end
+    assert_equal cli("diff", *pair(:trace), "--format", "json")[0], cli("diff", *pair(:trace), "--json")[0]
+  end
+
+  def side(waits:, wall_ns: 1_000_000_000, wait_ns: 10_000_000, threads: [], series: [])
+    Diff::Side.new(kind: "snapshot", path: "x.json", wall_ns: wall_ns, wait_ns: wait_ns, held_ns: wall_ns / 2, waits: waits,
+                   wait_histogram: Array.new(64, 0).tap { |h| h[20] = waits }, threads: threads, series: series, findings: [])
+  end
+
+  def test_not_enough_data_is_no_verdict
+    diff = Diff.new(side(waits: 12), side(waits: 29, wait_ns: 2_000_000))
+    refute diff.verdict?
+    assert_equal "not enough data for a verdict on GVL wait per second: 12 and 29 waits (a verdict needs 30 on one side) " \
+                 "(A 10 ms/s → B 2.00 ms/s); GVL held 50.0 % → 50.0 %", diff.verdict
+    out = GVLScope::Formats::DiffText.new(diff).to_s
+    assert_includes out, "No verdict: not enough data"
+    assert_includes out, "process: p99 wait: 12 and 29 values (a p99 needs 100 on each side)"
+
+    enough = Diff.new(side(waits: 12), side(waits: 30, wait_ns: 9_500_000))
+    assert enough.verdict?
+    assert_match(/\AGVL wait per second about the same \(A 10 ms\/s → B 9\.50 ms\/s/, enough.verdict)
+  end
+
+  def test_requests_need_enough_on_each_side
+    route = ->(count, wait_ns) { Diff::Series.new(kind: "route", label: "GET /", tags: {}, count: count, wait_ns: wait_ns, duration_ns: 0) }
+    diff = Diff.new(side(waits: 100, series: [route.(29, 29_000_000)]), side(waits: 100, series: [route.(500, 100_000_000)]))
+    assert_match(/\Anot enough data for a verdict on GVL wait per request: 29 and 500 counted/, diff.verdict)
+    diff = Diff.new(side(waits: 100, series: [route.(30, 30_000_000)]), side(waits: 100, series: [route.(500, 100_000_000)]))
+    assert_match(/\AGVL wait per request fell 80 % \(A 1 ms → B 200 us; 30 → 500 requests\)/, diff.verdict)
+  end
+
+  def test_threads_match_by_name_not_serial
+    group = ->(name, wait_ns) { Diff::Group.new(name: name, created_at: "app.rb:3", threads: 1, wait_ns: wait_ns, held_ns: 0, waits: 50) }
+    diff = Diff.new(side(waits: 100, threads: [group.("a", 100), group.("b", 200)]),
+                    side(waits: 100, threads: [group.("b", 100), group.("c", 50)]))
+    assert_equal [["a (app.rb:3)", "gone"], ["b (app.rb:3)", "both"], ["c (app.rb:3)", "new"]], diff.threads.map { |t| [t.name, t.status] }
+    assert_equal :fell, diff.threads[1].measure(:wait_per_s).change
+    assert_equal "thread", GVLScope::Analysis::DiffInputs.base_name("thread 7 (app.rb:3)")
+    assert_equal "echo", GVLScope::Analysis::DiffInputs.base_name("echo #4")
+  end
+
+  def assert_one_line_error(args, pattern, status: 1)
+    out, err, code = cli(*args)
+    assert_equal status, code, err
+    assert_empty out
+    assert_equal 1, err.lines.size, err
+    assert_match pattern, err
+    refute_match(/\.rb:\d+:in /, err)
+  end
+
+  def test_bad_input_is_one_line
+    trace, = pair(:trace)
+    snapshot, = pair(:snapshot)
+    scrape, = pair(:scrape)
+    assert_one_line_error(["diff", trace, snapshot], /is a trace and .* a live snapshot file: diff compares two of a kind/)
+    assert_one_line_error(["diff", scrape, trace], /is a \/metrics scrape and .* a trace: diff compares two of a kind/)
+    assert_one_line_error(["diff", trace, "/nonexistent/b.gvl"], %r{\Agvlscope: /nonexistent/b\.gvl: no such file$})
+    assert_one_line_error(["diff", trace, FIXTURES], /is a directory/)
+    assert_one_line_error(["diff", trace], /diff takes two inputs, A and B \(got 1\) \(see gvlscope diff --help\)/, status: 2)
+    assert_one_line_error(["diff", trace, trace, "--format", "html"], /invalid argument: --format html/, status: 2)
+    Dir.mktmpdir do |dir|
+      garbage = File.join(dir, "garbage.gvl")
+      File.binwrite(garbage, "\x01\x02not a trace at all")
+      assert_one_line_error(["diff", trace, garbage], /garbage\.gvl: not a gvlscope trace/)
+      broken = File.join(dir, "broken.json")
+      File.write(broken, File.read(snapshot).sub('"wall_ns":', '"wall_ns":"x","was":'))
+      assert_one_line_error(["diff", snapshot, broken], /broken\.json: not a gvlscope live snapshot: wall_ns is "x"/)
+      empty = File.join(dir, "empty.prom")
+      File.write(empty, "# HELP gvlscope_nothing\ngvlscope_other_total 3\n")
+      assert_one_line_error(["diff", scrape, empty], /empty\.prom: no gvlscope metrics in the answer/)
+    end
+  end
+
+  def test_help
+    out, _, status = cli("diff", "--help")
+    assert_equal 0, status
+    assert_includes out, "Usage: gvlscope diff A B"
+    assert_includes out, "--format"
+    assert_includes cli("--help")[0], "diff A B"
+  end
+end
