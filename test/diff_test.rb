@@ -151,6 +151,19 @@ class DiffTest < Minitest::Test
     end
   end
 
+  # docs/diff.md shows today's output of the three pairs, byte for byte.
+  def test_docs_show_todays_output
+    doc = File.read(File.join(GVLScopeTestHelper::ROOT, "docs/diff.md"))
+    PAIRS.each_key do |kind|
+      paths = PAIRS.fetch(kind).map { |name| "test/fixtures/diff/#{name}" }
+      out, err, = Dir.chdir(GVLScopeTestHelper::ROOT) { cli("diff", *paths) }
+      assert_empty err
+      assert_includes doc, "$ gvlscope diff #{paths.join(' ')}\n#{out}```", "docs/diff.md: the #{kind} pair's output changed"
+    end
+    few = Diff.new(side(waits: 12), side(waits: 29, wait_ns: 2_000_000))
+    assert_includes doc, "No verdict: #{few.verdict}\n"
+  end
+
   def test_help
     out, _, status = cli("diff", "--help")
     assert_equal 0, status
