@@ -47,10 +47,11 @@ module GVLScope
         def key = [kind, label, tags]
         def display = tags.empty? ? label : "#{label} (#{tags.map { |k, v| "#{k}=#{v}" }.join(', ')})"
       end
-      # A finding: its kind, the threads it is about (names, without serials), its title, and the
-      # GVL wait it explains (nil where the input does not say: live findings).
-      FindingRow = Struct.new(:kind, :threads, :title, :explains_wait_ns, keyword_init: true) do
-        def key = [kind, threads.sort]
+      # A finding: its kind, the threads it is about (the hog, the convoy's waiters: names without
+      # serials) and all it involves, its title, and the GVL wait it explains (nil where the input
+      # does not say: live findings). Findings match by kind and +about+.
+      FindingRow = Struct.new(:kind, :about, :threads, :title, :explains_wait_ns, keyword_init: true) do
+        def key = [kind, about.sort]
       end
 
       # One measure of one thing: A's and B's values (nil: the input has none), the change (+rose+,

@@ -48,7 +48,8 @@ module GVLScope
           held_ns: rows.sum { |row| row.run_ns + row.gc_ns }, waits: rows.sum(&:waits), wait_histogram: Array(histograms),
           threads: groups, series: [],
           findings: report.findings.map do |finding|
-            Diff::FindingRow.new(kind: finding.kind.to_s, threads: finding.threads.map { |label| base_name(label) }.uniq,
+            Diff::FindingRow.new(kind: finding.kind.to_s, about: finding.about.map { |label| base_name(label) }.uniq,
+                                 threads: finding.threads.map { |label| base_name(label) }.uniq,
                                  title: finding.title, explains_wait_ns: finding.explains_wait_ns)
           end
         )
@@ -91,8 +92,12 @@ module GVLScope
           kind: kind, path: path, wall_ns: wall, wait_ns: snapshot.wait_ns, held_ns: snapshot.held_ns,
           waits: snapshot.wait_histogram.sum, wait_histogram: snapshot.wait_histogram.dup, threads: groups, series: series,
           findings: snapshot.findings.map do |finding|
-            Diff::FindingRow.new(kind: finding["kind"].to_s, threads: Array(finding["threads"]).map { |label| base_name(label.to_s) }.uniq,
-                                 title: finding["title"].to_s, explains_wait_ns: nil)
+            threads = Array(finding["threads"]).map { |label| base_name(label.to_s) }.uniq
+            # A live finding's first thread is its subject (the hog, the convoy's waiter), but
+            # contention's: every waiting thread.
+            about = finding["kind"].to_s == "contention" ? threads : threads.first(1)
+            Diff::FindingRow.new(kind: finding["kind"].to_s, about: about, threads: threads, title: finding["title"].to_s,
+                                 explains_wait_ns: nil)
           end
         )
       end

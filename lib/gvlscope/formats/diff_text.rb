@@ -68,7 +68,7 @@ module GVLScope
         case name
         when :wait_per_s then Analysis::Diff.ms_per_s(value)
         when :held then format("%.1f%%", 100 * value)
-        when :p99_wait then "≤#{Units.ms_or_us(value)}"
+        when :p99_wait then value < 1000 ? "≤#{value} ns" : "≤#{Units.ms_or_us(value)}"
         when :wait_per_request then Units.ms_or_us(value.round)
         else Analysis::Diff.count(value)
         end
@@ -89,7 +89,7 @@ module GVLScope
 
       def finding_line(finding)
         wait = finding.explains_wait_ns ? " [#{Units.ms_rounded(finding.explains_wait_ns)}]" : ""
-        "#{finding.kind} (#{finding.threads.map { |t| "'#{t}'" }.join(', ')})#{wait}"
+        "#{finding.kind} #{finding.about.map { |t| "'#{t}'" }.join(', ')}#{wait}"
       end
 
       # "* n/a: ..." for each measure that had too little data, once per reason.
