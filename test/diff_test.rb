@@ -109,6 +109,19 @@ class DiffTest < Minitest::Test
     assert_match(/\AGVL wait per request fell 80 % \(A 1 ms → B 200 us; 30 → 500 requests\)/, diff.verdict)
   end
 
+  def test_jobs_when_there_are_no_routes
+    job = ->(queue, count, wait_ns) { Diff::Series.new(kind: "job", label: "HardJob", tags: { "queue" => queue }, count: count, wait_ns: wait_ns, duration_ns: 0) }
+    diff = Diff.new(side(waits: 100, series: [job.("default", 40, 400_000_000), job.("low", 5, 0)]),
+                    side(waits: 100, series: [job.("default", 50, 150_000_000), job.("high", 1, 0)]))
+    assert_match(/\AGVL wait per job run fell 67 % \(A 8\.89 ms → B 2\.94 ms; 45 → 51 job runs\)/, diff.verdict)
+    assert_equal [["HardJob (queue=default)", "both"], ["HardJob (queue=low)", "gone"], ["HardJob (queue=high)", "new"]],
+                 diff.jobs.map { |item| [item.name, item.status] }
+    assert_empty diff.routes
+    text = GVLScope::Formats::DiffText.new(diff).to_s
+    assert_match(/^jobs\n  job\s+wait per request, A → B/, text)
+    assert_match(/^  HardJob \(queue=low\)\s+0 us → \(gone\)/, text)
+  end
+
   def test_threads_match_by_name_not_serial
     group = ->(name, wait_ns) { Diff::Group.new(name: name, created_at: "app.rb:3", threads: 1, wait_ns: wait_ns, held_ns: 0, waits: 50) }
     diff = Diff.new(side(waits: 100, threads: [group.("a", 100), group.("b", 200)]),
