@@ -109,6 +109,21 @@ class DiffTest < Minitest::Test
     assert_match(/\AGVL wait per request fell 80 % \(A 1 ms → B 200 us; 30 → 500 requests\)/, diff.verdict)
   end
 
+  # Findings in both inputs are compared per second of each: the convoy demo traced twice, for
+  # 7.4 s and 2.4 s, has the same hog and convoy.
+  def test_findings_kept_and_changed
+    out, err, status = cli("diff", File.join(FIXTURES, "convoy-before.gvl"), File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces/convoy.gvl"))
+    assert_equal 0, status, err
+    assert_match(/^  kept:    hog 'cpu' \[4533 ms\]$/, out)
+    assert_match(/^  echo x2 \(demo\/convoy\.rb:13 → \?\)\s+913 ms → 915 ms same/, out) # that trace has no sites
+    finding = ->(ns) { Diff::FindingRow.new(kind: "hog", about: ["cpu"], threads: ["cpu"], title: "", explains_wait_ns: ns) }
+    a = side(waits: 100).tap { |s| s.findings = [finding.(500_000_000)] }
+    b = side(waits: 100, wall_ns: 2_000_000_000).tap { |s| s.findings = [finding.(500_000_000)] }
+    diff = Diff.new(a, b)
+    assert_equal 1, diff.findings["changed"].size
+    assert_includes GVLScope::Formats::DiffText.new(diff).to_s, "  changed: hog 'cpu' [500 ms] (explains 500 ms/s → 250 ms/s of GVL wait)"
+  end
+
   def test_jobs_when_there_are_no_routes
     job = ->(queue, count, wait_ns) { Diff::Series.new(kind: "job", label: "HardJob", tags: { "queue" => queue }, count: count, wait_ns: wait_ns, duration_ns: 0) }
     diff = Diff.new(side(waits: 100, series: [job.("default", 40, 400_000_000), job.("low", 5, 0)]),
@@ -128,6 +143,12 @@ class DiffTest < Minitest::Test
                     side(waits: 100, threads: [group.("b", 100), group.("c", 50)]))
     assert_equal [["a (app.rb:3)", "gone"], ["b (app.rb:3)", "both"], ["c (app.rb:3)", "new"]], diff.threads.map { |t| [t.name, t.status] }
     assert_equal :fell, diff.threads[1].measure(:wait_per_s).change
+    # A site that moved (or that one input lacks) still matches by name when the name is left once on each side.
+    moved = ->(name, site) { Diff::Group.new(name: name, created_at: site, threads: 1, wait_ns: 100, held_ns: 0, waits: 50) }
+    diff = Diff.new(side(waits: 100, threads: [moved.("a", "app.rb:3"), moved.("pool", "app.rb:9"), moved.("pool", "app.rb:10")]),
+                    side(waits: 100, threads: [moved.("a", "app.rb:5"), moved.("pool", nil)]))
+    assert_equal [["a (app.rb:3 → app.rb:5)", "both"], ["pool (app.rb:9)", "gone"], ["pool (app.rb:10)", "gone"], ["pool", "new"]],
+                 diff.threads.map { |t| [t.name, t.status] }
     assert_equal "thread", GVLScope::Analysis::DiffInputs.base_name("thread 7 (app.rb:3)")
     assert_equal "echo", GVLScope::Analysis::DiffInputs.base_name("echo #4")
   end

@@ -86,9 +86,12 @@ module GVLScope
       end
 
       # Threads matched by name and creation site, A's order then B's new ones.
+      # A thread of one side whose name and site match none of the other's is still matched by
+      # name alone when that name is left once on each side: the site moved (an edit above the
+      # Thread.new) or one input has no sites (an older trace).
       def threads
-        @threads ||= matched(a.threads, b.threads).map do |_, (x, y)|
-          name = (x || y).display
+        @threads ||= by_name_when_unique(matched(a.threads, b.threads)).map do |x, y|
+          name = x && y && x.created_at != y.created_at ? moved(x, y) : (x || y).display
           Item.new(kind: "thread", name: name, status: status(x, y), measures: [
                      rate(:wait_per_s, x&.wait_ns, a.wall_ns, x&.waits, y&.wait_ns, b.wall_ns, y&.waits),
                      held(x&.held_ns, a.wall_ns, y&.held_ns, b.wall_ns),
@@ -120,7 +123,8 @@ module GVLScope
             if x.nil? then result["new"] << y
             elsif y.nil? then result["gone"] << x
             else
-              change = compare(x.explains_wait_ns, y.explains_wait_ns)
+              # The wait each explains per second of its input: A and B rarely last as long.
+              change = compare(x.explains_wait_ns && x.explains_wait_ns.fdiv(a.wall_ns), y.explains_wait_ns && y.explains_wait_ns.fdiv(b.wall_ns))
               result[%i[rose fell].include?(change) ? "changed" : "same"] << [x, y]
             end
           end
@@ -213,6 +217,25 @@ module GVLScope
           "measures" => item.measures.to_h do |m|
             [m.name.to_s, { "a" => m.a, "b" => m.b, "change" => m.change&.to_s, "ratio" => m.ratio, "why" => m.why }.compact]
           end }
+      end
+
+      # The pairs of +pairs+ (matched), with a lone A row and a lone B row of one name made one.
+      def by_name_when_unique(pairs)
+        lone = ->(side) { pairs.values.map { |pair| pair[side] }.select.with_index { |row, i| row && pairs.values[i][1 - side].nil? } }
+        left = lone.(0).group_by(&:name)
+        right = lone.(1).group_by(&:name)
+        joined = left.select { |name, rows| rows.size == 1 && right[name]&.size == 1 }.to_h { |name, (row)| [row, right[name].first] }
+        taken = joined.values
+        pairs.values.filter_map do |x, y|
+          next if x.nil? && taken.include?(y)
+
+          x && y.nil? && joined[x] ? [x, joined[x]] : [x, y]
+        end
+      end
+
+      def moved(x, y)
+        count = x.threads == y.threads ? " x#{x.threads}" : " x#{x.threads} → #{y.threads}" if [x.threads, y.threads].max > 1
+        "#{x.name}#{count} (#{x.created_at || '?'} → #{y.created_at || '?'})"
       end
 
       def status(x, y) = if x.nil? then "new" elsif y.nil? then "gone" else "both" end

@@ -80,7 +80,8 @@ module GVLScope
         found["gone"].each { |f| lines << "  gone:    #{finding_line(f)}" }
         found["new"].each { |f| lines << "  new:     #{finding_line(f)}" }
         found["changed"].each do |x, y|
-          lines << "  changed: #{finding_line(y)} (explained #{Units.ms_rounded(x.explains_wait_ns)} → #{Units.ms_rounded(y.explains_wait_ns)})"
+          per_s = ->(f, side) { "#{Analysis::Diff.ms_per_s(f.explains_wait_ns * 1e9 / side.wall_ns)}/s" }
+          lines << "  changed: #{finding_line(y)} (explains #{per_s.(x, diff.a)} → #{per_s.(y, diff.b)} of GVL wait)"
         end
         found["same"].each { |_, y| lines << "  kept:    #{finding_line(y)}" }
         lines << "  none in either" if lines.empty?
