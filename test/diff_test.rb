@@ -11,6 +11,7 @@ require "gvlscope/analysis/diff_inputs"
 # after its CPU work moved to a process (demo/convoy.rb, CPU_IN=process), and the snapshot and
 # scrape pairs of record.rb there (a Rack app beside a CPU thread, then beside a CPU process).
 class DiffTest < Minitest::Test
+  include GVLScopeTestHelper
   FIXTURES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/diff")
   PAIRS = {
     trace: %w[convoy-before.gvl convoy-after.gvl],
@@ -85,6 +86,25 @@ class DiffTest < Minitest::Test
   def side(waits:, wall_ns: 1_000_000_000, wait_ns: 10_000_000, threads: [], series: [])
     Diff::Side.new(kind: "snapshot", path: "x.json", wall_ns: wall_ns, wait_ns: wait_ns, held_ns: wall_ns / 2, waits: waits,
                    wait_histogram: Array.new(64, 0).tap { |h| h[20] = waits }, threads: threads, series: series, findings: [])
+  end
+
+  # docs/diff.md's commands, end to end: the convoy demo traced as it is and with CPU_IN=process,
+  # then diffed (5 round trips: about 1.5 s beside the CPU thread).
+  def test_convoy_demo_fixed_end_to_end
+    Dir.mktmpdir("gvlscope-diff") do |dir|
+      demo = File.join(GVLScopeTestHelper::ROOT, "demo/convoy.rb")
+      { "before" => {}, "after" => { "CPU_IN" => "process" } }.each do |name, env|
+        command = [RbConfig.ruby, File.join(GVLScopeTestHelper::ROOT, "exe/gvlscope"), "run", "--no-report",
+                   "-o", File.join(dir, "#{name}.gvl"), "--", RbConfig.ruby, demo]
+        _, err, status = run_process(command, env: { "ROUND_TRIPS" => "5", **env }, chdir: dir, timeout: 60)
+        assert status.success?, err
+      end
+      assert_equal 1, Dir[File.join(dir, "after-*.gvl")].size, "the forked CPU process writes its own trace"
+      out, err, status = cli("diff", File.join(dir, "before.gvl"), File.join(dir, "after.gvl"))
+      assert_equal 0, status, err
+      assert_match(/\AVerdict: GVL wait per second fell \d+(\.\d)? % .*; findings gone: (hog, convoy|convoy, hog)\b/, verdict_line(out))
+      assert_match(/^  cpu \(.*demo\/convoy\.rb:32\)\s+\S+ ms → \(gone\)/, out)
+    end
   end
 
   def test_not_enough_data_is_no_verdict
