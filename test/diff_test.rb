@@ -52,20 +52,42 @@ class DiffTest < Minitest::Test
     assert_match(/^  main: p99 wait: 92 and 93 values \(a p99 needs 100 on each side\)$/, out)
   end
 
-  def test_snapshots_per_route
+  def test_snapshots_per_route_with_p99
     out = diff_of(:snapshot)
-    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 134 ms → B 251 us; 480 → 480 requests); " \
-                 "GVL held 99.3 % → 15.2 %; findings gone: hog, convoy", verdict_line(out)
-    assert_match(%r{^  GET /fast\s+137 ms → 492 us fell 99\.6 %\s+240 → 240$}, out)
-    assert_match(/^  worker 0\s+960 ms → 54 ms fell 94 %/, out)
-    assert_match(/^  main: GVL wait per s: 2 and 4 waits \(a verdict needs 30 on one side\)$/, out)
+    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 149 ms → B 257 us; 480 → 480 requests); " \
+                 "GVL held 98.9 % → 13.1 %; findings gone: hog, convoy", verdict_line(out)
+    assert_match(%r{^  GET /fast\s+149 ms → 507 us fell 99\.7 %\s+240 → 240\s+≤537 ms → ≤33\.6 ms fell 94 %$}, out)
+    assert_match(/^  worker 0\s+957 ms → 25 ms fell 97 %/, out)
+    assert_match(/^  main: GVL wait per s: 2 and 3 waits \(a verdict needs 30 on one side\)$/, out)
   end
 
   def test_scrapes_per_route_with_p99
     out = diff_of(:scrape)
-    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 134 ms → B 251 us; 480 → 480 requests); " \
-                 "GVL held 99.2 % → 16.8 %", verdict_line(out)
-    assert_match(%r{^  GET /slow\s+130 ms → 10\.3 us fell >99\.9 %\s+240 → 240\s+≤268 ms → ≤262 us fell 99\.9 %$}, out)
+    assert_equal "Verdict: GVL wait per request fell 99.8 % (A 149 ms → B 257 us; 480 → 480 requests); " \
+                 "GVL held 98.8 % → 14.0 %", verdict_line(out)
+    assert_match(%r{^  GET /slow\s+149 ms → 7\.51 us fell >99\.9 %\s+240 → 240\s+≤537 ms → ≤524 us fell 99\.9 %$}, out)
+  end
+
+  # A snapshot's series keep each request's GVL wait in log2 buckets (the p99 per route), through
+  # JSON and a difference; a file without them (an older gvlscope) still reads, without a p99.
+  def test_snapshot_series_keep_wait_buckets
+    snapshot = lambda do |time_ns, count, buckets|
+      GVLScope::Live::Snapshot.new(source: "socket", pid: 7, time_ns: time_ns, wall_ns: time_ns, held_ns: 0, wait_ns: 0,
+                                   breakdown: [{ kind: "route", label: "GET /", tags: {}, count: count, wait_ns: 0, wait_buckets: buckets }])
+    end
+    earlier = snapshot.(1_000, 10, [0, 0, 4, 6])
+    later = snapshot.(2_000, 25, [0, 0, 9, 16])
+    copy = GVLScope::Live::Snapshot.from_json(later.to_json)
+    assert_equal [0, 0, 9, 16], copy.breakdown.first[:wait_buckets].first(4)
+    assert_equal [0, 0, 9, 16], JSON.parse(later.to_json)["breakdown"].first["wait_buckets"]
+    assert_equal [0, 0, 5, 10], (copy - earlier).breakdown.first[:wait_buckets].first(4)
+    older = JSON.parse(later.to_json).tap { |h| h["breakdown"].first.delete("wait_buckets") }
+    assert_nil GVLScope::Live::Snapshot.from_h(older).breakdown.first[:wait_buckets]
+    refute JSON.parse(GVLScope::Live::Snapshot.from_h(older).to_json)["breakdown"].first.key?("wait_buckets")
+    error = assert_raises(GVLScope::Error) do
+      GVLScope::Live::Snapshot.from_h(JSON.parse(later.to_json).tap { |h| h["breakdown"].first["wait_buckets"] = [1, -2] })
+    end
+    assert_match(/breakdown\[0\]\.wait_buckets\.1 is -2/, error.message)
   end
 
   def test_json_round_trips
