@@ -240,6 +240,36 @@ class DiffTest < Minitest::Test
     assert_includes doc, "No verdict: #{few.verdict}\n"
   end
 
+  # Broken inputs of each kind, mutated at random (a value, a line cut, bytes): every one is a diff
+  # or one line, never a backtrace.
+  def test_mutated_inputs_are_a_diff_or_one_line
+    random = Random.new(31)
+    odd = %w[-1 1e400 NaN x "" {} [] 1e300 0 -0.5 +Inf]
+    Dir.mktmpdir do |dir|
+      PAIRS.each do |kind, (name, other)|
+        text = File.binread(File.join(FIXTURES, name))
+        40.times do |n|
+          mutated = text.dup
+          case n % 3
+          when 0 then mutated[random.rand(mutated.bytesize), 0] = odd.sample(random: random).b
+          when 1 then mutated = mutated.byteslice(0, random.rand(mutated.bytesize))
+          else 3.times { mutated.setbyte(random.rand(mutated.bytesize), random.rand(256)) }
+          end
+          path = File.join(dir, "#{n}-#{name}")
+          File.binwrite(path, mutated)
+          out, err, status = cli("diff", path, File.join(FIXTURES, other))
+          assert_includes [0, 1], status, "#{kind} #{n}: #{err}"
+          if status.zero?
+            assert_match(/^(Verdict|No verdict): /, out)
+          else
+            assert_equal 1, err.lines.size, "#{kind} #{n}: #{err}"
+            refute_match(/internal error|\.rb:\d+:in /, err, "#{kind} #{n}")
+          end
+        end
+      end
+    end
+  end
+
   def test_help
     out, _, status = cli("diff", "--help")
     assert_equal 0, status

@@ -69,12 +69,11 @@ module GVLScope
         text = File.read(path, mode: "rb").force_encoding(Encoding::UTF_8)
         raise Error, "#{path}: not a /metrics scrape (not UTF-8 text)" unless text.valid_encoding?
 
-        snapshot = begin
-          Live::Scrape.parse(text, time_ns: 0)
+        snapshot, breakdown = begin
+          [Live::Scrape.parse(text, time_ns: 0), Live::Scrape.breakdown(text)]
         rescue Error => e
           raise Error, "#{path}: #{e.message}"
         end
-        breakdown = Live::Scrape.breakdown(text)
         from_snapshot(snapshot, path, kind: "scrape", breakdown: breakdown)
       end
 
