@@ -115,7 +115,8 @@ module GVLScope
       def jobs = series.select { |item| item.kind == "job" }
 
       # { "new" => [FindingRow of B], "gone" => [of A], "changed" => [[A's, B's]], "same" => [[A's, B's]] }:
-      # matched by kind and threads; changed when the wait each explains moved more than SAME_WITHIN.
+      # matched by kind and the threads they are about; changed when the wait each explains per second
+      # of its input moved SAME_WITHIN or more.
       def findings
         @findings ||= begin
           result = { "new" => [], "gone" => [], "changed" => [], "same" => [] }
@@ -124,7 +125,8 @@ module GVLScope
             elsif y.nil? then result["gone"] << x
             else
               # The wait each explains per second of its input: A and B rarely last as long.
-              change = compare(x.explains_wait_ns && x.explains_wait_ns.fdiv(a.wall_ns), y.explains_wait_ns && y.explains_wait_ns.fdiv(b.wall_ns))
+              per_s = ->(finding, side) { finding.explains_wait_ns.fdiv(side.wall_ns) if finding.explains_wait_ns && side.wall_ns.positive? }
+              change = compare(per_s.(x, a), per_s.(y, b))
               result[%i[rose fell].include?(change) ? "changed" : "same"] << [x, y]
             end
           end
