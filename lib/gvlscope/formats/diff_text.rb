@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "../units"
+require_relative "../analysis/diff"
 
 module GVLScope
   module Formats
