@@ -10,13 +10,11 @@ module GVLScope
     # threads, routes and jobs (A → B and the change of each measure), then the findings that are
     # new, gone or changed.
     class DiffText < Format
-      CHANGE_WORDS = { rose: "rose", fell: "fell", same: "same", not_enough_data: "not enough data" }.freeze
-
       def write(io)
         diff = @subject
         io << "A: #{side_line(diff.a)}\nB: #{side_line(diff.b)}\n"
         io << "#{diff.verdict? ? 'Verdict' : 'No verdict'}: #{diff.verdict}\n"
-        io << "\nprocess\n" << table([diff.process], "") 
+        io << "\nprocess\n" << table([diff.process], "")
         unless diff.threads.empty?
           io << "\nthreads (matched by name#{' and creation site' if diff.kind == 'trace'})\n" << table(diff.threads, "thread")
         end
