@@ -30,6 +30,8 @@ module GVLScope
                               live view of a running process: GVL held %, waits, threads, findings
         advise FILE | --snapshot FILE | --pid PID | --url URL [--cores N] [--processes N] [--json]
                               how many threads (and processes) to run, with the reasoning
+        diff A B [--format text|json]
+                              what changed between two traces, two snapshot files or two /metrics scrapes
         lab list|run NAME|all the published GVL experiments, measured on this Ruby and judged
 
       FILE is a gvlscope trace (.gvl) or a gvl-tracing JSON trace.
@@ -103,6 +105,7 @@ module GVLScope
       when "export" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) } }
       when "summary" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) } }
       when "advise" then with_progress { advise(argv) }
+      when "diff" then with_progress { diff(argv) }
       else
         raise UsageError, "unknown command '#{command}'"
       end
@@ -123,7 +126,7 @@ module GVLScope
 
     private
 
-    COMMANDS = %w[run top lab report export summary advise].freeze
+    COMMANDS = %w[run top lab report export summary advise diff].freeze
 
     # An error's one line, said as gvlscope's once: a message of a part that names itself
     # ("gvlscope top: ...") is not prefixed again.
@@ -565,6 +568,56 @@ module GVLScope
       0
     end
   
+    DIFF_FORMATS = Formats.for_command("diff").map(&:name).freeze
+    DIFF_BANNER = <<~TEXT
+      Usage: gvlscope diff A B [--format #{DIFF_FORMATS.join('|')}]
+
+      What changed in the GVL from A (before) to B (after): GVL wait per second, held %, p99 wait and
+      findings (new, gone, changed) of the process, of each thread (matched by name and creation site,
+      not serial), and per request of each route and job where the inputs have them, with a one-line
+      verdict when the counts allow one ("not enough data" when not: the rules are in docs/diff.md).
+      A and B, two of a kind:
+        two traces       .gvl or gvl-tracing JSON (gvlscope run -o before.gvl -- ...)
+        two snapshots    live snapshot files (gvlscope top --once --json PID > before.json)
+        two scrapes      the Puma plugin's /metrics saved to files (curl -s URL > before.prom)
+
+      Formats:
+      #{Formats.help('diff').join("\n")}
+
+    TEXT
+
+    def diff(argv)
+      format = "text"
+      parser = OptionParser.new do |opts|
+        opts.banner = DIFF_BANNER
+        opts.on("-f", "--format FORMAT", DIFF_FORMATS, "text (the default) or json") { |f| format = f }
+        opts.on("--json", "the same as --format json") { format = "json" }
+        opts.on("-h", "--help", "show this help") { @out.puts opts; return 0 }
+      end
+      paths = parser.parse(argv)
+      raise UsageError, "diff takes two inputs, A and B (got #{paths.size})" unless paths.size == 2
+
+      require_relative "analysis/diff_inputs"
+      kinds = paths.map { |path| Analysis::DiffInputs.kind_of(path) }
+      if kinds.uniq.size > 1
+        raise Error, "#{paths[0]} is #{Analysis::Diff::KINDS.fetch(kinds[0])} and #{paths[1]} " \
+                     "#{Analysis::Diff::KINDS.fetch(kinds[1])}: diff compares two of a kind"
+      end
+
+      sides = paths.zip(kinds).map do |path, kind|
+        case kind
+        when "trace"
+          with_gc_paused(path) { Analysis::DiffInputs.from_report(report_of(timeline_of(path)), path) }
+        when "snapshot" then Analysis::DiffInputs.from_snapshot_file(path)
+        else Analysis::DiffInputs.from_scrape_file(path)
+        end
+      end
+      result = Analysis::Diff.new(*sides)
+      progress("writing the diff")
+      print_out { Formats.fetch(format, command: "diff").format_class.new(result).write(@out) }
+      0
+    end
+
     ADVISE_BANNER = <<~TEXT
       Usage: gvlscope advise FILE | --snapshot FILE | --pid PID | --url URL [options]
 

@@ -11,7 +11,7 @@ module GVLScope
     # file:      formats/<file>.rb, loaded when the format is used
     # subject:   what it is built from: :timeline (Model::Timeline), :report (Analysis::Report),
     #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results),
-    #            :advice (Analysis::Advisor::Advice)
+    #            :advice (Analysis::Advisor::Advice), :diff (Analysis::Diff)
     # command:   the CLI command that offers it (nil: used through the Ruby API only)
     # extension: the output file's default extension
     # stacks:    true when it shows only code locations (a trace without stacks is an error)
@@ -55,6 +55,10 @@ module GVLScope
                 extension: ".txt", description: "the thread-count advice with its reasoning (the default)"),
       Entry.new(name: "advice-json", class_name: :AdviceJSON, file: "advice_json", subject: :advice, command: "advise",
                 extension: ".json", description: "the advice as JSON (schema: docs/advise.md)"),
+      Entry.new(name: "text", class_name: :DiffText, file: "diff_text", subject: :diff, command: "diff",
+                extension: ".txt", description: "the verdict, then A → B per process, thread, route and job, and the findings (the default)"),
+      Entry.new(name: "json", class_name: :DiffJSON, file: "diff_json", subject: :diff, command: "diff",
+                extension: ".json", description: "the diff as JSON (schema: docs/diff.md)"),
       Entry.new(name: "lab-text", class_name: :LabText, file: "lab_text", subject: :lab, command: "lab",
                 extension: ".txt", description: "a lab result, as `gvlscope lab run` prints it"),
       Entry.new(name: "lab-markdown", class_name: :LabMarkdown, file: "lab_markdown", subject: :lab, command: "lab",

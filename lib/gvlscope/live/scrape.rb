@@ -93,6 +93,57 @@ module GVLScope
         build(series, time_ns)
       end
 
+      # The per-route and per-job series of an exposition (formats/prometheus.rb's gvlscope_route_*
+      # and gvlscope_job_*), each summed over the workers: a Hash per route or job (and its other
+      # labels, the tags) with kind ("route" or "job"), label, tags, count, run_ns, wait_ns,
+      # idle_ns, gc_ns, duration_ns, pickup_wait_ns and wait_buckets: GVL wait per request (job
+      # run), one count per bucket b of values up to 2^b ns (Log2's bounds: b 14 also holds the
+      # shorter ones; BREAKDOWN_OVER holds those over the last bound, le="+Inf"). Empty when the
+      # exposition has none (no GVLScope::Rack, GVLScope::Sidekiq).
+      BREAKDOWN_STATES = %w[run wait idle gc].freeze
+      BREAKDOWN_OVER = 34 # the +Inf bucket: after formats/prometheus.rb's last bound, 2^33 ns
+      BREAKDOWN_SKIPPED_LABELS = %w[worker pid state le].freeze
+
+      def self.breakdown(text)
+        series = {}
+        buckets = Hash.new { |hash, key| hash[key] = Hash.new { |h, k| h[k] = {} } }
+        text.each_line do |line|
+          next if line.start_with?("#")
+
+          match = LINE.match(line) or next
+          parts = match[:name].match(/\Agvlscope_(route|job)_(\w+)\z/) or next
+          kind, rest = parts.captures
+          labels = labels_of(match[:labels])
+          label = labels[kind] or next
+          value = Float(match[:value], exception: false) or next
+          tags = labels.reject { |name, _| name == kind || BREAKDOWN_SKIPPED_LABELS.include?(name) }
+          key = [kind, label, tags]
+          entry = series[key] ||= { kind: kind, label: label, tags: tags, count: 0, run_ns: 0, wait_ns: 0, idle_ns: 0,
+                                    gc_ns: 0, duration_ns: 0, pickup_wait_ns: 0 }
+          case rest
+          when "requests_total", "executions_total" then entry[:count] += whole(value, match)
+          when "seconds_total"
+            state = labels["state"]
+            entry[:"#{state}_ns"] += whole(value * 1e9, match) if BREAKDOWN_STATES.include?(state)
+          when "duration_seconds_total" then entry[:duration_ns] += whole(value * 1e9, match)
+          when "pickup_wait_seconds_total" then entry[:pickup_wait_ns] += whole(value * 1e9, match)
+          when "gvl_wait_seconds_bucket"
+            bucket = breakdown_bucket(labels["le"]) or next
+            buckets[key][labels.slice("worker", "pid")][bucket] = whole(value, match)
+          end
+        end
+        series.map { |key, entry| entry.merge(wait_buckets: decumulate(buckets[key].values)) }
+      end
+
+      # The bucket of an le bound of a breakdown histogram: 2^b ns is b; "+Inf" is BREAKDOWN_OVER.
+      def self.breakdown_bucket(le)
+        return BREAKDOWN_OVER if le == "+Inf"
+
+        bound = Float(le.to_s, exception: false) or return nil
+        bucket = bound.positive? ? Math.log2(bound * 1e9) : Float::NAN
+        bucket.finite? && bucket.round.between?(0, BREAKDOWN_OVER - 1) ? bucket.round : nil
+      end
+
       # +value+ rounded; GVLScope::Error naming the line when it is no count (1e300, Inf, NaN, -1).
       def self.whole(value, match)
         return value.round if value.finite? && value >= 0 && value < MAX_VALUE

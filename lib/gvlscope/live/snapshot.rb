@@ -73,7 +73,9 @@ module GVLScope
                   findings trace_path timeslice_ns breakdown].freeze
       # Per-route and per-job numbers (GVLScope::Breakdown, what GVLScope::Rack and GVLScope::Sidekiq
       # count), one Hash per series: kind ("route" or "job"), label, tags, and these cumulative sums
-      # (io_overlap_wait_ns is nil where the source did not have it: older gvlscope, a file).
+      # (io_overlap_wait_ns is nil where the source did not have it: older gvlscope, a file), and
+      # wait_buckets: Log2 counts of each request's (job run's) GVL wait, nil where the source did not
+      # have them (a scrape, an older file).
       BREAKDOWN_NUMBERS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns].freeze
 
       attr_reader(*COUNTERS, *HISTOGRAMS, *FIELDS)
@@ -157,7 +159,10 @@ module GVLScope
         before_series = earlier.breakdown.to_h { |entry| [entry.values_at(:kind, :label, :tags), entry] }
         breakdown = self.breakdown.map do |entry|
           old = before_series[entry.values_at(:kind, :label, :tags)]
-          old ? entry.merge(BREAKDOWN_NUMBERS.to_h { |key| [key, entry[key] && old[key] && entry[key] - old[key]] }) : entry
+          next entry unless old
+
+          buckets = entry[:wait_buckets] && old[:wait_buckets] && entry[:wait_buckets].zip(old[:wait_buckets]).map { |now, was| [now - was, 0].max }
+          entry.merge(BREAKDOWN_NUMBERS.to_h { |key| [key, entry[key] && old[key] && entry[key] - old[key]] }, wait_buckets: buckets)
         end
         interval = self.class.new(
           source: source, pid: pid, time_ns: time_ns, interval_ns: time_ns - earlier.time_ns, processes: processes,
@@ -183,7 +188,7 @@ module GVLScope
           **HISTOGRAMS.to_h { |name| [name.to_s, trimmed(public_send(name))] },
           "threads" => threads.map(&:to_h), "exited_threads" => exited_threads&.to_h,
           "workers" => workers.map(&:to_h), "findings" => findings, "trace_path" => trace_path, "timeslice_ns" => timeslice_ns,
-          "breakdown" => breakdown.map { |entry| entry.transform_keys(&:to_s) }
+          "breakdown" => breakdown.map { |entry| breakdown_hash(entry) }
         }
       end
 
@@ -261,10 +266,11 @@ module GVLScope
           end
         end
 
-        def histogram(hash, key)
+        def histogram(hash, key, within: nil)
           counts = rows(hash, key)
-          refuse(key, counts, "at most #{Log2::BUCKETS} counts") if counts.size > Log2::BUCKETS
-          counts.each_index.map { |index| number(counts, index, within: key) }
+          name = [within, key].compact.join(".")
+          refuse(name, counts, "at most #{Log2::BUCKETS} counts") if counts.size > Log2::BUCKETS
+          counts.each_index.map { |index| number(counts, index, within: name) }
         end
 
         def object(value, field) = value.is_a?(Hash) ? value : refuse(field, value, "an object")
@@ -295,7 +301,8 @@ module GVLScope
           tags = entry["tags"].is_a?(Hash) ? entry["tags"] : {}
           texts(tags, "#{field}.tags")
           { "kind" => text(entry, "kind", within: field), "label" => text(entry, "label", within: field), "tags" => tags,
-            **BREAKDOWN_NUMBERS.to_h { |key| [key.to_s, number(entry, key.to_s, min: -MAX_NUMBER + 1, within: field)] } }
+            **BREAKDOWN_NUMBERS.to_h { |key| [key.to_s, number(entry, key.to_s, min: -MAX_NUMBER + 1, within: field)] },
+            "wait_buckets" => typed(entry, "wait_buckets", Array, within: field) && histogram(entry, "wait_buckets", within: field) }
         end
       end
 
@@ -342,7 +349,8 @@ module GVLScope
         tags = values[:tags].is_a?(Hash) ? values[:tags].to_h { |key, value| [key.to_s, value] } : {}
         numbers = BREAKDOWN_NUMBERS.to_h { |key| [key, values[key] && Integer(values[key])] }
         BREAKDOWN_NUMBERS.each { |key| numbers[key] ||= 0 unless key == :io_overlap_wait_ns }
-        { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers }.freeze
+        buckets = values[:wait_buckets] && Array.new(Log2::BUCKETS) { |i| Integer(values[:wait_buckets].fetch(i, 0)) }.freeze
+        { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers, wait_buckets: buckets }.freeze
       end
 
       # The indexes of the metrics rows whose code locations an answer looks up (a Set).
@@ -385,6 +393,13 @@ module GVLScope
           **COUNTERS.to_h { |counter| [counter, public_send(counter)] },
           **HISTOGRAMS.to_h { |name| [name, public_send(name)] }
         }
+      end
+
+      # A series as to_h writes it: wait_buckets (when the source had them) without trailing zeros.
+      def breakdown_hash(entry)
+        hash = entry.transform_keys(&:to_s)
+        buckets = hash.delete("wait_buckets")
+        buckets ? hash.merge("wait_buckets" => trimmed(buckets)) : hash
       end
 
       def padded(counts) = Array.new(Log2::BUCKETS) { |i| counts.fetch(i, 0).to_i }.freeze

@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+require_relative "../errors"
+require_relative "../units"
+require_relative "diff"
+
+module GVLScope
+  module Analysis
+    # The inputs of `gvlscope diff` made into Diff::Side: a trace's Analysis::Report, a live
+    # snapshot file (what `gvlscope top --once --json` prints: one snapshot, or two to take the
+    # interval between), a /metrics scrape saved to a file (the Puma plugin's Prometheus text).
+    module DiffInputs
+      module_function
+
+      HEAD_BYTES = 4096
+      SNAPSHOT_HEAD = /\A\s*\[?\s*\{\s*"version"\s*:\s*\d+\s*,\s*"source"\s*:/
+      SCRAPE_HEAD = /^(?:# (?:HELP|TYPE) )?gvlscope_\w+/
+
+      # "trace", "snapshot" or "scrape", from the file's first bytes; GVLScope::Error for a file
+      # that is missing, a directory or unreadable.
+      def kind_of(path)
+        raise Error, "#{path}: no such file" unless File.exist?(path)
+        raise Error, "#{path}: is a directory, not a trace, snapshot or scrape" if File.directory?(path)
+
+        head = File.open(path, "rb") { |io| io.read(HEAD_BYTES) }.to_s
+        text = head.dup.force_encoding(Encoding::UTF_8).scrub
+        return "snapshot" if text.match?(SNAPSHOT_HEAD)
+        return "scrape" if !text.lstrip.start_with?("[", "{") && text.match?(SCRAPE_HEAD) && !head.start_with?("GVLSCOPE")
+
+        "trace"
+      rescue SystemCallError => e
+        raise Error, "#{path}: cannot read it: #{e.message.sub(/ @ .*\z/m, '')}"
+      end
+
+      # A Diff::Side of a trace's Report (read through Model::Scan by the CLI).
+      def from_report(report, path)
+        scan = report.timeline
+        rows = report.all_rows
+        histograms = report.histograms[:wait_ns]
+        groups = rows.group_by { |row| [base_name(row.label), row.created_at] }.map do |(name, created_at), same|
+          thread_histogram = scan.respond_to?(:histograms) ? scan.histograms(same.map(&:serial))[1] : nil
+          Diff::Group.new(name: name, created_at: created_at, threads: same.size, wait_ns: same.sum(&:wait_ns),
+                          held_ns: same.sum { |row| row.run_ns + row.gc_ns }, waits: same.sum(&:waits),
+                          wait_histogram: thread_histogram && Array(thread_histogram))
+        end
+        Diff::Side.new(
+          kind: "trace", path: path, wall_ns: report.duration_ns, wait_ns: rows.sum(&:wait_ns),
+          held_ns: rows.sum { |row| row.run_ns + row.gc_ns }, waits: rows.sum(&:waits), wait_histogram: Array(histograms),
+          threads: groups, series: [],
+          findings: report.findings.map do |finding|
+            Diff::FindingRow.new(kind: finding.kind.to_s, about: finding.about.map { |label| base_name(label) }.uniq,
+                                 threads: finding.threads.map { |label| base_name(label) }.uniq,
+                                 title: finding.title, explains_wait_ns: finding.explains_wait_ns)
+          end
+        )
+      end
+
+      # A Diff::Side of a snapshot file: its one snapshot, or the interval between its first and last.
+      def from_snapshot_file(path)
+        require_relative "advisor_inputs"
+        later, earlier = AdvisorInputs.read_snapshot_file(path)
+        snapshot = earlier ? later - earlier : later
+        from_snapshot(snapshot, path, kind: "snapshot")
+      end
+
+      # A Diff::Side of a saved /metrics page (cumulative since each worker started measuring).
+      def from_scrape_file(path)
+        require_relative "../live/scrape"
+        text = File.read(path, mode: "rb").force_encoding(Encoding::UTF_8)
+        raise Error, "#{path}: not a /metrics scrape (not UTF-8 text)" unless text.valid_encoding?
+
+        snapshot, breakdown = begin
+          [Live::Scrape.parse(text, time_ns: 0), Live::Scrape.breakdown(text)]
+        rescue Error => e
+          raise Error, "#{path}: #{e.message}"
+        end
+        from_snapshot(snapshot, path, kind: "scrape", breakdown: breakdown)
+      end
+
+      def from_snapshot(snapshot, path, kind:, breakdown: nil)
+        wall = kind == "scrape" ? snapshot.wall_ns : snapshot.interval_ns
+        groups = snapshot.threads.group_by { |row| base_name(row.label || "thread") }.map do |name, same|
+          Diff::Group.new(name: name, created_at: nil, threads: same.size, wait_ns: same.sum(&:wait_ns),
+                          held_ns: same.sum(&:held_ns), waits: same.sum(&:waits), wait_histogram: nil)
+        end
+        series = (breakdown || snapshot.breakdown).map do |entry|
+          Diff::Series.new(kind: entry[:kind], label: entry[:label], tags: entry[:tags].to_h, count: entry[:count],
+                           wait_ns: entry[:wait_ns], duration_ns: entry[:duration_ns], wait_histogram: entry[:wait_buckets])
+        end
+        Diff::Side.new(
+          kind: kind, path: path, wall_ns: wall, wait_ns: snapshot.wait_ns, held_ns: snapshot.held_ns,
+          waits: snapshot.wait_histogram.sum, wait_histogram: snapshot.wait_histogram.dup, threads: groups, series: series,
+          findings: snapshot.findings.map do |finding|
+            threads = Array(finding["threads"]).map { |label| base_name(label.to_s) }.uniq
+            # A live finding's first thread is its subject (the hog, the convoy's waiter), but
+            # contention's: every waiting thread.
+            about = finding["kind"].to_s == "contention" ? threads : threads.first(1)
+            Diff::FindingRow.new(kind: finding["kind"].to_s, about: about, threads: threads, title: finding["title"].to_s,
+                                 explains_wait_ns: nil)
+          end
+        )
+      end
+
+      # A thread's label without what tells namesakes apart: "echo #4" is "echo", "thread 7
+      # (app.rb:3)" is "thread" (its creation site is kept beside it).
+      def base_name(label)
+        label.sub(/ #\d+\z/, "").sub(/\Athread \d+(?: \(.*\))?\z/, "thread")
+      end
+    end
+  end
+end
