@@ -23,7 +23,7 @@ class StressTest < Minitest::Test
       GVLScope::Metrics.enable
       stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1.5
       # Thread.pass, not IO or sleep: those hang non-main Ractors' threads in CRuby now and then.
-      # Long-lived threads in the Ractors (the shape of test/metrics_ractor_test.rb: thread churn
+      # Long-lived threads in the Ractors (the shape of test/recorder/metrics_ractor_test.rb: thread churn
       # inside non-main Ractors hung CRuby now and then here), churn in the main Ractor.
       ractors = 3.times.map do
         Ractor.new(stop_at) do |deadline|

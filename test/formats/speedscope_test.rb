@@ -4,14 +4,14 @@ require "test_helper"
 require "json"
 require "tmpdir"
 require "gvlscope/formats/speedscope"
-require_relative "support/speedscope"
+require_relative "../support/speedscope"
 
 # The speedscope export opened in speedscope itself (its npm package, pinned, in headless
 # Chromium: test/support/speedscope.rb): it loads without an error or warning; first the holders'
 # sampled profile, whose heaviest frame is the hog's method; then one profile per thread, each one
 # flat row of back-to-back states, as long as the timeline says. A screenshot of the IO thread's
 # Time Order view is left in tmp/speedscope-test.png.
-# Run alone: bundle exec ruby -Ilib -Itest test/speedscope_test.rb
+# Run alone: bundle exec ruby -Ilib -Itest test/formats/speedscope_test.rb
 class SpeedscopeTest < Minitest::Test
   include GVLScopeTestHelper
   include SpeedscopeViewer

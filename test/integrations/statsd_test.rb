@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
-require_relative "support/statsd_server"
+require_relative "../test_helper"
+require_relative "../support/statsd_server"
 require "socket"
 require "logger"
 require "stringio"

@@ -302,7 +302,7 @@ class FuzzTest < Minitest::Test
     report = GVLScope::Analysis::Report.new(timeline)
     made = {}
     GVLScope::Formats.for_command("export").each do |entry|
-      made[entry.name] = entry.format_class.new(timeline).to_s.b unless entry.stacks && !timeline.stacks? # refused: test/folded_test.rb
+      made[entry.name] = entry.format_class.new(timeline).to_s.b unless entry.stacks && !timeline.stacks? # refused: test/formats/folded_test.rb
     end
     made[:summary] = GVLScope::Formats::SummaryText.new(timeline).to_s
     GVLScope::Formats.for_command("report").each do |entry|

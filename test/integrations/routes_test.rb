@@ -9,7 +9,7 @@ require "gvlscope/rack"
 
 # GVLScope::Rack's per-route numbers in-process: the labels (Sinatra's own patterns, Rails' path
 # parameters, the id-free path template), the cap, the route function, sampling, and sums that
-# add up to the requests' durations. Rails under Puma: test/rails_test.rb.
+# add up to the requests' durations. Rails under Puma: test/integrations/rails_test.rb.
 class RoutesTest < Minitest::Test
   class Users < Sinatra::Base
     set :host_authorization, { permitted_hosts: [] }
@@ -97,7 +97,7 @@ class RoutesTest < Minitest::Test
     assert_equal({ "GET /users/:id" => 2, "GET /users/:id/posts/:post" => 1 }, routes.transform_values(&:count))
   end
 
-  # Rails' router leaves the route in env; a controller instance names its class (test/rails_test.rb
+  # Rails' router leaves the route in env; a controller instance names its class (test/integrations/rails_test.rb
   # checks both under Puma). Here the env keys alone, as Rails sets them.
   def test_rails_routes_are_controller_and_action
     controller = Struct.new(:action_name)

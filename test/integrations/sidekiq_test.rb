@@ -5,7 +5,7 @@ require "json"
 require "net/http"
 require "securerandom"
 require "tmpdir"
-require_relative "support/redis_server"
+require_relative "../support/redis_server"
 
 # Real Sidekiq (the CLI, in a child process) processing real jobs from a real Redis
 # (redis-server on a free loopback port), with GVLScope::Sidekiq added as docs/sidekiq.md shows

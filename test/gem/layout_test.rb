@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "tmpdir"
 
 # The tree is the data path (docs/architecture.md): each file under lib/ requires what it uses,
@@ -69,5 +69,18 @@ class LayoutTest < Minitest::Test
     %w[model analysis analysis/rules formats integrations lab live].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end
+  end
+
+  # test/ mirrors the stages (one folder per stage, as in lib/ and ext/), so a new test has one
+  # obvious home; gem/ holds the checks of the whole gem. No test sits at the top level.
+  TEST_STAGES = %w[recorder live model engine analysis formats integrations cli lab top gem].freeze
+
+  def test_tests_live_in_their_stage_folders
+    root = File.expand_path("../..", __dir__)
+    tests = Dir[File.join(root, "test/**/*_test.rb")].map { |path| path.delete_prefix("#{root}/test/") }
+    assert_operator tests.size, :>, 50
+    misplaced = tests.reject { |path| TEST_STAGES.include?(path.split("/").first) && path.count("/") == 1 }
+    assert_empty misplaced, "tests outside test/<stage>/"
+    TEST_STAGES.each { |stage| refute_empty Dir[File.join(root, "test", stage, "*_test.rb")], stage }
   end
 end

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
-require_relative "support/otlp_receiver"
+require_relative "../test_helper"
+require_relative "../support/otlp_receiver"
 require "opentelemetry-metrics-sdk"
 require "opentelemetry-exporter-otlp-metrics"
 require "logger"

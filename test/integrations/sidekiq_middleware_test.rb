@@ -10,7 +10,7 @@ require "gvlscope/sidekiq"
 # GVLScope::Sidekiq in-process, through Sidekiq's own middleware chain (Sidekiq::Config, the
 # chain's #invoke, as Sidekiq's processor calls it) without Redis: options checked at startup,
 # job exceptions untouched, labels, sampling, the stats thread's start, stop and fork.
-# Real Sidekiq processes with a real Redis: test/sidekiq_test.rb.
+# Real Sidekiq processes with a real Redis: test/integrations/sidekiq_test.rb.
 class SidekiqMiddlewareTest < Minitest::Test
   include GVLScopeTestHelper
 

@@ -10,7 +10,7 @@ class MemorySafetyTest < Minitest::Test
 
   # A snapshot reads a slot while the hook about its thread writes it. A half-written slot (run_ns
   # already grown by the hold that just ended, the state still "run") counts the hold twice, and
-  # the next reading is lower: "run_ns went back" in test/metrics_ractor_test.rb under load.
+  # the next reading is lower: "run_ns went back" in test/recorder/metrics_ractor_test.rb under load.
   def test_snapshots_of_a_slot_being_written_never_go_back
     rounds = Array.new(5) { GVLScope::Native.debug_metrics_race(2_000_000, false) }
     assert_equal [2_000_000] * 5, rounds.map(&:first)
@@ -27,7 +27,7 @@ class MemorySafetyTest < Minitest::Test
   # A release after a long hold while others wait may be a timeslice switch: READY then counts the
   # time since SUSPENDED as wait, not idle. A snapshot between the two (a loaded machine kept the
   # thread off the CPU for 32 ms there) had counted it as idle, and the next one showed idle_ns
-  # lower: "idle_ns went back" in test/metrics_ractor_test.rb. Here every release is such a switch
+  # lower: "idle_ns went back" in test/recorder/metrics_ractor_test.rb. Here every release is such a switch
   # and lasts 20-80 us.
   def test_snapshots_during_a_preemption_never_go_back
     rounds = Array.new(4) { GVLScope::Native.debug_metrics_race(500_000, true) }

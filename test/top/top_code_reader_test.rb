@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "gvlscope/top/code_reader"
 require "gvlscope/live"
 require "gvlscope/formats/top_text"

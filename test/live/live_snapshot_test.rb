@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "gvlscope/live"
 
 # GVLScope::Live::Snapshot: plain data that round-trips through JSON and subtracts into intervals;

@@ -6,7 +6,7 @@ require "tmpdir"
 require "timeout"
 require "gvlscope/live"
 require "gvlscope/integrations/route_label"
-require_relative "support/puma_process"
+require_relative "../support/puma_process"
 
 # Real Puma processes on loopback ports, real HTTP: the middleware's Server-Timing under
 # contention, the plugin's per-worker metrics and /metrics in cluster mode, the flight recorder

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "fileutils"
 require "stringio"
 require "tmpdir"
@@ -14,7 +14,7 @@ class GoldenTest < Minitest::Test
   TRACES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces")
   EXPECTED = File.join(TRACES, "expected")
   INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl thrash.gvl gvl-tracing-1.7.0.json].freeze
-  # Small enough to keep; the others' exports are checked by test/export_test.rb's invariants.
+  # Small enough to keep; the others' exports are checked by test/formats/export_test.rb's invariants.
   EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl gvl-tracing-1.7.0.json].freeze
   # The traces recorded with stacks: their folded stacks too (the others have none to export).
   WITH_STACKS = %w[hog.gvl].freeze

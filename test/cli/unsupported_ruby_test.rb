@@ -13,7 +13,7 @@ class UnsupportedRubyTest < Minitest::Test
     assert_nil GVLScope.check_ruby!("ruby", "3.3.0")
     assert_nil GVLScope.check_ruby!("ruby", "3.10.0") # numbers, not strings
     # A CRuby newer than any gvlscope knows loads: it records without reading CRuby's structs
-    # (test/rubies_test.rb builds and runs that case).
+    # (test/gem/rubies_test.rb builds and runs that case).
     assert_nil GVLScope.check_ruby!("ruby", "5.0.0")
   end
 

@@ -2,7 +2,7 @@
 
 require "test_helper"
 require "gvlscope/analysis/advisor"
-require_relative "../lab/thread_sweep_model"
+require_relative "../../lab/thread_sweep_model"
 
 # The simulated GVL of lab/thread_sweep_model.rb against what can be worked out by hand, and
 # against the advisor's mean value analysis where the two models are the same model.

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "tmpdir"
 
 # Every snippet in README.md and docs/ works as written. A fenced ```ruby block is run according to
@@ -149,7 +149,7 @@ class DocsTest < Minitest::Test
   # one job runs, a second one finds the first in GVLScope::Breakdown (so the middleware ran) and
   # prints it in Sidekiq's log.
   def test_sidekiq_initializers_run_a_job
-    require_relative "support/redis_server"
+    require_relative "../support/redis_server"
     skip "redis-server is not installed (script/test installs it)" unless RedisServer.available?
     snippets("sidekiq").each do |snippet|
       Dir.mktmpdir("gvlscope-doc") do |dir|

@@ -2,12 +2,12 @@
 
 require "test_helper"
 require "tmpdir"
-require_relative "support/speedscope"
+require_relative "../support/speedscope"
 
 # `gvlscope export --format folded`: the wait-weighted holder profile as folded stacks, checked
 # line by line against the trace's samples and opened in a real reader of the format (speedscope,
 # which imports folded stacks by their content, as flamegraph.pl and inferno read them).
-# Run alone: bundle exec ruby -Ilib -Itest test/folded_test.rb
+# Run alone: bundle exec ruby -Ilib -Itest test/formats/folded_test.rb
 class FoldedTest < Minitest::Test
   include GVLScopeTestHelper
   include SpeedscopeViewer

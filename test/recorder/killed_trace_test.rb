@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "test_helper"
+require_relative "../test_helper"
 require "tmpdir"
 
 # A process killed with SIGKILL never stops its trace: whatever the drain thread wrote is all

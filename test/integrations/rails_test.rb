@@ -5,7 +5,7 @@ require "json"
 require "net/http"
 require "tmpdir"
 require "timeout"
-require_relative "support/puma_process"
+require_relative "../support/puma_process"
 
 # GVLScope::Rack inside a real Rails app (test/fixtures/rails/config.ru) under real Puma, over
 # loopback HTTP, set up as docs/web.md tells Rails users to: outermost in the middleware stack,

@@ -4,7 +4,7 @@ require "test_helper"
 require "stringio"
 require "time"
 require "tmpdir"
-require_relative "../bench/wait_truth"
+require_relative "../../bench/wait_truth"
 
 # bench/wait_truth.rb at a tiny size on a real Puma 8 (single mode) and a real Sidekiq 8 with
 # Redis: gvlscope's decomposition of each quick request or job fits inside what the client

@@ -5,15 +5,15 @@ require "cgi"
 require "tmpdir"
 require "gvlscope/analysis"
 require "gvlscope/formats/report_html"
-require_relative "support/headless_chromium"
-require_relative "support/synthetic_report"
+require_relative "../support/headless_chromium"
+require_relative "../support/synthetic_report"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread, the
 # holders' icicle graph (the hog's method in it) and the release sites; a finding's link zooms
 # the timeline and shows its holder's profile. A screenshot is left in tmp/report-html-test.png
 # for people to look at.
-# Run alone: bundle exec ruby -Itest test/report_html_test.rb
+# Run alone: bundle exec ruby -Itest test/formats/report_html_test.rb
 class ReportHTMLTest < Minitest::Test
   include GVLScopeTestHelper
   include HeadlessChromium

@@ -12,7 +12,7 @@ require "tmpdir"
 class ExportTest < Minitest::Test
   include GVLScopeTestHelper
 
-  DESCRIPTOR = File.expand_path("../../shared/perfetto/perfetto_trace.desc", __dir__)
+  DESCRIPTOR = File.expand_path("../../../shared/perfetto/perfetto_trace.desc", __dir__)
 
   def setup
     @dir = Dir.mktmpdir("gvlscope-export")
@@ -43,7 +43,7 @@ class ExportTest < Minitest::Test
     # and then each label has its " #serial")
     tids = events.select { |e| e["name"] == "thread_name" && e.dig("args", "name").start_with?("reader ünïcode") }
     reader_name, reader_tid = tids.map { |e| [e.dig("args", "name"), e["tid"]] }.max_by { |_name, tid| tid }
-    assert_match(/\Areader ünïcode( #\d+)? \(.*test\/export_test\.rb:\d+\)\z/, reader_name, "a named thread and where it was created")
+    assert_match(/\Areader ünïcode( #\d+)? \(.*test\/formats\/export_test\.rb:\d+\)\z/, reader_name, "a named thread and where it was created")
     assert_includes names, "main"
     reader_states = slices.select { |e| e["tid"] == reader_tid }.sort_by { |e| e["ts"] }.map { |e| e["name"] }
     # The read's idle is "io" when its release site was recorded (it is while another thread
@@ -72,7 +72,7 @@ class ExportTest < Minitest::Test
                         end
     assert_equal @timeline.threads.values.sum { |t| t.intervals.size } + running_intervals, begins
     assert_equal begins, ends
-    assert_match(/thread_name: "reader \\303\\274n\\303\\257code( #\d+)? \(.*test\/export_test\.rb:\d+\)"/, text)
+    assert_match(/thread_name: "reader \\303\\274n\\303\\257code( #\d+)? \(.*test\/formats\/export_test\.rb:\d+\)"/, text)
     assert_match(/name: "idle \(io\/sleep\)"/, text)
     assert_includes text, 'name: "threads waiting for the GVL"'
     assert_includes text, "type: TYPE_COUNTER"
