@@ -15,7 +15,7 @@ end
 # CRuby's struct layouts are read (a thread's Ractor id) only for the versions cruby_layout.h lists,
 # each checked against that version's headers (script/check-ruby-headers). A newer Ruby builds and
 # records all the same, with every thread in "Ractor 0". GVLSCOPE_LAYOUT_FOR_API=MAJOR*100+MINOR
-# builds as if for another version (test/rubies_test.rb: a Ruby newer than the table). Tests only.
+# builds as if for another version (test/gem/rubies_test.rb: a Ruby newer than the table). Tests only.
 if (layout_api = ENV["GVLSCOPE_LAYOUT_FOR_API"])
   $defs << "-DGVLS_LAYOUT_FOR_API=#{Integer(layout_api)}"
 end

@@ -627,7 +627,7 @@ static VALUE engine_vocabulary(VALUE module, VALUE names, VALUE reasons) {
 }
 
 // The words of the engine's numbers (numbering.h), by number, nil where a number has none:
-// Engine::EVENT_KINDS, Engine::STATES and Engine::REASONS (test/numbering_test.rb checks the Ruby
+// Engine::EVENT_KINDS, Engine::STATES and Engine::REASONS (test/engine/numbering_test.rb checks the Ruby
 // tables against them).
 #define KIND_WORD(name, number, word) [name] = word,
 #define NAME_WORD(name, word) [name] = word,

@@ -2,8 +2,8 @@
 
 require "timeout"
 
-# Child Puma processes for the tests that drive a real server (test/puma_test.rb,
-# test/rails_test.rb): started in their own process group, stopped with TERM and, if Puma does not
+# Child Puma processes for the tests that drive a real server (test/integrations/puma_test.rb,
+# test/integrations/rails_test.rb): started in their own process group, stopped with TERM and, if Puma does not
 # finish shutting down (docs/web.md, known issues), KILL, so a stuck server cannot hang the suite.
 module PumaProcess
   Server = Struct.new(:pid, :log_path, :port, :metrics_port) do

@@ -8,7 +8,7 @@ require "gvlscope/analysis"
 # Report API answers (rows, findings, overview, detail, events) are made up at the size of a
 # 100M-event trace of thousands of threads, every overview bin busy and every window around a
 # finding fuller of intervals than the HTML report takes. It is what the HTML report's size
-# budget is checked on (test/report_html_test.rb) and timed on (bench/report_html.rb).
+# budget is checked on (test/formats/report_html_test.rb) and timed on (bench/report_html.rb).
 class SyntheticReport < GVLScope::Analysis::Report
   FIXTURE = File.expand_path("../fixtures/traces/mixed.gvl", __dir__)
   # Each busy thread changes state every 8 us: 500,000 intervals in 5 ms, ten times what the page

@@ -8,13 +8,13 @@ module GVLScope
     # kind's hold time, then is off it for the kind's idle time (IO), and takes the next request.
     # Hold and idle times are exponential around each kind's means, as in the one-kind model that
     # mean value analysis solves (Advisor.curve), which this equals for one kind
-    # (test/gvl_simulation_test.rb). Several kinds keep what one mean loses: a thread busy with a
+    # (test/analysis/gvl_simulation_test.rb). Several kinds keep what one mean loses: a thread busy with a
     # CPU-only kind brings no IO to overlap, and long and short holds in one line wait longer than
     # holds of their mean length.
     #
     # +exponential: false+ gives every hold and idle exactly its kind's mean instead (the lab's
     # model compares both: lab/thread_sweep_model.rb). Seeded: the same kinds give the same numbers. The busy share's spread between seeds is about
-    # half a point at the default number of requests (test/gvl_simulation_test.rb measures it).
+    # half a point at the default number of requests (test/analysis/gvl_simulation_test.rb measures it).
     class GVLSimulation
       # One kind of work: share of the requests (0..1), mean GVL hold and mean idle per request (ns).
       Kind = Struct.new(:label, :share, :hold_ns, :idle_ns, keyword_init: true)

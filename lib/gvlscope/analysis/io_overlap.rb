@@ -7,7 +7,7 @@ module GVLScope
     # (a write), counted when a release that blocked (its read) follows without a hold of
     # OVERLAP_HOLD_NS or more in between. ext/gvlscope_engine/pass.c (io_overlap_add) counts the same.
     class IOOverlap
-      # The hook's bounds (Native has them too, test/advise_test.rb checks they agree): a release
+      # The hook's bounds (Native has them too, test/analysis/advise_test.rb checks they agree): a release
       # shorter than QUICK_RELEASE_NS returned at once; a hold of OVERLAP_HOLD_NS or more is other work.
       QUICK_RELEASE_NS = 1_000_000
       OVERLAP_HOLD_NS = 1_000_000

@@ -30,7 +30,7 @@ module GVLScope
         Analysis::StackProfile.new(@subject.samples).stacks.each do |stack, weight|
           lines[stack.reverse_each.map { |frame| frame_text(frame) }.join(";")] += weight
         end
-        # Sorted: the output of a trace is the same bytes every time (test/golden_test.rb).
+        # Sorted: the output of a trace is the same bytes every time (test/engine/golden_test.rb).
         lines.sort.each { |stack, weight| io << stack << " " << weight.to_s << "\n" }
         io
       end

@@ -22,7 +22,7 @@ module GVLScope
     # either. A thread's +intervals+ are not kept: asking for them runs one more pass that
     # collects them all (what a Timeline holds; for small traces and old callers only).
     class Scan
-      # The engine's numbering (ext/gvlscope_engine/numbering.h; test/numbering_test.rb checks these
+      # The engine's numbering (ext/gvlscope_engine/numbering.h; test/engine/numbering_test.rb checks these
       # against Engine::STATES and Engine::REASONS, which the engine makes from the same lists).
       STATES = [nil, :started, :wait, :run, :gc, :idle, :exited, :gone].freeze
       REASONS = [nil, :io, :sleep, :lock, :join, :pass, :blocking, :preempted, :exit, :io_sleep, :unknown].freeze

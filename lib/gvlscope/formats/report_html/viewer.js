@@ -3,7 +3,7 @@
 // the holders' profile as an icicle graph and the release-site table.
 "use strict";
 // Errors are recorded on <body> as well as in the console, so a headless browser's DOM dump
-// shows them (test/report_html_test.rb).
+// shows them (test/formats/report_html_test.rb).
 window.addEventListener("error", (event) => {
   document.body.dataset.errors = (document.body.dataset.errors || "") + event.message + "\n";
 });

@@ -1,0 +1,65 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "tmpdir"
+require "gvlscope/printable"
+
+# A thread name, a path or an argument holding terminal control sequences (window title, screen
+# clear, clipboard) reaches the terminal as visible escapes, never as the sequence itself.
+class TerminalEscapesTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # OSC 0 (title), CSI 2J (clear), OSC 52 (clipboard), and C1 CSI.
+  HOSTILE = "\e]0;pwned\a\e[2J\e]52;c;cHduZWQ=\a\u009b2J"
+  SHOWN = '\e]0;pwned\a\e[2J\e]52;c;cHduZWQ=\a\u009B2J'
+  CONTROL = /[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]/
+
+  def test_control_characters_are_shown_as_escapes
+    assert_equal SHOWN, GVLScope::Printable.text(HOSTILE)
+    assert_equal 'a\nb\tc', GVLScope::Printable.text("a\nb\tc")
+    assert_equal "a\nb\tc\\e", GVLScope::Printable.message("a\nb\tc\e")
+    assert_equal "\u00e9t\u00e9 \u2603 \uFFFD", GVLScope::Printable.text("\u00e9t\u00e9 \u2603 \xff".b)
+  end
+
+  def assert_printable(text, where)
+    refute_match(CONTROL, text.dup.force_encoding(Encoding::UTF_8).scrub, "#{where} holds a control character")
+  end
+
+  def test_a_hostile_thread_name_in_report_and_summary
+    Dir.mktmpdir("gvlscope-escapes") do |dir|
+      trace = File.join(dir, "t.gvl")
+      trace_program(trace, "GVLWorkloads.cpu_beside_reader(#{HOSTILE.inspect}, 4)")
+      %w[report summary].each do |command|
+        out, err, status = gvlscope(command, trace)
+        assert status.success?, err
+        assert_printable(out, "#{command}'s output")
+        assert_printable(err, "#{command}'s errors")
+        assert_includes out, SHOWN[0, 30], "#{command} shows the thread's name, escaped (a long label is cut in its middle)"
+      end
+    end
+  end
+
+  def test_a_hostile_thread_name_and_command_in_top
+    program = "Thread.new { Thread.current.name = #{HOSTILE.inspect}; sleep }; sleep 1.5"
+    out, err, status = gvlscope("top", "--once", "--", RbConfig.ruby, "-e", program)
+    assert status.success?, err
+    assert_printable(out, "top's frame")
+    assert_printable(err, "top's errors")
+    assert_includes out, SHOWN[0, 10], "top shows the thread's name, escaped"
+  end
+
+  def test_error_messages_quoting_input
+    Dir.mktmpdir("gvlscope-escapes") do |dir|
+      path = File.join(dir, "#{HOSTILE}.gvl")
+      File.write(path, "not a trace")
+      [["report", path], ["summary", File.join(dir, "missing#{HOSTILE}.gvl")]].each do |args|
+        out, err, status = gvlscope(*args)
+        assert_equal 1, status.exitstatus, err
+        assert_empty out
+        assert_printable(err, "#{args.first}'s error")
+        assert_includes err, SHOWN
+        assert_equal 1, err.lines.size, err
+      end
+    end
+  end
+end
