@@ -3,6 +3,7 @@
 // per request: one object, no arrays, no thread-variable lookups, the Server-Timing value
 // formatted by hand (the Ruby version cost a server ~3 us per request).
 #include "gvlscope.h"
+#include "request_timing.h"
 #include "clock.h"
 #include "metrics.h"
 #include <string.h>
@@ -188,7 +189,7 @@ static VALUE timing_pickup_exact_p(VALUE self) {
     return timing->arrival_ns && !timing->pickup_exact ? Qfalse : Qtrue;
 }
 
-// deltas and the rest in gvlscope.h's order (GVLS_REQUEST_VALUES).
+// deltas and the rest in request_timing.h's order (GVLS_REQUEST_VALUES).
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
                        uint64_t out[GVLS_REQUEST_VALUES]) {
     out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
