@@ -5,6 +5,7 @@
 #include "thread_state.h"
 #include "trace_framing.h"
 #include "trace_session.h"
+#include "stacks.h"
 #include <ruby/debug.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -175,7 +176,7 @@ out:
 // -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE file_finish(uint64_t end_ns) {
     gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
-    int err = gvls_finish_file(F.fd, F.write_errno, &end);
+    int err = gvls_finish_file(F.fd, F.write_errno, gvls_write_stacks_chunk, &end);
     F.fd = -1;
     file_sink_records_reset();
     return rb_ary_new_from_args(4, ULL2NUM(end.events), ULL2NUM(end.dropped), ULL2NUM(end.end_ns),

@@ -192,7 +192,7 @@ typedef struct { dump_job *job; gvls_end_record *end; int err; } finish_job;
 
 static VALUE finish_dump_file(VALUE arg) {
     finish_job *finish = (finish_job *)arg;
-    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, finish->end);
+    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, gvls_write_stacks_chunk, finish->end);
     finish->job->fd = -1;
     return Qnil;
 }
