@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
 #define M gvls_metrics
 
 // ---- Ruby-visible side: enable, disable, reset, snapshot -------------------------------------
