@@ -79,7 +79,9 @@ static gvls_chunk *file_consume(gvls_chunk *batch) {
     return to_pool;
 }
 
-void gvls_file_sink_thread_appeared(void) {
+// A thread got its slot (a listener of thread_state.c, maybe in the hook, any native thread): asks
+// for its record to be written to the running trace file. No locks, no Ruby calls.
+static void thread_appeared(void) {
     if (!atomic_load_explicit(&F.live, memory_order_relaxed)) return;
     atomic_store(&F.wanted, 1);
     rb_postponed_job_trigger(F.records_job);
@@ -220,7 +222,7 @@ static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE t
     }
     if (F.records_job != POSTPONED_JOB_HANDLE_INVALID) {
         atomic_store(&F.live, 1);
-        gvls_file_sink_thread_appeared();  // the threads that already have slots
+        thread_appeared();  // the threads that already have slots
     }
     return Qnil;
 }
@@ -233,7 +235,15 @@ static VALUE trace_stop(VALUE self) {
     return gvls_session_stop();
 }
 
+static void slot_created(gvls_thread *slot) {
+    thread_appeared();
+}
+
+// The registry tells this sink of new slots: it is below the sinks and calls them by no name.
+static const gvls_slot_listener slot_listener = { .created = slot_created };
+
 void gvls_sink_file_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
     // Preregistered once: triggering is then safe from the hook and the drain thread (3.3+).
     // Invalid (CRuby's job table full): thread records are then written at stop only.
     F.records_job = rb_postponed_job_preregister(0, records_job, NULL);

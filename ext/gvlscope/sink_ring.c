@@ -171,7 +171,7 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
 
 static void *write_events_without_gvl(void *arg) {
     dump_job *job = arg;
-    gvls_debug_nogvl_delay();
+    gvls_session_test_nogvl_delay();
     uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
     if (!scratch) { job->err = ENOMEM; return NULL; }
     job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
