@@ -1,6 +1,7 @@
 // Init_gvlscope: sets up the recorder's process-wide state and defines the Ruby-visible functions;
 // and the one after-fork reset, which calls each module's in order.
 #include "gvlscope.h"
+#include "handoff.h"
 #include "clock.h"
 #include "hook.h"
 #include "metrics.h"

@@ -13,6 +13,10 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static gvls_thread **registry;
 static size_t registry_len, registry_capa;
 static uint32_t next_serial = 1;
+// Slot indexes (gvls_thread.index): the next never used, and those of freed slots, to reuse.
+static uint32_t next_index;
+static uint32_t *free_indexes;
+static size_t free_indexes_len, free_indexes_capa;
 static VALUE registry_holder;       // marks registered threads until released, and what was read of them
 static VALUE empty_string;          // a released thread's name or site when it had none
 // Exited threads whose Thread is still marked: pushed by EXITED hooks (any native thread, without
@@ -242,6 +246,7 @@ static gvls_thread *create_slot(VALUE thread) {
             registry_capa = capa;
         }
         slot->serial = next_serial <= GVLS_MAX_THREAD_SERIAL ? next_serial++ : GVLS_MAX_THREAD_SERIAL;
+        slot->index = free_indexes_len ? free_indexes[--free_indexes_len] : next_index++;
         slot->thread = thread;
         slot->ractor_id = ractor_id_of(thread);
         registry[registry_len++] = slot;
@@ -312,6 +317,18 @@ size_t gvls_threads_marked_count(void) {
     return marked;
 }
 
+// Under the registry lock. Without room to remember it, the index is not reused (new slots get new ones).
+static void free_index(uint32_t index) {
+    if (free_indexes_len == free_indexes_capa) {
+        size_t capa = free_indexes_capa ? free_indexes_capa * 2 : 64;
+        uint32_t *grown = realloc(free_indexes, capa * sizeof(*grown));
+        if (!grown) return;
+        free_indexes = grown;
+        free_indexes_capa = capa;
+    }
+    free_indexes[free_indexes_len++] = index;
+}
+
 void gvls_threads_prune_exited(void) {
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
@@ -326,6 +343,8 @@ void gvls_threads_prune_exited(void) {
             // holds it): a later lookup must find nothing, not freed memory. A released slot's
             // Thread had its storage cleared then, and may be gone by now.
             if (slot->thread != Qfalse) rb_internal_thread_specific_set(slot->thread, slot_key, NULL);
+            for (int k = 0; k < listener_count; k++) if (listeners[k]->freed) listeners[k]->freed(slot);
+            free_index(slot->index);
             gvls_slot_free(slot);
         } else {
             registry[kept++] = slot;

@@ -52,19 +52,12 @@ typedef struct gvls_thread_metrics {
     uint8_t retired;  // metrics.c, with the GVL: folded into the retired totals (no hook writes it)
 } gvls_thread_metrics;
 
-// Work handed to a thread (a connection a Puma server thread accepted, a job a Sidekiq processor
-// fetched), taken by the next request or job that thread starts (handoff.c, request_timing.c).
-typedef struct gvls_handoff {
-    int set;
-    int exact;                // every wait of the window was still in the threads' wait logs
-    uint64_t arrival_ns;      // when the work reached the process, as far as the threads know
-    uint64_t carried_wait_ns; // GVL wait from arrival until the hand-off, on the thread that handed it over
-    uint64_t wait_base_ns;    // this thread's wait_ns at the hand-off (its wait since counts too)
-    uint64_t idle_base_ns;    // its idle_ns when it took the work: blocked on the way from then on
-} gvls_handoff;
-
 typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
+    // 0, 1, ...: among the slots in the registry, reused once this one is freed. Consumers that
+    // keep something per thread off the hot path (request_timing.c, handoff.c) index tables of
+    // their own with it: the core struct carries no field of theirs.
+    uint32_t index;
     uint32_t ractor_id;     // 1 = main Ractor; 0 = unknown
     VALUE thread;           // the Thread, marked by the registry until released; then Qfalse
     VALUE name, created_at; // once released: its name and creation site as read then ("" if none)
@@ -75,9 +68,6 @@ typedef struct gvls_thread {
     // stacks.h's, here (not in a table of its own) because the hook reads it on every event of a
     // trace with stacks: READY seen, not yet RESUMED (counted in gvls_stacks.waiting).
     int stacks_waiting;
-    int request_end_known;          // GVLScope::RequestTiming: the thread finished a request...
-    uint64_t request_end_wait_ns;   // ...when its metrics' wait_ns was this
-    gvls_handoff ticket;            // the work this thread was handed and has not started (handoff.c)
     gvls_thread_metrics metrics;
 } gvls_thread;
 
@@ -102,8 +92,11 @@ typedef struct gvls_slot_listener {
     int (*keeps)(const gvls_thread *slot);
     // With the GVL, while no hook runs: the slot's thread died unseen (no EXITED); now exited.
     void (*died_unseen)(gvls_thread *slot);
+    // With the GVL of the main Ractor, under the registry lock: the slot is freed, and its index
+    // may be given to a new slot (no Ruby calls).
+    void (*freed)(gvls_thread *slot);
 } gvls_slot_listener;
-#define GVLS_SLOT_LISTENERS 4
+#define GVLS_SLOT_LISTENERS 8
 void gvls_threads_listen(const gvls_slot_listener *listener);
 // Set by hook.c as it installs and removes the hook: while it may run, a thread dead for
 // Thread#alive? may still be inside its EXITED hook (gvls_threads_prune_dead waits).
