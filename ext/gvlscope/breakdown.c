@@ -3,6 +3,8 @@
 // threads adding at once need no Mutex and a snapshot never sees half an add (in Ruby, a Mutex and
 // nine Array updates cost a hello-world request ~14,000 instructions; this call ~200).
 #include "gvlscope.h"
+#include "handoff.h"
+#include "request_timing.h"
 #include "histogram.h"
 #include <ruby/encoding.h>
 #include <string.h>

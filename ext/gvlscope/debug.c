@@ -7,6 +7,7 @@
 #include "metrics.h"
 #include "metrics_event.h"
 #include "thread_state.h"
+#include "trace_session.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,17 +15,19 @@
 #include <unistd.h>
 
 static _Atomic unsigned long freed_slot_writes;
+static unsigned exited_delay_us;
 
-// From the hook, on EXITED, while gvls_debug_exited_delay_us is set.
-void gvls_debug_exited_delay(gvls_thread *slot) {
-    usleep(gvls_debug_exited_delay_us);
+// From the hook (gvls_hook_exited_test), on EXITED, while exited_delay_us is set.
+static void exited_delay(struct gvls_thread *slot) {
+    usleep(exited_delay_us);
     if (slot->serial == 0) atomic_fetch_add(&freed_slot_writes, 1);  // pruned under the hook: a use after free
 }
 
 // Native.debug_exited_delay_us = n: EXITED sleeps n µs, pruned slots are quarantined (0 turns off).
 static VALUE debug_set_exited_delay(VALUE self, VALUE us) {
-    gvls_debug_exited_delay_us = NUM2UINT(us);
-    if (gvls_debug_exited_delay_us) gvls_debug_quarantine = 1;
+    exited_delay_us = NUM2UINT(us);
+    if (exited_delay_us) gvls_debug_quarantine = 1;
+    gvls_hook_exited_test = exited_delay_us ? exited_delay : NULL;
     return us;
 }
 
@@ -182,15 +185,9 @@ static VALUE debug_wait_since(VALUE self, VALUE events, VALUE from_ms, VALUE rea
 }
 
 // Native.debug_nogvl_delay_us = n: stop's and a dump's waits without the GVL last n µs more.
-unsigned gvls_debug_nogvl_delay_us;
-
 static VALUE debug_set_nogvl_delay(VALUE self, VALUE us) {
-    gvls_debug_nogvl_delay_us = NUM2UINT(us);
+    gvls_session_test_nogvl_delay_us = NUM2UINT(us);
     return us;
-}
-
-void gvls_debug_nogvl_delay(void) {
-    if (gvls_debug_nogvl_delay_us) usleep(gvls_debug_nogvl_delay_us);
 }
 
 void gvls_debug_init(VALUE mNative) {

@@ -1,6 +1,7 @@
 // Init_gvlscope: sets up the recorder's process-wide state and defines the Ruby-visible functions;
 // and the one after-fork reset, which calls each module's in order.
 #include "gvlscope.h"
+#include "handoff.h"
 #include "clock.h"
 #include "hook.h"
 #include "metrics.h"
@@ -68,6 +69,8 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_sink_file_init(mNative);
     gvls_sink_ring_init(mNative);
     gvls_metrics_init(mNative);
+    // The metrics switch the hook through this: they are below it (it runs their event code).
+    gvls_metrics_on_switch(gvls_hook_sync);
     gvls_request_timing_init(mGVLScope);
     gvls_breakdown_init(mNative);
     gvls_handoff_init(mNative);

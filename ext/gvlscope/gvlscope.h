@@ -12,19 +12,8 @@ void gvls_sink_file_init(VALUE mNative);
 void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
 void gvls_breakdown_init(VALUE mNative);
-// A request's numbers for breakdown.c (request_timing.c): run, wait, idle, gc, duration, pickup
-// wait, io overlap wait (ns), in that order.
-#define GVLS_REQUEST_VALUES 7
-int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
-void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
-VALUE gvls_request_timing_start_current(void);
-VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
-// Hand-offs of work between threads before a request or job starts (handoff.c).
-void gvls_handoff_init(VALUE mNative);
-void gvls_handoff_after_fork(void);
-extern int gvls_handoff_rack;            // GVLScope::Rack claims Puma's stamps (Handoffs.install_puma)
-extern uint64_t gvls_handoff_pending;    // ...while some are not claimed
-void gvls_handoff_claim_env(VALUE env);  // ...from env["puma.socket"]
+// A request's numbers for breakdown.c: request_timing.h.
+// Hand-offs of work between threads before a request or job starts: handoff.h.
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
 #endif

@@ -4,17 +4,54 @@
 // and a wait) before the app starts; a Sidekiq processor's fetch returns a job, then waits behind the
 // job logger's lock and log write before the middleware runs. The client saw all of it. Each step
 // stamps what it knows (the thread's GVL counters, which the hook keeps) and the thread that starts
-// the request or job takes the stamp (slot->ticket) into its RequestTiming's pickup wait.
+// the request or job takes the stamp (its ticket) into its RequestTiming's pickup wait.
 //
 // All of this runs in Ruby methods with the GVL held, on the main Ractor's threads: the GVL orders
 // a stamp and its claim, so the table needs no lock.
 #include "gvlscope.h"
+#include "handoff.h"
 #include "clock.h"
 #include "metrics.h"
 #include "metrics_event.h"
 #include <ruby/io.h>
+#include <stdlib.h>
 #include <string.h>
 #include "thread_state.h"
+
+// Each thread's ticket, by its slot's index: handoff.c's, not a field of the slot (the thread
+// state is below its consumers). Only main-Ractor threads' (current_slot), with the GVL.
+static gvls_handoff *tickets;
+static size_t tickets_capa;
+
+// The slot's ticket; NULL if it has none yet and grow is 0, or if there is no memory for it.
+static gvls_handoff *ticket_of(const gvls_thread *slot, int grow) {
+    if (slot->index < tickets_capa) return &tickets[slot->index];
+    if (!grow) return NULL;
+    size_t capa = tickets_capa ? tickets_capa : 64;
+    while (capa <= slot->index) capa *= 2;
+    gvls_handoff *grown = realloc(tickets, capa * sizeof(*grown));
+    if (!grown) return NULL;
+    memset(grown + tickets_capa, 0, (capa - tickets_capa) * sizeof(*grown));
+    tickets = grown;
+    tickets_capa = capa;
+    return &tickets[slot->index];
+}
+
+int gvls_handoff_take(const gvls_thread *slot, gvls_handoff *out) {
+    gvls_handoff *ticket = ticket_of(slot, 0);
+    if (!ticket || !ticket->set) return 0;
+    *out = *ticket;
+    ticket->set = 0;
+    return 1;
+}
+
+// A freed slot's index goes to a new thread, which was handed nothing.
+static void slot_freed(gvls_thread *slot) {
+    gvls_handoff *ticket = ticket_of(slot, 0);
+    if (ticket) ticket->set = 0;
+}
+
+static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 
 // A connection handed over, by its file descriptor (a server hands over IO objects; the
 // descriptor is what both sides can read without calling Ruby). A newer stamp of the same
@@ -73,14 +110,15 @@ static uint64_t idle_now(const gvls_thread *slot, uint64_t now_ns) {
 static void claim(int fd) {
     gvls_thread *slot = current_slot();
     if (!slot) return;
-    slot->ticket.set = 0;  // an earlier connection's, never started (the reactor took it back)
+    gvls_handoff *ticket = ticket_of(slot, 0);
+    if (ticket) ticket->set = 0;  // an earlier connection's, never started (the reactor took it back)
     if (fd < 0) return;
     stamp *s = &table[fd % HANDOFF_TABLE];
-    if (!s->handoff_ns || s->fd != fd) return;
+    if (!s->handoff_ns || s->fd != fd || !(ticket = ticket_of(slot, 1))) return;
     uint64_t now_ns = gvls_now_ns(), wait_now;
     int exact;
     uint64_t since = gvls_metrics_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
-    slot->ticket = (gvls_handoff){
+    *ticket = (gvls_handoff){
         .set = 1, .exact = exact && s->exact, .arrival_ns = s->arrival_ns, .carried_wait_ns = s->carried_wait_ns,
         .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
     };
@@ -142,12 +180,14 @@ static VALUE handoff_fetch_begin(VALUE self) {
 static VALUE handoff_fetch_end(VALUE self, VALUE work) {
     gvls_thread *slot = current_slot();
     if (!slot) return work;
-    slot->ticket.set = 0;
+    gvls_handoff *ticket = ticket_of(slot, 0);
+    if (ticket) ticket->set = 0;
     if (!RTEST(work) || !atomic_load(&gvls_metrics.enabled)) return work;
     uint64_t wait_at_arrival;
     uint64_t arrival_ns = arrival_and_mark(slot, &wait_at_arrival);
-    if (!arrival_ns) return work;  // nothing blocked in the fetch: no wake to start from
-    slot->ticket = (gvls_handoff){
+    // Nothing blocked in the fetch: no wake to start from (or no memory for the ticket).
+    if (!arrival_ns || !(ticket = ticket_of(slot, 1))) return work;
+    *ticket = (gvls_handoff){
         .set = 1, .exact = 1, .arrival_ns = arrival_ns, .carried_wait_ns = 0,
         .wait_base_ns = wait_at_arrival, .idle_base_ns = idle_now(slot, gvls_now_ns()),
     };
@@ -166,6 +206,7 @@ void gvls_handoff_after_fork(void) {
 }
 
 void gvls_handoff_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
     rb_define_singleton_method(mNative, "handoff_stamp", handoff_stamp, 1);
     rb_define_singleton_method(mNative, "handoff_fetch_begin", handoff_fetch_begin, 0);
     rb_define_singleton_method(mNative, "handoff_fetch_end", handoff_fetch_end, 1);

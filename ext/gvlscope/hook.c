@@ -10,7 +10,7 @@
 #include "stacks.h"
 
 static rb_internal_thread_event_hook_t *thread_hook;
-unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in tests; 0 otherwise
+void (*gvls_hook_exited_test)(struct gvls_thread *slot);  // debug.c: widens the EXITED window in tests; NULL otherwise
 
 // EXITED, on the thread's own native thread: its lane's chunk goes back to the pool. And the last
 // the hook does with an exited thread's slot. Once a snapshot sees `exited` it may free the
@@ -18,7 +18,7 @@ unsigned gvls_debug_exited_delay_us;  // debug.c: widens the EXITED window in te
 // (gvls_thread_exited, which also queues the slot for its Thread to be let go of).
 static __attribute__((noinline)) void gvls_hook_exited(gvls_thread *slot) {
     if (atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire)) gvls_trace_release_lane();
-    if (__builtin_expect(gvls_debug_exited_delay_us != 0, 0)) gvls_debug_exited_delay(slot);
+    if (__builtin_expect(gvls_hook_exited_test != NULL, 0)) gvls_hook_exited_test(slot);
     gvls_thread_exited(slot);
 }
 static VALUE gc_tracepoint = Qnil;
@@ -72,6 +72,7 @@ void gvls_hook_init(void) {
 
 void gvls_hook_install(void) {
     if (thread_hook) return;
+    gvls_threads_hook_on(1);  // before any callback can run
     thread_hook = rb_internal_thread_add_event_hook(on_thread_event, RUBY_INTERNAL_THREAD_EVENT_MASK, NULL);
     rb_tracepoint_enable(gc_tracepoint);
 }
@@ -81,13 +82,10 @@ void gvls_hook_remove(void) {
     rb_tracepoint_disable(gc_tracepoint);
     rb_internal_thread_remove_event_hook(thread_hook);
     thread_hook = NULL;
+    gvls_threads_hook_on(0);  // after: removal waited for the callbacks in flight
 }
 
 void gvls_hook_sync(void) {
     if (atomic_load(&gvls_current_trace.active) || atomic_load(&gvls_metrics.enabled)) gvls_hook_install();
     else gvls_hook_remove();
-}
-
-int gvls_hook_installed(void) {
-    return thread_hook != NULL;
 }

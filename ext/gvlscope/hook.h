@@ -23,13 +23,10 @@ void gvls_hook_install(void);
 void gvls_hook_remove(void);
 // Installs or removes the hook so it runs exactly while a consumer (trace or metrics) is on.
 void gvls_hook_sync(void);
-// Whether the hook is on (with the GVL). When off, no callback is running.
-int gvls_hook_installed(void);
 
-// Test-only (debug.c): when set, EXITED sleeps this long before the slot is marked exited, so a
-// concurrent snapshot has time to find it; the sleep checks the slot was not freed meanwhile.
-extern unsigned gvls_debug_exited_delay_us;
+// Test-only, set by debug.c (which the hook must not call: nothing uses the test-only file): when
+// set, EXITED calls it before the slot is marked exited, so a concurrent snapshot has time to find it.
 struct gvls_thread;
-void gvls_debug_exited_delay(struct gvls_thread *slot);
+extern void (*gvls_hook_exited_test)(struct gvls_thread *slot);
 
 #endif

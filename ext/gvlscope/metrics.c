@@ -6,13 +6,10 @@
 #include "clock.h"
 #include "format.h"
 #include "histogram.h"
-#include "hook.h"
-#include "trace_session.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-gvls_metrics_global gvls_metrics = { .timeslice_ns = 100000000 };
 #define M gvls_metrics
 
 // ---- Ruby-visible side: enable, disable, reset, snapshot -------------------------------------
@@ -49,11 +46,15 @@ static void zero_counters(gvls_thread_metrics *m) {
 }
 
 static void reset_slot(gvls_thread *slot, void *unused) {
+    uint8_t retired = slot->metrics.retired;  // whether its thread's row was given: still true
     zero_counters(&slot->metrics);
+    slot->metrics.retired = retired;
 }
 
 static void forget_slot(gvls_thread *slot, void *unused) {
+    uint8_t retired = slot->metrics.retired;
     memset(&slot->metrics, 0, sizeof(slot->metrics));
+    slot->metrics.retired = retired;
     slot->metrics.state = slot->exited ? GVLS_STATE_EXITED : GVLS_STATE_UNKNOWN;
 }
 
@@ -65,10 +66,16 @@ static void mark_caller_running(uint64_t now_ns) {
     self->metrics.since_ns = self->metrics.hold_started_ns = now_ns;
 }
 
+static void (*switched)(void);  // hook.c's sync (gvls_metrics_on_switch)
+
+void gvls_metrics_on_switch(void (*fn)(void)) {
+    switched = fn;
+}
+
 static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     if (atomic_load(&M.enabled)) return Qfalse;
     M.timeslice_ns = NUM2ULL(timeslice_ns);
-    gvls_session_prune_dead_threads();
+    gvls_threads_prune_dead();
     uint64_t now_ns = gvls_now_ns();
     gvls_threads_each(forget_slot, NULL);  // states from an earlier enable are stale
     memset(&retired, 0, sizeof(retired));
@@ -77,7 +84,7 @@ static VALUE metrics_enable(VALUE self, VALUE timeslice_ns) {
     M.epoch_ns = now_ns;
     mark_caller_running(now_ns);
     atomic_store(&M.enabled, 1);
-    gvls_hook_install();
+    if (switched) switched();  // installs the hook
     return Qtrue;
 }
 
@@ -102,8 +109,8 @@ void gvls_metrics_after_fork(void) {
 static VALUE metrics_disable(VALUE self) {
     if (!atomic_load(&M.enabled)) return Qfalse;
     atomic_store(&M.enabled, 0);
-    gvls_hook_sync();
-    gvls_session_prune_dead_threads();
+    if (switched) switched();  // removes the hook unless a trace records
+    gvls_threads_prune_dead();
     return Qtrue;
 }
 
@@ -290,13 +297,13 @@ typedef struct {
 } snapshot_fill;
 
 static void count_slot(gvls_thread *slot, void *count) {
-    if (!slot->retired) ++*(size_t *)count;
+    if (!slot->metrics.retired) ++*(size_t *)count;
 }
 
 // Under the registry lock: no allocation of Ruby objects here (GC marking takes this lock).
 static void fill_slot(gvls_thread *slot, void *arg) {
     snapshot_fill *fill = arg;
-    if (slot->retired || fill->len == fill->capacity) return;
+    if (slot->metrics.retired || fill->len == fill->capacity) return;
     size_t i = fill->len++;
     fill->threads[i] = slot->thread != Qfalse ? slot->thread : slot->name;  // released: its name, read at exit
     // Whether the thread has exited, read before its metrics: if so, they are final.
@@ -313,7 +320,7 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     for (int c = 0; c < 4; c++) row[4 + c] += add[c];
     if (exited) {  // reported once more now, then only as part of the retired totals
         add_counters(&retired, m);
-        slot->retired = 1;
+        slot->metrics.retired = 1;
     }
 }
 
@@ -395,7 +402,22 @@ static VALUE metrics_now_ns(VALUE self) {
     return ULL2NUM(gvls_now_ns());
 }
 
+// The registry frees an exited slot only once its metrics were retired (reported by a snapshot,
+// then added to the totals), or if metrics are off. Told through a listener: the thread state is
+// below the metrics and calls them by no name.
+static int keeps_slot(const gvls_thread *slot) {
+    return !slot->metrics.retired && atomic_load(&M.enabled);
+}
+
+// A thread that died while the hook was off: it is counted as exited from now on.
+static void died_unseen(gvls_thread *slot) {
+    slot->metrics.state = GVLS_STATE_EXITED;
+}
+
+static const gvls_slot_listener slot_listener = { .keeps = keeps_slot, .died_unseen = died_unseen };
+
 void gvls_metrics_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
     rb_define_singleton_method(mNative, "metrics_enable", metrics_enable, 1);
     rb_define_singleton_method(mNative, "metrics_disable", metrics_disable, 0);
     rb_define_singleton_method(mNative, "metrics_enabled?", metrics_enabled_p, 0);

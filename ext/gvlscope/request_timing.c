@@ -3,8 +3,11 @@
 // per request: one object, no arrays, no thread-variable lookups, the Server-Timing value
 // formatted by hand (the Ruby version cost a server ~3 us per request).
 #include "gvlscope.h"
+#include "request_timing.h"
 #include "clock.h"
 #include "metrics.h"
+#include "handoff.h"
+#include <stdlib.h>
 #include <string.h>
 
 // The thread's counters a request takes deltas of (gvls_metrics_counters_now's order). OVERLAP:
@@ -54,6 +57,35 @@ static gvls_thread *slot_of(VALUE thread) {
 
 static uint64_t minus(uint64_t later, uint64_t earlier) { return later > earlier ? later - earlier : 0; }
 
+// Where each thread's last request ended (its metrics' wait_ns then), by its slot's index: this
+// file's, not a field of the slot (the thread state is below its consumers). C methods of this
+// extension run on the main Ractor only, with its GVL: the table needs no lock.
+typedef struct { int known; uint64_t wait_ns; } request_end;
+static request_end *ends;
+static size_t ends_capa;
+
+// The slot's entry; NULL if it has none yet and grow is 0, or if there is no memory for it.
+static request_end *end_of(const gvls_thread *slot, int grow) {
+    if (RB_LIKELY(slot->index < ends_capa)) return &ends[slot->index];
+    if (!grow) return NULL;
+    size_t capa = ends_capa ? ends_capa : 64;
+    while (capa <= slot->index) capa *= 2;
+    request_end *grown = realloc(ends, capa * sizeof(*grown));
+    if (!grown) return NULL;
+    memset(grown + ends_capa, 0, (capa - ends_capa) * sizeof(*grown));
+    ends = grown;
+    ends_capa = capa;
+    return &ends[slot->index];
+}
+
+// A freed slot's index goes to a new thread, which finished no request.
+static void slot_freed(gvls_thread *slot) {
+    request_end *end = end_of(slot, 0);
+    if (end) end->known = 0;
+}
+
+static const gvls_slot_listener slot_listener = { .freed = slot_freed };
+
 static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
@@ -66,21 +98,22 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
         // not bring that wait in; a pool thread's first request brings the wait since it was woken.
         // With neither known (no request and no wake since counting began) it is left out.
         int woke = wait_at_wake != GVLS_NEVER_WOKE;
-        if (slot->ticket.set && thread == rb_thread_current()) {
+        gvls_handoff ticket;
+        const request_end *end = end_of(slot, 0);
+        if (thread == rb_thread_current() && gvls_handoff_take(slot, &ticket)) {
             // Handed over (handoff.c): the wait from the work's arrival, on every thread it went
             // through, across the locks taken on the way. The thread's own starts at the hand-off.
             // Its time blocked between taking the work and starting it counts too: the runner's own
             // locks and log writes (a job logger's Monitor, held by a thread that itself waits for
             // the GVL beside CPU-bound work). The GVL's counters cannot tell whose wait a lock's is,
             // so it is also kept apart (blocked_before_start_ns), an upper bound on that part.
-            timing->blocked_before_start_ns = minus(timing->before[IDLE], slot->ticket.idle_base_ns);
-            timing->pickup_wait_ns = slot->ticket.carried_wait_ns + minus(timing->before[WAIT], slot->ticket.wait_base_ns) +
+            timing->blocked_before_start_ns = minus(timing->before[IDLE], ticket.idle_base_ns);
+            timing->pickup_wait_ns = ticket.carried_wait_ns + minus(timing->before[WAIT], ticket.wait_base_ns) +
                                      timing->blocked_before_start_ns;
-            timing->arrival_ns = slot->ticket.arrival_ns;
-            timing->pickup_exact = slot->ticket.exact;
-            slot->ticket.set = 0;
-        } else if (slot->request_end_known || woke) {
-            uint64_t from = slot->request_end_known ? slot->request_end_wait_ns : 0;
+            timing->arrival_ns = ticket.arrival_ns;
+            timing->pickup_exact = ticket.exact;
+        } else if ((end && end->known) || woke) {
+            uint64_t from = end && end->known ? end->wait_ns : 0;
             if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
         }
@@ -136,9 +169,10 @@ static void finish(request_timing *timing) {
     gvls_thread *slot = gvls_thread_find_fast(timing->thread);
     deltas_of(timing, slot, now_ns, timing->delta);
     timing->duration_ns = minus(now_ns, timing->started_ns);
-    if (slot) {
-        slot->request_end_wait_ns = timing->before[WAIT] + timing->delta[WAIT] - timing->pickup_wait_ns;
-        slot->request_end_known = 1;
+    request_end *end = slot ? end_of(slot, 1) : NULL;
+    if (end) {
+        end->wait_ns = timing->before[WAIT] + timing->delta[WAIT] - timing->pickup_wait_ns;
+        end->known = 1;
     }
     timing->finished = 1;  // not frozen: freezing moves the object to another shape, ~150 instructions
 }
@@ -188,7 +222,7 @@ static VALUE timing_pickup_exact_p(VALUE self) {
     return timing->arrival_ns && !timing->pickup_exact ? Qfalse : Qtrue;
 }
 
-// deltas and the rest in gvlscope.h's order (GVLS_REQUEST_VALUES).
+// deltas and the rest in request_timing.h's order (GVLS_REQUEST_VALUES).
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
                        uint64_t out[GVLS_REQUEST_VALUES]) {
     out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
@@ -317,6 +351,7 @@ VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header
 }
 
 void gvls_request_timing_init(VALUE mGVLScope) {
+    gvls_threads_listen(&slot_listener);
     VALUE cTiming = cRequestTiming = rb_define_class_under(mGVLScope, "RequestTiming", rb_cObject);
     rb_define_alloc_func(cTiming, timing_alloc);
     rb_define_method(cTiming, "initialize", timing_initialize, -1);

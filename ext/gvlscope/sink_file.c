@@ -5,6 +5,7 @@
 #include "thread_state.h"
 #include "trace_framing.h"
 #include "trace_session.h"
+#include "stacks.h"
 #include <ruby/debug.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -78,7 +79,9 @@ static gvls_chunk *file_consume(gvls_chunk *batch) {
     return to_pool;
 }
 
-void gvls_file_sink_thread_appeared(void) {
+// A thread got its slot (a listener of thread_state.c, maybe in the hook, any native thread): asks
+// for its record to be written to the running trace file. No locks, no Ruby calls.
+static void thread_appeared(void) {
     if (!atomic_load_explicit(&F.live, memory_order_relaxed)) return;
     atomic_store(&F.wanted, 1);
     rb_postponed_job_trigger(F.records_job);
@@ -175,7 +178,7 @@ out:
 // -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE file_finish(uint64_t end_ns) {
     gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
-    int err = gvls_finish_file(F.fd, F.write_errno, &end);
+    int err = gvls_finish_file(F.fd, F.write_errno, gvls_write_stacks_chunk, &end);
     F.fd = -1;
     file_sink_records_reset();
     return rb_ary_new_from_args(4, ULL2NUM(end.events), ULL2NUM(end.dropped), ULL2NUM(end.end_ns),
@@ -219,7 +222,7 @@ static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE t
     }
     if (F.records_job != POSTPONED_JOB_HANDLE_INVALID) {
         atomic_store(&F.live, 1);
-        gvls_file_sink_thread_appeared();  // the threads that already have slots
+        thread_appeared();  // the threads that already have slots
     }
     return Qnil;
 }
@@ -232,7 +235,15 @@ static VALUE trace_stop(VALUE self) {
     return gvls_session_stop();
 }
 
+static void slot_created(gvls_thread *slot) {
+    thread_appeared();
+}
+
+// The registry tells this sink of new slots: it is below the sinks and calls them by no name.
+static const gvls_slot_listener slot_listener = { .created = slot_created };
+
 void gvls_sink_file_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
     // Preregistered once: triggering is then safe from the hook and the drain thread (3.3+).
     // Invalid (CRuby's job table full): thread records are then written at stop only.
     F.records_job = rb_postponed_job_preregister(0, records_job, NULL);

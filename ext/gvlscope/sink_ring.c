@@ -171,7 +171,7 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
 
 static void *write_events_without_gvl(void *arg) {
     dump_job *job = arg;
-    gvls_debug_nogvl_delay();
+    gvls_session_test_nogvl_delay();
     uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
     if (!scratch) { job->err = ENOMEM; return NULL; }
     job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
@@ -192,7 +192,7 @@ typedef struct { dump_job *job; gvls_end_record *end; int err; } finish_job;
 
 static VALUE finish_dump_file(VALUE arg) {
     finish_job *finish = (finish_job *)arg;
-    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, finish->end);
+    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, gvls_write_stacks_chunk, finish->end);
     finish->job->fd = -1;
     return Qnil;
 }

@@ -2,9 +2,6 @@
 #include "thread_state.h"
 #include "cruby_layout.h"
 #include "format.h"
-#include "metrics.h"
-#include "trace.h"
-#include "trace_session.h"
 #include <ruby/debug.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +13,10 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static gvls_thread **registry;
 static size_t registry_len, registry_capa;
 static uint32_t next_serial = 1;
+// Slot indexes (gvls_thread.index): the next never used, and those of freed slots, to reuse.
+static uint32_t next_index;
+static uint32_t *free_indexes;
+static size_t free_indexes_len, free_indexes_capa;
 static VALUE registry_holder;       // marks registered threads until released, and what was read of them
 static VALUE empty_string;          // a released thread's name or site when it had none
 // Exited threads whose Thread is still marked: pushed by EXITED hooks (any native thread, without
@@ -24,6 +25,32 @@ static gvls_thread *_Atomic exited_list;
 static _Atomic int release_wanted;  // the exited list may hold slots: slow lookups ask for the job
 static rb_postponed_job_handle_t release_job = POSTPONED_JOB_HANDLE_INVALID;
 static int release_paused;          // with the GVL: Thread VALUEs copied out are in use
+static int hook_on, table_open;     // with the GVL: gvls_threads_hook_on, gvls_threads_table_open
+
+// Registered at Init, read-only after: the hook's slow path reads them without a lock.
+static const gvls_slot_listener *listeners[GVLS_SLOT_LISTENERS];
+static int listener_count;
+
+void gvls_threads_listen(const gvls_slot_listener *listener) {
+    if (listener_count == GVLS_SLOT_LISTENERS) rb_bug("gvlscope: more than %d slot listeners", GVLS_SLOT_LISTENERS);
+    listeners[listener_count++] = listener;
+}
+
+void gvls_threads_hook_on(int on) {
+    hook_on = on;
+}
+
+void gvls_threads_table_open(int open) {
+    table_open = open;
+}
+
+// Under the registry lock.
+static int kept_by_listener(const gvls_thread *slot) {
+    for (int i = 0; i < listener_count; i++) {
+        if (listeners[i]->keeps && listeners[i]->keeps(slot)) return 1;
+    }
+    return 0;
+}
 
 // The Ractor of a thread, read from CRuby's rb_thread_t without calling Ruby (the hook may not),
 // where cruby_layout.h knows this Ruby's layout. Init also checks it against the main thread (self
@@ -134,7 +161,7 @@ void gvls_threads_release_exited(void) {
     // The site only while a trace will write its thread table (it may be stopping: a job can run
     // in stop's wait for the drain thread): metrics show names only, and a trace started later
     // has no event of a thread that exited before it.
-    int with_site = gvls_session_open();
+    int with_site = table_open;
     for (gvls_thread *slot = list, *next; slot; slot = next) {
         next = slot->next_exited;
         // The slot stays in the registry (nothing frees a queued slot), so its Thread stays
@@ -219,11 +246,13 @@ static gvls_thread *create_slot(VALUE thread) {
             registry_capa = capa;
         }
         slot->serial = next_serial <= GVLS_MAX_THREAD_SERIAL ? next_serial++ : GVLS_MAX_THREAD_SERIAL;
+        slot->index = free_indexes_len ? free_indexes[--free_indexes_len] : next_index++;
         slot->thread = thread;
         slot->ractor_id = ractor_id_of(thread);
         registry[registry_len++] = slot;
         rb_internal_thread_specific_set(thread, slot_key, slot);
-        gvls_file_sink_thread_appeared();  // its record reaches the file soon, not only at stop
+        // Listeners: the file sink writes its record soon, not only at stop.
+        for (int i = 0; i < listener_count; i++) if (listeners[i]->created) listeners[i]->created(slot);
     }
 out:
     pthread_mutex_unlock(&registry_lock);
@@ -288,20 +317,34 @@ size_t gvls_threads_marked_count(void) {
     return marked;
 }
 
+// Under the registry lock. Without room to remember it, the index is not reused (new slots get new ones).
+static void free_index(uint32_t index) {
+    if (free_indexes_len == free_indexes_capa) {
+        size_t capa = free_indexes_capa ? free_indexes_capa * 2 : 64;
+        uint32_t *grown = realloc(free_indexes, capa * sizeof(*grown));
+        if (!grown) return;
+        free_indexes = grown;
+        free_indexes_capa = capa;
+    }
+    free_indexes[free_indexes_len++] = index;
+}
+
 void gvls_threads_prune_exited(void) {
-    if (atomic_load(&gvls_current_trace.active)) return;  // the trace's thread table still needs them
     pthread_mutex_lock(&registry_lock);
     size_t kept = 0;
     for (size_t i = 0; i < registry_len; i++) {
-        // An exited thread fires no more events; its metrics, if collected, were retired first.
+        // An exited thread fires no more events; its metrics, if collected, were retired first,
+        // and a trace that records still lists it (their listeners keep it).
         gvls_thread *slot = registry[i];
         // Queued for release: the exited list still points to it.
         if (atomic_load_explicit(&slot->exited, memory_order_acquire) && !atomic_load(&slot->release_queued) &&
-            (slot->retired || !atomic_load(&gvls_metrics.enabled))) {
+            !kept_by_listener(slot)) {
             // The Thread object may outlive its slot (a RequestTiming, a caller of metrics_thread
             // holds it): a later lookup must find nothing, not freed memory. A released slot's
             // Thread had its storage cleared then, and may be gone by now.
             if (slot->thread != Qfalse) rb_internal_thread_specific_set(slot->thread, slot_key, NULL);
+            for (int k = 0; k < listener_count; k++) if (listeners[k]->freed) listeners[k]->freed(slot);
+            free_index(slot->index);
             gvls_slot_free(slot);
         } else {
             registry[kept++] = slot;
@@ -314,12 +357,13 @@ void gvls_threads_prune_exited(void) {
 
 // Threads that died while the hook was off never fired EXITED: their slots (and, marked by the
 // registry, their Thread objects with their stacks) stayed forever, one per thread that ever called
-// GVLScope.measure. Only while no hook can run (see gvls_session_prune_dead_threads): a thread
+// GVLScope.measure. Only while no hook can run and no trace's thread table needs them: a thread
 // is dead for Thread#alive? before its EXITED hook has run, so with the hook on this could free a
 // slot under it. Thread#alive? is called without the lock (GC marking takes it); it is a C method
 // that neither allocates nor switches threads, and slots are freed only with the GVL of the main
 // Ractor, which the caller holds: the copied pointers stay valid.
 void gvls_threads_prune_dead(void) {
+    if (table_open || hook_on) return;  // a trace's thread table needs them; a hook may be inside
     gvls_threads_release_exited();
     pthread_mutex_lock(&registry_lock);
     size_t len = registry_len;
@@ -331,7 +375,7 @@ void gvls_threads_prune_dead(void) {
     for (size_t i = 0; i < len; i++) {
         if (!atomic_load(&slots[i]->exited) && !RTEST(rb_funcall(slots[i]->thread, id_alive, 0))) {
             atomic_store(&slots[i]->exited, 1);
-            slots[i]->metrics.state = GVLS_STATE_EXITED;
+            for (int k = 0; k < listener_count; k++) if (listeners[k]->died_unseen) listeners[k]->died_unseen(slots[i]);
         }
     }
     free(slots);

@@ -15,7 +15,8 @@
 #define GVLS_HISTOGRAM_BUCKETS 64
 #define GVLS_WAIT_LOG 16  // a power of two: the ring's index is waits & (GVLS_WAIT_LOG - 1)
 
-// Metrics of one thread. Written only by hook calls about this thread, which CRuby orders
+// Metrics of one thread: the metrics' (metrics_event.h, metrics.c), kept in the slot because the
+// hook updates them on every event (a table of their own would cost a load per event). Written only by hook calls about this thread, which CRuby orders
 // (READY, RESUMED and SUSPENDED of one thread never overlap in time), so plain fields suffice;
 // snapshots read them racily, which on x86-64 gives each field's old or new value, never a mix.
 typedef struct gvls_thread_metrics {
@@ -48,21 +49,15 @@ typedef struct gvls_thread_metrics {
     uint64_t hold_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns held
     uint64_t wait_histogram[GVLS_HISTOGRAM_BUCKETS];     // log2 of ns waited for the GVL
     uint64_t waiters_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of threads still waiting at acquire
+    uint8_t retired;  // metrics.c, with the GVL: folded into the retired totals (no hook writes it)
 } gvls_thread_metrics;
-
-// Work handed to a thread (a connection a Puma server thread accepted, a job a Sidekiq processor
-// fetched), taken by the next request or job that thread starts (handoff.c, request_timing.c).
-typedef struct gvls_handoff {
-    int set;
-    int exact;                // every wait of the window was still in the threads' wait logs
-    uint64_t arrival_ns;      // when the work reached the process, as far as the threads know
-    uint64_t carried_wait_ns; // GVL wait from arrival until the hand-off, on the thread that handed it over
-    uint64_t wait_base_ns;    // this thread's wait_ns at the hand-off (its wait since counts too)
-    uint64_t idle_base_ns;    // its idle_ns when it took the work: blocked on the way from then on
-} gvls_handoff;
 
 typedef struct gvls_thread {
     uint32_t serial;        // 1, 2, ...: the id in trace records (0 is never used)
+    // 0, 1, ...: among the slots in the registry, reused once this one is freed. Consumers that
+    // keep something per thread off the hot path (request_timing.c, handoff.c) index tables of
+    // their own with it: the core struct carries no field of theirs.
+    uint32_t index;
     uint32_t ractor_id;     // 1 = main Ractor; 0 = unknown
     VALUE thread;           // the Thread, marked by the registry until released; then Qfalse
     VALUE name, created_at; // once released: its name and creation site as read then ("" if none)
@@ -70,11 +65,9 @@ typedef struct gvls_thread {
     _Atomic int release_queued;          // set by the EXITED hook: not freed until released
     struct gvls_thread *next_exited;     // the exited list (gvls_thread_exited)
     _Atomic uint32_t metrics_seq;   // odd while a hook writes metrics: snapshots retry (metrics_event.h)
-    int retired;            // its metrics were folded into the retired totals
-    int stacks_waiting;     // counted in gvls_stacks.waiting (stacks.h): READY seen, not yet RESUMED
-    int request_end_known;          // GVLScope::RequestTiming: the thread finished a request...
-    uint64_t request_end_wait_ns;   // ...when its metrics' wait_ns was this
-    gvls_handoff ticket;            // the work this thread was handed and has not started (handoff.c)
+    // stacks.h's, here (not in a table of its own) because the hook reads it on every event of a
+    // trace with stacks: READY seen, not yet RESUMED (counted in gvls_stacks.waiting).
+    int stacks_waiting;
     gvls_thread_metrics metrics;
 } gvls_thread;
 
@@ -87,6 +80,30 @@ gvls_thread_ref gvls_thread_ref_of(const gvls_thread *slot);
 // from its Thread now (Thread#name, Thread#inspect: with the GVL; never raises), or what the
 // release read if it was released.
 void gvls_thread_label(const gvls_thread_ref *ref, int with_site, VALUE *name, VALUE *site);
+
+// What consumers and sinks are told about slots. The thread state calls nothing above it by name
+// (the hook and every consumer use it): each registers a listener at Init, with the GVL.
+typedef struct gvls_slot_listener {
+    // A slot was made: maybe in the hook, on any native thread, without the GVL, under the
+    // registry lock: no locks, no Ruby calls, no allocation.
+    void (*created)(gvls_thread *slot);
+    // Under the registry lock: whether an exited slot is still needed (metrics not yet reported,
+    // a trace's thread table still to list it). One that says so keeps it from being freed.
+    int (*keeps)(const gvls_thread *slot);
+    // With the GVL, while no hook runs: the slot's thread died unseen (no EXITED); now exited.
+    void (*died_unseen)(gvls_thread *slot);
+    // With the GVL of the main Ractor, under the registry lock: the slot is freed, and its index
+    // may be given to a new slot (no Ruby calls).
+    void (*freed)(gvls_thread *slot);
+} gvls_slot_listener;
+#define GVLS_SLOT_LISTENERS 8
+void gvls_threads_listen(const gvls_slot_listener *listener);
+// Set by hook.c as it installs and removes the hook: while it may run, a thread dead for
+// Thread#alive? may still be inside its EXITED hook (gvls_threads_prune_dead waits).
+void gvls_threads_hook_on(int on);
+// Set by trace_session.c from a trace's start to the end of its stop, while its thread table is
+// still to be written: exited threads keep their creation site, dead threads their slot.
+void gvls_threads_table_open(int open);
 
 void gvls_thread_state_init(void);
 gvls_thread *gvls_thread_lookup(VALUE thread);
@@ -152,8 +169,8 @@ int gvls_on_main_ractor(void);
 // Whether Ractor ids are read (this Ruby's layout is in cruby_layout.h and held at Init); else 0.
 int gvls_ractor_ids_known(void);
 void gvls_thread_state_after_fork(void);
-// Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL, while
-// no hook can run: call gvls_session_prune_dead_threads, which checks.
+// Forgets threads that are dead (Thread#alive?) though no EXITED was seen. With the GVL. Does
+// nothing while a hook may run or a trace's thread table is open (see the two setters above).
 void gvls_threads_prune_dead(void);
 // Slots in the registry, and those of them that still mark their Thread (tests bound them).
 size_t gvls_threads_count(void);

@@ -1,7 +1,6 @@
 // Writing the .gvl framing: see trace_framing.h and format.h.
 #include "trace_framing.h"
 #include "thread_state.h"
-#include "stacks.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -140,9 +139,9 @@ static int write_thread_table(int fd) {
     return err;
 }
 
-int gvls_finish_file(int fd, int err, const gvls_end_record *end) {
+int gvls_finish_file(int fd, int err, int (*write_more)(int fd), const gvls_end_record *end) {
     if (!err) err = write_thread_table(fd);
-    if (!err) err = gvls_write_stacks_chunk(fd);
+    if (!err && write_more) err = write_more(fd);
     if (!err) {
         gvls_chunk_header header = { GVLS_CHUNK_END, sizeof(*end) };
         err = gvls_write_all(fd, &header, sizeof(header));

@@ -30,9 +30,10 @@ int gvls_write_events_since(int fd, const gvls_events_header *header, const uint
 // read now (gvls_thread_label). named, if not NULL, gets 1 per ref whose thread has a non-empty
 // name. With the GVL.
 VALUE gvls_thread_records_chunk(const gvls_thread_ref *refs, size_t len, uint8_t *named);
-// Ends a file: unless err already, the thread table, the stacks chunk (a trace with stacks) and
-// the end record; then closes fd.
+// Ends a file: unless err already, the thread table, what write_more writes (if not NULL: the
+// sinks pass gvls_write_stacks_chunk, as the framing is below the consumers whose chunks it
+// frames) and the end record; then closes fd.
 // Returns the first error (err, a write's, close's) or 0. With the GVL.
-int gvls_finish_file(int fd, int err, const gvls_end_record *end);
+int gvls_finish_file(int fd, int err, int (*write_more)(int fd), const gvls_end_record *end);
 
 #endif

@@ -7,6 +7,7 @@
 #include "stacks.h"
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define T gvls_current_trace
 
@@ -44,7 +45,7 @@ static void *drain_main(void *arg) {
 }
 
 static void *stop_drain(void *unused) {
-    gvls_debug_nogvl_delay();
+    gvls_session_test_nogvl_delay();
     if (!S.drain_running) return NULL;
     pthread_mutex_lock(&T.lock);
     S.drain_stop = 1;
@@ -53,6 +54,12 @@ static void *stop_drain(void *unused) {
     pthread_join(S.drain, NULL);
     S.drain_running = 0;
     return NULL;
+}
+
+unsigned gvls_session_test_nogvl_delay_us;
+
+void gvls_session_test_nogvl_delay(void) {
+    if (gvls_session_test_nogvl_delay_us) usleep(gvls_session_test_nogvl_delay_us);
 }
 
 void gvls_session_check_idle(void) {
@@ -66,13 +73,8 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
     return max_chunks;
 }
 
-void gvls_session_prune_dead_threads(void) {
-    if (S.sink || gvls_hook_installed()) return;  // a trace's thread table needs them; a hook may be inside
-    gvls_threads_prune_dead();
-}
-
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks) {
-    gvls_session_prune_dead_threads();
+    gvls_threads_prune_dead();
     // Threads that already exist get their slots now, so the table names them even if they
     // never fire an event during the trace.
     for (long i = 0; i < RARRAY_LEN(threads); i++) gvls_thread_for(RARRAY_AREF(threads, i));
@@ -86,13 +88,10 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
     S.drain_running = 1;
     S.sink = sink;
+    gvls_threads_table_open(1);
     atomic_store(&T.active, 1);  // after the generation bump (release): see gvls_trace_record
     gvls_hook_install();
     return 0;
-}
-
-int gvls_session_open(void) {
-    return S.sink != NULL;
 }
 
 int gvls_session_running(const gvls_sink *sink) {
@@ -136,9 +135,10 @@ VALUE gvls_session_stop(void) {
     gvls_trace_buffers_free();
     gvls_stacks_free();
     S.sink = NULL;
+    gvls_threads_table_open(0);
     gvls_threads_release_exited();  // the prune leaves slots still queued for release
     gvls_threads_prune_exited();
-    gvls_session_prune_dead_threads();
+    gvls_threads_prune_dead();
     if (state) {
         rb_set_errinfo(errinfo);  // the interrupt's exception (or Thread#kill's marker), as caught
         rb_jump_tag(state);
@@ -156,6 +156,7 @@ int gvls_session_after_fork(void) {
     if (S.sink) S.sink->after_fork();
     gvls_stacks_after_fork();
     S.sink = NULL;
+    gvls_threads_table_open(0);
     S.drain_running = 0;
     gvls_trace_buffers_free();
     return was_tracing;
@@ -166,6 +167,15 @@ static VALUE trace_active_p(VALUE self) {
     return atomic_load(&T.active) ? Qtrue : Qfalse;
 }
 
+// While a trace records, exited threads keep their slots: its thread table lists them (the
+// registry is told through a listener, being below the trace).
+static int keeps_slot(const gvls_thread *slot) {
+    return atomic_load(&T.active);
+}
+
+static const gvls_slot_listener slot_listener = { .keeps = keeps_slot };
+
 void gvls_trace_session_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
     rb_define_singleton_method(mNative, "trace_active?", trace_active_p, 0);
 }

@@ -34,22 +34,14 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks);
 // True while a trace into sink records.
 int gvls_session_running(const gvls_sink *sink);
-// True from a trace's start (any sink) to the end of its stop: its thread table is still to be
-// written. With the GVL.
-int gvls_session_open(void);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
-// Forgets threads that died while the hook was off (thread_state.h), unless a hook may be
-// running or a trace still needs its thread table. With the GVL.
-void gvls_session_prune_dead_threads(void);
-// Test-only (debug.c): sleeps in the no-GVL waits of stop and dump when a test asked.
-void gvls_debug_nogvl_delay(void);
+// Test-only: sleeps gvls_session_test_nogvl_delay_us (set by debug.c, 0 otherwise) in the no-GVL
+// waits of stop and dump. Here, not in debug.c: nothing but the Init file uses the test-only file.
+extern unsigned gvls_session_test_nogvl_delay_us;
+void gvls_session_test_nogvl_delay(void);
 // In a forked child: forgets the parent's trace (and its sink's state), resets T's lock. Returns
 // whether a trace was recording.
 int gvls_session_after_fork(void);
-
-// sink_file.c: a thread got its slot (thread_state.c, maybe in the hook, any native thread):
-// asks for its record to be written to the running trace file. No locks, no Ruby calls.
-void gvls_file_sink_thread_appeared(void);
 
 #endif

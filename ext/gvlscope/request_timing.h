@@ -1,0 +1,17 @@
+// GVLScope::RequestTiming's numbers for breakdown.c (request_timing.c). Apart from gvlscope.h,
+// which the Init file implements: a file that uses these would otherwise use the Init file's
+// module, which uses it back (script/check-c-layers).
+#ifndef GVLSCOPE_REQUEST_TIMING_H
+#define GVLSCOPE_REQUEST_TIMING_H
+
+#include "gvlscope.h"
+#include <stdint.h>
+
+// A request's numbers: run, wait, idle, gc, duration, pickup wait, io overlap wait (ns), in that order.
+#define GVLS_REQUEST_VALUES 7
+int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
+void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
+VALUE gvls_request_timing_start_current(void);
+VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
+
+#endif
