@@ -10,7 +10,7 @@ require "tmpdir"
 # firefox-devtools/profiler: tables of columns of one length, indexes into the string array and
 # the other tables in range, interval markers start <= end, instants without an end) and read back:
 # each thread's markers sum, state by state, to the engine's per-thread totals, and its samples to
-# the holder samples the engine kept.
+# the holder samples the engine kept. The profiler itself opens it in test/firefox_profiler_test.rb.
 # Run alone: bundle exec ruby -Ilib -Itest test/firefox_test.rb
 class FirefoxTest < Minitest::Test
   include GVLScopeTestHelper

@@ -52,7 +52,11 @@ module GVLScope
 
       # The engine's answers. A Model::Timeline (the plain-Ruby reader, on its way out) is read
       # again by the engine: the markers are streamed from its copy of the intervals.
-      def scan = @scan ||= @subject.is_a?(Model::Scan) ? @subject : Model::Scan.open(@subject.file.path, spill: true, analyse: false)
+      def scan
+        @scan ||= if @subject.is_a?(Model::Scan) then @subject
+                  else Model::Scan.new(Model::Scan.read(@subject.file.path), spill: true, analyse: false).run
+                  end
+      end
 
       def meta(threads)
         main = threads.index { |thread| thread.info.main } || 0
@@ -99,7 +103,7 @@ module GVLScope
           @out << %("#{key}":[)
           @io << @out
           @out.clear
-          @length = engine_write(@io, :firefox_column, thread.serial, column, texts || [])
+          @length = engine_write(@io, :firefox_column, thread.serial, column, texts || [], scan: scan)
           @out << "]"
         end
         @out << %(,"length":#{@length}},"stringArray":#{JSON.generate(strings.keys)}})
