@@ -4,6 +4,7 @@ require "test_helper"
 require "bigdecimal"
 require "json"
 require "tmpdir"
+require "support/synthetic_trace"
 
 # `gvlscope export --format firefox`: the Firefox Profiler's processed profile (version 48, which
 # the profiler upgrades on load). Checked against the documented format (src/types/profile.ts of
@@ -148,6 +149,26 @@ class FirefoxTest < Minitest::Test
       main = profile["threads"].find { |thread| thread["isMainThread"] }
       assert_equal "main", main["name"]
       assert_includes main["markers"]["data"].map { |data| data["reason"] }, "join"
+    end
+  end
+
+  # The marker columns are streamed from the engine's copy of the intervals: a trace 10x longer
+  # makes a file 10x bigger, not more Ruby objects nor more engine memory.
+  def test_memory_does_not_grow_with_the_events
+    Dir.mktmpdir("gvlscope-firefox") do |dir|
+      measured = [200_000, 2_000_000].map do |events|
+        path = File.join(dir, "synthetic-#{events}.gvl")
+        SyntheticTrace.write(path, events: events)
+        scan = GVLScope::Model::Scan.new(GVLScope::Model::Scan.read(path), spill: true, analyse: false).run
+        out = File.join(dir, "out.json")
+        objects = GC.stat(:total_allocated_objects)
+        File.open(out, "wb") { |io| GVLScope::Formats::Firefox.new(scan).write(io) }
+        [GC.stat(:total_allocated_objects) - objects, scan.peak_bytes, File.size(out)]
+      end
+      (small_objects, small_bytes, small_size), (large_objects, large_bytes, large_size) = measured
+      assert_operator large_size, :>=, 8 * small_size
+      assert_operator large_objects, :<=, small_objects * 1.5 + 5_000, "Ruby objects: #{measured.inspect}"
+      assert_operator large_bytes, :<=, small_bytes + 256 * 1024, "engine bytes: #{measured.inspect}"
     end
   end
 end

@@ -39,7 +39,7 @@ module GVLScope
                 extension: ".pb.gz", stacks: true, bytes_per_event: 0,
                 description: "pprof profile: holders' stacks weighted by the wait they caused, release sites (go tool pprof, Pyroscope)"),
       Entry.new(name: "firefox", class_name: :Firefox, file: "firefox", subject: :timeline, command: "export",
-                extension: ".firefox.json", bytes_per_event: 80,
+                extension: ".firefox.json", bytes_per_event: 68,
                 description: "Firefox Profiler profile: a track per thread, GVL states as markers, holder samples (profiler.firefox.com)"),
       Entry.new(name: "text", class_name: :ReportText, file: "report_text", subject: :report, command: "report",
                 extension: ".txt", description: "findings, per-thread table and histograms (the default)"),
