@@ -125,8 +125,9 @@ module GVLScope
       # +total+ split in proportion to +weights+, in integers that add up to it (the largest
       # remainders get the ns left over; a tie goes to the first).
       def split(total, weights)
+        weights = weights.map { 1 } if weights.sum.zero? # samples always have a waiter; evenly if not
         sum = weights.sum
-        return weights.map { 0 } if sum.zero?
+        return weights if sum.zero?
 
         parts = weights.map { |weight| (total * weight).divmod(sum) }
         left = total - parts.sum(&:first)
