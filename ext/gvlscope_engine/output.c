@@ -381,17 +381,15 @@ int eng_speedscope_events(eng_engine *engine, uint32_t at, const int64_t *frames
 // ---------------------------------------------------------------- Firefox Profiler
 
 // ns as milliseconds, up to 6 decimals without trailing zeros (the Firefox Profiler's times):
-// "12", "12.5", "0.000123". Floored, as put_us.
+// "12", "12.5", "0.000123", "-0.5".
 static void put_ms(eng_out *out, int64_t ns) {
-    int64_t quotient = ns / 1000000, fraction = ns % 1000000;
-    if (fraction < 0) {
-        fraction += 1000000;
-        quotient -= 1;
-    }
-    put_int(out, quotient);
+    uint64_t magnitude = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0) put_byte(out, '-');
+    uint64_t fraction = magnitude % 1000000;
+    put_int(out, (int64_t)(magnitude / 1000000));
     if (fraction == 0) return;
     char tail[7] = { '.' };
-    int64_t rest = fraction;
+    uint64_t rest = fraction;
     for (int digit = 6; digit >= 1; digit--) {
         tail[digit] = (char)('0' + rest % 10);
         rest /= 10;
