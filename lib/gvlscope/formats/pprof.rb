@@ -76,7 +76,7 @@ module GVLScope
           out << field_bytes(5, field_varint(1, id) + field_varint(2, string(label)) + field_varint(4, string(path.to_s)))
         end
         time = scan.file.start_realtime_ns.to_i
-        period = value_type(DEFAULT_TYPE, "nanoseconds")
+        period = value_type("wall", "nanoseconds") # the holders' sampling: a tick of wall-clock time
         comment = string("gvlscope #{VERSION}: #{File.basename(scan.file.path.to_s)}")
         default = string(DEFAULT_TYPE)
         @strings.each_key { |text| out << field_bytes(6, text) }
