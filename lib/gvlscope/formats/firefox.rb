@@ -82,6 +82,12 @@ module GVLScope
         }
       end
 
+      # The thread's name, and its Ractor when the trace has several (as in the speedscope export).
+      def name_of(thread)
+        @several_ractors = scan.ractors.size > 1 if @several_ractors.nil?
+        @several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
+      end
+
       def samples_of(serial) = (@samples ||= scan.samples.group_by(&:thread))[serial] || []
 
       def write_thread(thread)
@@ -92,7 +98,7 @@ module GVLScope
         names, data, categories, phases = marker_texts(intern)
         pid = scan.file.pid.to_s
         head = {
-          name: thread.display_name, isMainThread: thread.info.main ? true : false, processType: "default",
+          name: name_of(thread), isMainThread: thread.info.main ? true : false, processType: "default",
           processName: "pid #{pid}", processStartupTime: 0, processShutdownTime: ms(scan.duration_ns), registerTime: 0,
           unregisterTime: nil, pausedRanges: [], pid: pid, tid: thread.serial, **tables
         }
