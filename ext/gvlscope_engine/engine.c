@@ -603,6 +603,49 @@ static VALUE pass_speedscope_events(VALUE self, VALUE serial, VALUE frames, VALU
     return run_writer(engine, true, write_speedscope, &arguments, target);
 }
 
+#define FIREFOX_TEXT_MAX 256
+
+typedef struct {
+    uint32_t at; // first, as in write_arguments (run_writer reads it)
+    int column;
+    const char *texts[ENG_FIREFOX_KEYS];
+    size_t sizes[ENG_FIREFOX_KEYS];
+    char copies[ENG_FIREFOX_KEYS][FIREFOX_TEXT_MAX]; // the texts, copied: the block may run the GC
+    uint64_t count;
+} firefox_arguments;
+
+static int write_firefox(eng_engine *engine, eng_out *out, void *data) {
+    firefox_arguments *arguments = data;
+    return eng_firefox_column(engine, arguments->at, arguments->column, arguments->texts, arguments->sizes, out,
+                              &arguments->count);
+}
+
+// column: 0 the start times, 1 the end times, 2 texts (an Array of Strings by key, see output.h);
+// returns the number of values written.
+static VALUE pass_firefox_column(VALUE self, VALUE serial, VALUE column, VALUE texts, VALUE target) {
+    eng_engine *engine = get_engine(self);
+    Check_Type(texts, T_ARRAY);
+    firefox_arguments arguments;
+    memset(&arguments, 0, sizeof(arguments));
+    arguments.at = thread_at(engine, serial);
+    arguments.column = NUM2INT(column);
+    for (long i = 0; i < ENG_FIREFOX_KEYS; i++) {
+        VALUE text = rb_ary_entry(texts, i);
+        if (NIL_P(text)) {
+            arguments.texts[i] = "null";
+            arguments.sizes[i] = 4;
+            continue;
+        }
+        StringValue(text);
+        if (RSTRING_LEN(text) > FIREFOX_TEXT_MAX) rb_raise(rb_eArgError, "a Firefox column's text is longer than %d bytes", FIREFOX_TEXT_MAX);
+        memcpy(arguments.copies[i], RSTRING_PTR(text), (size_t)RSTRING_LEN(text));
+        arguments.texts[i] = arguments.copies[i];
+        arguments.sizes[i] = (size_t)RSTRING_LEN(text);
+    }
+    run_writer(engine, true, write_firefox, &arguments, target);
+    return ULL2NUM(arguments.count);
+}
+
 // Engine.vocabulary(names by name code, reasons by reason code): the words the writers use.
 static VALUE engine_vocabulary(VALUE module, VALUE names, VALUE reasons) {
     Check_Type(names, T_ARRAY);
@@ -686,4 +729,6 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_method(cPass, "perfetto_counter", pass_perfetto_counter, 1);
     rb_define_method(cPass, "speedscope_names", pass_speedscope_names, 1);
     rb_define_method(cPass, "speedscope_events", pass_speedscope_events, 3);
+    rb_define_method(cPass, "firefox_column", pass_firefox_column, 4);
+    rb_define_const(mEngine, "FIREFOX_KEYS", INT2FIX(ENG_FIREFOX_KEYS));
 }

@@ -377,3 +377,69 @@ int eng_speedscope_events(eng_engine *engine, uint32_t at, const int64_t *frames
     speedscope_context context = { out, frames, true };
     return eng_stream_each(engine, &THREAD(engine, at)->stream, false, speedscope_event, &context);
 }
+
+// ---------------------------------------------------------------- Firefox Profiler
+
+// ns as milliseconds, up to 6 decimals without trailing zeros (the Firefox Profiler's times):
+// "12", "12.5", "0.000123", "-0.5".
+static void put_ms(eng_out *out, int64_t ns) {
+    uint64_t magnitude = ns < 0 ? (uint64_t)0 - (uint64_t)ns : (uint64_t)ns;
+    if (ns < 0) put_byte(out, '-');
+    uint64_t fraction = magnitude % 1000000;
+    put_int(out, (int64_t)(magnitude / 1000000));
+    if (fraction == 0) return;
+    char tail[7] = { '.' };
+    uint64_t rest = fraction;
+    for (int digit = 6; digit >= 1; digit--) {
+        tail[digit] = (char)('0' + rest % 10);
+        rest /= 10;
+    }
+    size_t size = 7;
+    while (tail[size - 1] == '0') size--;
+    put(out, tail, size);
+}
+
+typedef struct {
+    eng_out *out;
+    int column;
+    const char *const *texts;
+    const size_t *sizes;
+    uint64_t count;
+} firefox_context;
+
+// An interval's key in the texts of a column: its name code, or for a run interval with a
+// release cause FIREFOX_KEYS - R_COUNT + the cause (its marker carries the cause).
+static unsigned firefox_key(const eng_interval *interval) {
+    if (interval->state == ST_RUN && interval->reason) return ST_COUNT + R_COUNT + interval->reason;
+    return interval->state == ST_IDLE ? (unsigned)(ST_COUNT + interval->reason) : interval->state;
+}
+
+static int firefox_value(void *data, const eng_interval *interval) {
+    firefox_context *context = data;
+    eng_out *out = context->out;
+    if (context->count++) put_byte(out, ',');
+    switch (context->column) {
+    case ENG_FIREFOX_START:
+        put_ms(out, interval->start);
+        break;
+    case ENG_FIREFOX_END:
+        // The exit marker is an instant: no end.
+        if (interval->state == ST_EXITED) PUTS(out, "null");
+        else put_ms(out, interval->end);
+        break;
+    default: {
+        unsigned key = firefox_key(interval);
+        put(out, context->texts[key], context->sizes[key]);
+    }
+    }
+    if (out->size >= FLUSH_BYTES) return eng_out_flush(out);
+    return 0;
+}
+
+int eng_firefox_column(eng_engine *engine, uint32_t at, int column, const char *const *texts, const size_t *sizes,
+                       eng_out *out, uint64_t *count) {
+    firefox_context context = { out, column, texts, sizes, 0 };
+    int status = eng_stream_each(engine, &THREAD(engine, at)->stream, false, firefox_value, &context);
+    *count = context.count;
+    return status;
+}

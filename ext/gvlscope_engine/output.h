@@ -35,4 +35,12 @@ int eng_perfetto_native(eng_engine *engine, uint32_t at, const char *name, size_
 int eng_perfetto_counter(eng_engine *engine, eng_out *out);
 int eng_speedscope_events(eng_engine *engine, uint32_t at, const int64_t *frames, eng_out *out);
 
+// The Firefox Profiler's marker table, a column at a time (formats/firefox.rb): each interval's
+// start or end in ms, or a text by the interval's key (its name code; a run interval with a
+// release cause: ST_COUNT + R_COUNT + the cause). +count+: the values written.
+enum { ENG_FIREFOX_START = 0, ENG_FIREFOX_END = 1, ENG_FIREFOX_TEXT = 2 };
+#define ENG_FIREFOX_KEYS (ST_COUNT + 2 * R_COUNT)
+int eng_firefox_column(eng_engine *engine, uint32_t at, int column, const char *const *texts, const size_t *sizes,
+                       eng_out *out, uint64_t *count);
+
 #endif

@@ -16,7 +16,7 @@ class GoldenTest < Minitest::Test
   INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl thrash.gvl gvl-tracing-1.7.0.json].freeze
   # Small enough to keep; the others' exports are checked by test/formats/export_test.rb's invariants.
   EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl gvl-tracing-1.7.0.json].freeze
-  # The traces recorded with stacks: their folded stacks too (the others have none to export).
+  # The traces recorded with stacks: their folded stacks and pprof profile too (the others have none to export).
   WITH_STACKS = %w[hog.gvl].freeze
 
   def cli(*args)
@@ -61,16 +61,19 @@ class GoldenTest < Minitest::Test
       Dir.chdir(TRACES) do
         EXPORTED.each do |input|
           base = File.basename(input, ".*")
-          { "perfetto" => "pftrace", "chrome-json" => "chrome.json", "speedscope" => "speedscope.json" }.each do |format, extension|
+          { "perfetto" => "pftrace", "chrome-json" => "chrome.json", "speedscope" => "speedscope.json",
+            "firefox" => "firefox.json" }.each do |format, extension|
             out = File.join(dir, "#{base}.#{extension}")
             cli("export", input, "--format", format, "-o", out)
             check("#{base}.#{extension}", File.binread(out))
           end
         end
         WITH_STACKS.each do |input|
-          out = File.join(dir, "#{File.basename(input, '.*')}.folded")
-          cli("export", input, "--format", "folded", "-o", out)
-          check(File.basename(out), File.binread(out))
+          { "folded" => "folded", "pprof" => "pb.gz" }.each do |format, extension|
+            out = File.join(dir, "#{File.basename(input, '.*')}.#{extension}")
+            cli("export", input, "--format", format, "-o", out)
+            check(File.basename(out), File.binread(out))
+          end
         end
       end
     end

@@ -24,17 +24,17 @@ module GVLScope
 
       private
 
-      # Appends to +io+ what a Model::Scan writer (+writer+, its +arguments+) makes: straight to a
-      # file's descriptor (no Ruby String on the way: an export of 10 GB stays a few MB of memory),
-      # else in pieces of ~1 MB given to io#<<.
-      def engine_write(io, writer, *arguments)
+      # Appends to +io+ what a Model::Scan writer (+writer+, its +arguments+; of +scan+, the
+      # subject unless given) makes: straight to a file's descriptor (no Ruby String on the way: an
+      # export of 10 GB stays a few MB of memory), else in pieces of ~1 MB given to io#<<.
+      def engine_write(io, writer, *arguments, scan: @subject)
         fd = io.fileno if io.is_a?(IO)
         if fd
           io.flush
-          return @subject.public_send(writer, *arguments, fd)
+          return scan.public_send(writer, *arguments, fd)
         end
 
-        @subject.public_send(writer, *arguments, nil) { |chunk| io << chunk }
+        scan.public_send(writer, *arguments, nil) { |chunk| io << chunk }
       end
     end
   end

@@ -198,6 +198,12 @@ module GVLScope
       def perfetto_counter(target, &block) = spilled.perfetto_counter(target, &block)
       def speedscope_events(serial, frames, target, &block) = spilled.speedscope_events(serial, frames, target, &block)
 
+      # A column of the Firefox Profiler's marker table of the thread's intervals (formats/firefox.rb):
+      # +column+ 0 the start times, 1 the end times (ms), 2 +texts+[the interval's key] (a name
+      # code, or for a run interval with a release cause Engine::FIREFOX_KEYS - REASONS.size + the
+      # cause), comma-separated. Returns the number of values.
+      def firefox_column(serial, column, texts, target, &block) = spilled.firefox_column(serial, column, texts, target, &block)
+
       # [[name code, name], ...] of the thread's drawn intervals, in order of first use.
       def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
 
