@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "bigdecimal"
 require "gvlscope/model"
 require "gvlscope/analysis"
 require "gvlscope/analysis/advisor_inputs"
@@ -666,31 +667,35 @@ module ReferenceCheck
   # lanes when native threads are shared), the counter of threads waiting for the GVL, and each
   # thread's speedscope row.
   def assert_exports_match_reference(name, scan, reference)
-    chrome = JSON.parse(GVLScope::Formats::ChromeJSON.new(scan).to_s)["traceEvents"]
-    ns = ->(us) { (us * 1000).round }
+    # Times are microseconds with up to 3 decimals: exact as BigDecimal. A time below zero
+    # (a broken trace's) is written as its floored microseconds, then the ns left over:
+    # -1,500 ns is "-2.5".
+    chrome = JSON.parse(GVLScope::Formats::ChromeJSON.new(scan).to_s, decimal_class: BigDecimal)["traceEvents"]
+    ns = ->(us) { (us * 1000).to_i }
+    written = ->(ns) { ns.negative? ? (((ns / 1000) - Rational(ns % 1000, 1000)) * 1000).to_i : ns }
     slices = chrome.select { |event| event["ph"] == "X" && event["cat"].nil? }.group_by { |event| event["tid"] }
     native = chrome.select { |event| event["ph"] == "X" && event["cat"] == "native" }
     expected_native = []
     reference.each_thread do |thread|
       expected = thread.intervals.map do |interval|
-        [GVLScope::Vocabulary.slice_name(interval.state, interval.reason), interval.start_ns, interval.end_ns,
-         interval.state == :run ? interval.reason&.to_s : nil]
+        [GVLScope::Vocabulary.slice_name(interval.state, interval.reason), written.(interval.start_ns),
+         written.(interval.duration_ns), interval.state == :run ? interval.reason&.to_s : nil]
       end
       got = (slices[thread.serial] || []).map do |event|
-        [event["name"], ns.(event["ts"]), ns.(event["ts"]) + ns.(event["dur"]), event.dig("args", "released_by")]
+        [event["name"], ns.(event["ts"]), ns.(event["dur"]), event.dig("args", "released_by")]
       end
       assert_equal expected, got, "#{name}: Chrome slices of #{thread.label}"
       thread.intervals.each do |interval|
         next unless interval.state == :run && interval.native
 
-        expected_native << [thread.display_name, interval.native, interval.start_ns, interval.duration_ns]
+        expected_native << [thread.display_name, interval.native, written.(interval.start_ns), written.(interval.duration_ns)]
       end
     end
     expected_native = [] unless reference.shared_native_threads? && !reference.file.native_tids.empty?
     assert_equal expected_native, native.map { |event| [event["name"], event["tid"], ns.(event["ts"]), ns.(event["dur"])] },
                  "#{name}: Chrome native lanes"
     counter = chrome.select { |event| event["ph"] == "C" }.map { |event| [ns.(event["ts"]), event.dig("args", "threads")] }
-    assert_equal reference.waiting_counter, counter, "#{name}: the counter of threads waiting"
+    assert_equal reference.waiting_counter.map { |time, count| [written.(time), count] }, counter, "#{name}: the counter of threads waiting"
 
     speedscope = JSON.parse(GVLScope::Formats::Speedscope.new(scan).to_s)
     frames = speedscope.dig("shared", "frames").map { |frame| frame["name"] }
