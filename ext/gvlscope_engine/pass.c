@@ -1,5 +1,5 @@
 // One pass: the chunks merged in time order, the timeline's state machine replayed event by event
-// (lib/gvlscope/model/timeline.rb, rule for rule: keep the two in step), and every consumer fed
+// (test/support/reference_timeline.rb, rule for rule: keep the two in step), and every consumer fed
 // as intervals close. Nothing here keeps an interval once its consumers have seen it.
 //
 // Two streams of intervals leave the state machine:
@@ -594,12 +594,12 @@ static void streak_add(eng_engine *engine, eng_thread *thread, const eng_interva
     }
 }
 
-// The hook's bounds (analysis/io_overlap.rb): a release shorter than this returned at once; a
+// The hook's bounds (ReferenceIOOverlap, in the tests): a release shorter than this returned at once; a
 // hold this long or more is other work.
 #define QUICK_RELEASE_NS 1000000
 #define OVERLAP_HOLD_NS 1000000
 
-// The GVL wait that IO the thread had started overlapped (analysis/io_overlap.rb, rule for rule).
+// The GVL wait that IO the thread had started overlapped (ReferenceIOOverlap, rule for rule).
 static void io_overlap_add(eng_thread *thread, uint8_t state, int64_t duration) {
     if (state == ST_RUN || state == ST_GC) {
         thread->overlap_hold += duration;
