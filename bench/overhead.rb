@@ -126,7 +126,7 @@ end
 
 if run?(:gvlscope)
   started = clock
-  timeline = GVLScope::Model.timeline(trace_path)
+  timeline = GVLScope::Model.timeline(trace_path, spill: true)
   read_s = clock - started
   started = clock
   File.open(File.join(dir, "bench.chrome.json"), "wb") { |io| GVLScope::Formats::ChromeJSON.new(timeline).write(io) }

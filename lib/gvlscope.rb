@@ -2,7 +2,7 @@
 
 # gvlscope's data path, one folder per stage (docs/architecture.md):
 #   the C hook (ext/gvlscope) -> the live API here (trace, metrics, flight recorder, measure)
-#   -> model/ (a trace becomes a Timeline) -> analysis/ (findings) -> formats/ (bytes)
+#   -> model/ (a trace read by the engine: Model::Scan) -> analysis/ (findings) -> formats/ (bytes)
 #   -> integrations/ (Rack, Puma, Sidekiq, autorun), cli.rb, lab/.
 # `require "gvlscope"` loads the live API; the other stages load when first used (autoload), so
 # `use GVLScope::Rack` in a config.ru needs nothing more than what Bundler.require does.

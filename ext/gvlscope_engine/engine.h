@@ -1,5 +1,5 @@
 // The report engine: one pass over a .gvl trace (or imported events) that replays the timeline's
-// state machine (lib/gvlscope/model/timeline.rb, rule for rule) and feeds every consumer as
+// state machine (test/support/reference_timeline.rb, rule for rule) and feeds every consumer as
 // intervals close, so no interval is kept: per-thread rows, histograms, blame, code locations,
 // the HTML overview, detail windows and the exports' interval spill. docs/architecture.md has the
 // whole design; the recorder (ext/gvlscope) is a separate extension and shares nothing with this
@@ -17,7 +17,7 @@
 #include "median.h"
 #include "index.h"
 
-// ---- one interval, as Model::Timeline::Interval.
+// ---- one interval, as Model::Interval.
 typedef struct {
     int64_t start;
     int64_t end;

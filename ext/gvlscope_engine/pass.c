@@ -1,5 +1,5 @@
 // One pass: the chunks merged in time order, the timeline's state machine replayed event by event
-// (lib/gvlscope/model/timeline.rb, rule for rule: keep the two in step), and every consumer fed
+// (test/support/reference_timeline.rb, the test oracle, rule for rule: keep the two in step), and every consumer fed
 // as intervals close. Nothing here keeps an interval once its consumers have seen it.
 //
 // Two streams of intervals leave the state machine:

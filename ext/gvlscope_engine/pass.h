@@ -22,7 +22,7 @@ typedef struct {
     uint32_t ractor;          // index in ractors
     int32_t order;            // order of first appearance (Timeline#threads), -1 before
     int32_t cursor_order;     // order of its first event (the Ruby scan's cursors), -1 before
-    // the cursor (model/timeline.rb's Cursor)
+    // the cursor (test/support/reference_timeline.rb's Cursor)
     uint8_t state, reason, site_cause, counted;
     uint8_t has_native, has_suspend_native, others_wanted, has_resumed_at;
     uint8_t first_kind;       // its first event's kind, 0 when none
@@ -52,7 +52,7 @@ typedef struct {
     uint64_t long_streaks;
     int64_t long_streak_held, longest_streak[2], longest_streak_held;
     int64_t idle_by_reason[R_COUNT];
-    // IO overlap (analysis/io_overlap.rb): counted, pending, the hold since the last release
+    // IO overlap (ReferenceIOOverlap): counted, pending, the hold since the last release
     int64_t overlap_counted, overlap_pending, overlap_hold;
     uint8_t overlap_woke_at_once;
     // Histograms

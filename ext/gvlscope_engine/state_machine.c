@@ -1,4 +1,4 @@
-// The timeline's state machine, event by event (lib/gvlscope/model/timeline.rb, rule for rule:
+// The timeline's state machine, event by event (test/support/reference_timeline.rb, the test oracle, rule for rule:
 // keep the two in step): transitions close intervals, which go to the consumers that read them
 // at close (on_close: blame, samples, overview) and, once no later event can change them (a run's
 // release cause), to those that read each thread's final intervals (settle -> on_final).

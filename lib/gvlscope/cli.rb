@@ -101,9 +101,9 @@ module GVLScope
       when "lab"
         require_relative "lab/cli"
         Lab::CLI.new(out: @out, err: @err).run(argv)
-      when "report" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { report(argv) } }
-      when "export" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { export(argv) } }
-      when "summary" then with_progress { with_gc_paused(argv.find { |arg| File.file?(arg) }) { summary(argv) } }
+      when "report" then with_progress { report(argv) }
+      when "export" then with_progress { export(argv) }
+      when "summary" then with_progress { summary(argv) }
       when "advise" then with_progress { advise(argv) }
       when "diff" then with_progress { diff(argv) }
       else
@@ -141,10 +141,9 @@ module GVLScope
       true
     end
 
-    # The trace at +path+ as the report and the exports read it: by the native engine in two
-    # passes that keep no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the
-    # intervals for an export), or, where the engine is not compiled, whole into a Model::Timeline.
-    # +checked+: a truncated trace is an error unless --partial, and warnings are printed.
+    # The trace at +path+ as every command reads it: by the native engine in two passes that keep
+    # no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the intervals for an
+    # export). +checked+: a truncated trace is an error unless --partial, and warnings are printed.
     # +analyse+: false when only an export is made of it (a lighter pass).
     def timeline_of(path, bins: nil, spill: false, checked: true, analyse: true)
       raise UsageError, "missing trace FILE" unless path
@@ -153,39 +152,15 @@ module GVLScope
 
       progress("reading #{path}", File.size(path))
       require_relative "model"
-      if Model::Scan.available?
-        scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress, analyse: analyse)
-      end
-      file = scan ? scan.file : read_trace(path)
+      scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress, analyse: analyse)
+      file = scan.file
       if checked && file.truncated? && !@partial
         raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
                      "--partial reads what it holds"
       end
       file.warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" } if checked
-      return scan.run if scan
-
-      progress("building the timeline of #{file.size} events")
-      Model::Timeline.new(file)
+      scan.run
     end
-
-    # The Ruby reader (Model::Timeline, where the engine is not compiled) makes millions of objects
-    # that all live to the end; the GC would mark them again and again as they grow: half the time
-    # of a 3M-event read. Up to GC_PAUSE_MAX_BYTES of trace (8M events; ~330 bytes of memory each)
-    # the GC then waits until the command is done. The engine keeps no such objects, and an
-    # export's pieces are garbage at once: the GC runs as usual.
-    GC_PAUSE_MAX_BYTES = 64 * 1024 * 1024
-
-    def with_gc_paused(path)
-      require_relative "model/scan"
-      paused = path && !Model::Scan.available? && File.size(path) <= GC_PAUSE_MAX_BYTES && !GC.disable
-      yield
-    ensure
-      GC.enable if paused
-    end
-
-    # The trace's events. A reader that can say how far it got is given @progress (advance_to(bytes)
-    # of the file): the streaming engine's; Model.read reads in one call, the bar then shows the time.
-    def read_trace(path) = Model.read(path)
 
     # A progress bar on stderr while a command reads, analyses and writes (GVLScope::Progress:
     # only on a terminal, only after 2 s, erased at the end).
@@ -669,7 +644,7 @@ module GVLScope
 
       choose = { threads: options[:threads] }
       if (path = paths.first)
-        with_gc_paused(File.file?(path) ? path : nil) { Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose) }
+        Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose)
       elsif (file = options[:snapshot])
         later, earlier = Analysis::AdvisorInputs.read_snapshot_file(file)
         Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}",

@@ -9,7 +9,7 @@ module GVLScope
   module Formats
     # name:      what the user types (`--format NAME`)
     # file:      formats/<file>.rb, loaded when the format is used
-    # subject:   what it is built from: :timeline (Model::Timeline), :report (Analysis::Report),
+    # subject:   what it is built from: :timeline (a trace: Model::Scan), :report (Analysis::Report),
     #            :snapshot (Metrics::Snapshot series for Prometheus), :lab (lab results),
     #            :advice (Analysis::Advisor::Advice), :diff (Analysis::Diff)
     # command:   the CLI command that offers it (nil: used through the Ruby API only)

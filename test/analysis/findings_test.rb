@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "support/scripted_timeline"
+require "support/reference_timeline"
 require "gvlscope/analysis"
 require "gvlscope/formats/report_text"
 require "gvlscope/formats/report_json"
@@ -202,13 +203,14 @@ class FindingRulesTest < Minitest::Test
     assert_equal 199 * MS, report.findings.first.explains_wait_ns
   end
 
-  # The engine (Model::Scan) sums the same stretches from the same events.
+  # The engine (Model::Scan) sums the same stretches from the same events as the plain Ruby
+  # reference (test/support/reference_timeline.rb).
   def test_the_engine_counts_the_same_stretches
     [1, 24, 25].each do |pause_ms|
-      timeline = ScriptedTimeline.timeline(request_beside_a_waiter(pause_ms: pause_ms), end_ms: 400)
-      scan = GVLScope::Model::Scan.new(timeline.file).run
-      rows = [timeline, scan].map { |model| GVLScope::Analysis::Report.new(model).all_rows.map(&:to_h) }
-      assert_equal(*rows, "pause #{pause_ms} ms")
+      events = request_beside_a_waiter(pause_ms: pause_ms)
+      reference = ReferenceReport.new(ReferenceTimeline.new(ScriptedTimeline.file(events, end_ms: 400)))
+      scan = GVLScope::Model::Scan.new(ScriptedTimeline.file(events, end_ms: 400)).run
+      assert_equal reference.all_rows.map(&:to_h), GVLScope::Analysis::Report.new(scan).all_rows.map(&:to_h), "pause #{pause_ms} ms"
     end
   end
 
@@ -243,16 +245,15 @@ end
 # Recorded server traces (test/fixtures/traces/servers/record.rb): Puma serving a 300 ms route
 # beside quick requests, Sidekiq running 400 ms jobs beside quick ones. Their pool threads are
 # preempted in under half their releases and their victims wait a few times each, yet the report
-# must lead with the request or job that held the GVL, naming its code; the Timeline and the
-# engine give the same findings.
+# must lead with the request or job that held the GVL, naming its code; the engine and the plain
+# Ruby reference give the same findings.
 class ServerTraceFindingsTest < Minitest::Test
   TRACES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces")
 
   def assert_leads_with_long_hold(name, label, file, line)
     path = File.join(TRACES, name)
-    timeline, scan = [GVLScope::Model.timeline(path), GVLScope::Model::Scan.open(path)].map do |model|
-      GVLScope::Analysis::Report.new(model).findings.first
-    end
+    timeline, scan = [ReferenceReport.new(ReferenceTimeline.open(path)), GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(path))]
+                     .map { |report| report.findings.first }
     assert_equal timeline.to_h, scan.to_h
     assert_equal :long_hold, timeline.kind, timeline.title
     frame = timeline.evidence[:holder_frames].first

@@ -5,6 +5,7 @@ require "tmpdir"
 require "json"
 require "gvlscope/model"
 require "gvlscope/formats/report_html"
+require "support/reference_timeline"
 
 # `gvlscope report`: text, JSON and HTML of a trace, gvl-tracing traces, and one clear line
 # (no backtrace) for every kind of bad input.
@@ -132,7 +133,7 @@ class CLIReportTest < Minitest::Test
   end
 
   # `--html OUT --window FROM..TO`: a page whose intervals are every one of that range (one pass
-  # of the engine), the same the Ruby Timeline has there, and the overview elsewhere; a bad range
+  # of the engine), the same the plain Ruby reference has there, and the overview elsewhere; a bad range
   # is one line and exit 1 (before the trace is read, when it does not parse).
   def test_html_window_holds_every_interval_of_the_range_and_bad_ranges_are_one_line
     trace = File.join(ROOT, "test/fixtures/traces/hog.gvl")
@@ -147,7 +148,7 @@ class CLIReportTest < Minitest::Test
       from, to = 250_000_000, 400_500_000
       assert_equal ["windows", [[from, to]], [from, to], 2000],
                    data["timeline"].values_at("mode", "windows", "asked", "bins"), "the range, and the overview"
-      timeline = GVLScope::Model.timeline(trace)
+      timeline = ReferenceTimeline.open(trace)
       unit = data["unitNs"]
       codes = GVLScope::Formats::ReportHTML::CODES
       expected = timeline.threads.values.to_h do |thread|

@@ -5,13 +5,16 @@ require "tmpdir"
 require "gvlscope/analysis"
 require "gvlscope/formats"
 require "support/synthetic_trace"
+require "support/reference_timeline"
 
-# The report engine (ext/gvlscope_engine, Model::Scan) against the model it replaces
-# (Model::Timeline and the analysis of its intervals): on traces of real programs, each reader's
-# every answer and every output must be the same, byte for byte. And its memory must not grow
-# with the trace's events.
+# The report engine (ext/gvlscope_engine, Model::Scan: every command's reader) against the plain
+# Ruby state machine it replaced (test/support/reference_timeline.rb, and the analysis of its
+# intervals): on traces of real programs, the recorded fixtures and synthetic traces, every answer
+# must be the same, and the report the same byte for byte. And its memory must not grow with the
+# trace's events.
 class EngineTest < Minitest::Test
   include GVLScopeTestHelper
+  include ReferenceCheck
 
   # Programs whose traces cover the state machine's rules: convoys and hogs (preemptions), the
   # hand-off thrash, GC inside holds, locks, queues, joins and sleeps, threads created and
@@ -47,7 +50,7 @@ class EngineTest < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  def test_the_engine_agrees_with_the_timeline_on_traced_programs
+  def test_the_engine_agrees_with_the_reference_on_traced_programs
     PROGRAMS.each do |name, program|
       path = File.join(@dir, "#{name}.gvl")
       trace_program(path, program)
@@ -79,9 +82,9 @@ class EngineTest < Minitest::Test
   end
 
   # Report#detail's windows: every interval that overlaps each, first by start, then thread order.
-  def test_detail_windows_are_the_timelines_intervals_in_the_window
+  def test_detail_windows_are_the_references_intervals_in_the_window
     path = File.join(ROOT, "test/fixtures/traces/mixed.gvl")
-    timeline = GVLScope::Model.timeline(path)
+    timeline = ReferenceTimeline.open(path)
     scan = GVLScope::Model::Scan.open(path)
     duration = timeline.duration_ns
     windows = [[0, duration / 10], [duration / 3, duration / 2], [duration - 1, duration], [duration, duration * 2]]
@@ -115,7 +118,7 @@ class EngineTest < Minitest::Test
 
   # Blame splits each wait among the holds it overlapped: a thread starved across a million holds
   # must not keep a million of them (runs of holds fold into per-holder sums), and the numbers stay
-  # those of the Timeline (a wait that starts inside a hold, GC inside holds, two starved threads).
+  # those of the reference (a wait that starts inside a hold, GC inside holds, two starved threads).
   def test_blame_holds_stay_bounded_for_a_starved_thread
     small = File.join(@dir, "starved-small.gvl")
     SyntheticTrace.write_starved(small, holds: 20_000)
@@ -170,7 +173,7 @@ class EngineTest < Minitest::Test
     [scan.peak_bytes, GC.stat(:total_allocated_objects) - objects]
   end
 
-  # Report#detail from a Timeline's intervals.
+  # Report#detail from the reference's intervals.
   def window(timeline, start_ns, end_ns, limit)
     found = []
     timeline.each_thread do |thread|
@@ -179,51 +182,5 @@ class EngineTest < Minitest::Test
     found.each_with_index.sort_by { |interval, index| [interval.start_ns, index] }.map(&:first).first(limit).map(&:to_a)
   end
 
-  def assert_same_answers(path)
-    name = File.basename(path)
-    timeline = GVLScope::Model.timeline(path)
-    scan = GVLScope::Model::Scan.open(path, spill: true)
-    assert_equal timeline.threads.keys, scan.threads.keys, "#{name}: threads"
-    timeline.each_thread do |thread|
-      assert_equal thread.intervals.map(&:to_a), scan.threads[thread.serial].intervals.map(&:to_a), "#{name}: intervals of #{thread.label}"
-    end
-    assert_equal timeline.samples.map(&:to_a), scan.samples.map(&:to_a), "#{name}: samples"
-    assert_equal timeline.shared_native_threads?, scan.shared_native_threads?, "#{name}: shared native threads"
-    old = GVLScope::Analysis::Report.new(timeline)
-    new = GVLScope::Analysis::Report.new(scan)
-    assert_equal old.all_rows.map(&:to_h), new.all_rows.map(&:to_h), "#{name}: rows"
-    assert_equal old.all_waits_median_ns, new.all_waits_median_ns, "#{name}: median wait"
-    assert_equal old.histograms, new.histograms, "#{name}: histograms"
-    %i[all_waits after_blocking during_gc].each do |matrix|
-      assert_equal old.blame.public_send(matrix).to_a, new.blame.public_send(matrix).to_a, "#{name}: blame #{matrix}"
-    end
-    code = [old.code_locations, new.code_locations]
-    assert_equal(*code.map { |c| c.holder_profile.map(&:to_h) }, "#{name}: holders")
-    assert_equal(*code.map { |c| c.release_sites.map(&:to_h) }, "#{name}: release sites")
-    old.all_rows.each do |row|
-      assert_equal(*code.map { |c| c.holder_profile(thread: row.serial).map(&:to_h) }, "#{name}: holder #{row.label}")
-      assert_equal(*code.map { |c| c.holders_while_waiting(row.serial).map(&:to_h) }, "#{name}: waiting #{row.label}")
-      assert_equal(*code.map { |c| c.release_sites(threads: [row.serial]).map(&:to_h) }, "#{name}: sites #{row.label}")
-    end
-    [1, 7, 2000].each do |bins|
-      overviews = [old, new].map { |report| report.overview(bins: bins) }
-      assert_equal(*overviews.map { |overview| [overview.bin_ns, overview.serials] }, "#{name}: overview of #{bins} bins")
-      overviews.first.serials.each do |serial|
-        assert_equal(*overviews.map { |overview| overview.lane(serial) }, "#{name}: overview lane #{serial}, #{bins} bins")
-      end
-    end
-    duration = timeline.duration_ns
-    windows = [[0, duration], [duration / 4, duration / 3], [duration / 2, duration / 2 + 1_000_000]]
-    assert_equal(*[old, new].map { |report| report.details(windows, limit: 500).map { |found| found.map(&:to_a) } },
-                 "#{name}: detail windows")
-    %w[text json html].each do |format|
-      entry = GVLScope::Formats.fetch(format, command: "report")
-      assert_equal entry.format_class.new(old).to_s, entry.format_class.new(new).to_s, "#{name}: report --format #{format}"
-    end
-    GVLScope::Formats.for_command("export").each do |entry|
-      next if entry.stacks && !timeline.stacks?
-
-      assert entry.format_class.new(timeline).to_s.b == entry.format_class.new(scan).to_s.b, "#{name}: export #{entry.name}"
-    end
-  end
+  def assert_same_answers(path) = assert_engine_matches_reference(path)
 end

@@ -10,15 +10,19 @@ require "gvlscope/live"
 require "gvlscope/analysis/advisor"
 require "gvlscope/analysis/advisor_inputs"
 require "gvlscope/analysis/gvl_simulation"
+require "support/reference_timeline"
 
 # A deterministic mutation fuzzer of the trace readers. Small valid traces (.gvl, built here byte
 # by byte, and gvl-tracing JSON) are mutated with a seeded Random: bit flips, truncations, byte
 # insertions and deletions, chunk headers that lie, huge numbers, JSON values of the wrong type.
-# Each case goes through everything `gvlscope report`/`export`/`summary` do (Model.read, Timeline,
+# Each case goes through everything `gvlscope report`/`export`/`summary` do (Model::Scan,
 # Analysis::Report, every format). It must either work or raise a GVLScope::Error whose one-line
-# message starts with the file's path; no other exception, no hang, no huge allocation.
+# message starts with the file's path; no other exception, no hang, no huge allocation. And the
+# plain Ruby reference (test/support/reference_timeline.rb) must read it the same: the same error,
+# or the same answers.
 class FuzzTest < Minitest::Test
   include GVLScopeTestHelper
+  include ReferenceCheck
 
   SEED = Integer(ENV.fetch("GVLSCOPE_FUZZ_SEED", 16))
   BINARY_CASES = 600
@@ -284,15 +288,22 @@ class FuzzTest < Minitest::Test
     flunk "#{name}: #{e.class}: #{e.message[0, 300]}\n#{e.backtrace.first(6).join("\n")}\ninput: #{data.b.inspect[0, 600]}"
   end
 
-  # Both readers (the Timeline, and the native engine's Model::Scan that the CLI uses) must agree:
-  # the same error, or the same outputs byte for byte.
+  # The engine (Model::Scan, what the CLI reads with) and the reference must agree: the same
+  # error, or the same answers (ReferenceCheck).
   def render(path)
-    old = outputs { GVLScope::Model::Timeline.new(GVLScope::Model.read(path)) }
-    new = outputs { GVLScope::Model::Scan.open(path) }
-    assert_equal old.keys, new.keys, "#{path}: both readers give the same outputs or the same error"
-    old.each { |name, output| assert output == new[name], "#{path}: #{name} differs between the readers" }
-    raise GVLScope::FormatError, old[:error] if old[:error]
-
+    scan = nil
+    made = outputs { scan = GVLScope::Model::Scan.open(path, spill: true) }
+    reference = begin
+      ReferenceTimeline.open(path).tap { |timeline| ReferenceReport.new(timeline).findings }
+    rescue GVLScope::Error => e
+      e.message
+    end
+    if made[:error]
+      assert_equal made[:error], reference, "#{path}: both readers give the same error"
+      raise GVLScope::FormatError, made[:error]
+    end
+    refute_kind_of String, reference, "#{path}: the reference reads it too"
+    assert_engine_matches_reference(path, scan: scan, reference: reference)
     :ok
   end
 
@@ -306,7 +317,6 @@ class FuzzTest < Minitest::Test
     end
     made[:summary] = GVLScope::Formats::SummaryText.new(timeline).to_s
     GVLScope::Formats.for_command("report").each do |entry|
-      # The HTML page embeds the intervals: the Scan collects them in a pass of its own.
       made[entry.name] = entry.format_class.new(report).to_s
     end
     made[:short] = GVLScope::Formats::ReportText.new(report).short

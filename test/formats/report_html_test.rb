@@ -7,6 +7,7 @@ require "gvlscope/analysis"
 require "gvlscope/formats/report_html"
 require_relative "../support/headless_chromium"
 require_relative "../support/synthetic_report"
+require_relative "../support/reference_timeline"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread, the
@@ -234,11 +235,11 @@ class ReportHTMLTest < Minitest::Test
   end
 
   # The page's intervals come from one pass of the engine over the trace for all the findings'
-  # windows and the busiest one: the same page the Ruby Timeline gives (whose Report#detail reads
-  # each window on its own), every interval of each window.
+  # windows and the busiest one: the same page the plain Ruby reference gives (whose Report#detail
+  # reads each window on its own from its intervals), every interval of each window.
   def test_all_the_windows_cost_one_pass_of_the_engine
     scan = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000)), 5, 100_000)
-    old = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)), 5, 100_000)
+    old = with_findings(ReferenceReport.new(ReferenceTimeline.open(THRASH)), 5, 100_000)
     passes = scan.timeline.passes
     html = write_html(scan, budget: windows_budget(20_000))
     assert_equal 1, scan.timeline.passes - passes, "passes for the page's intervals"
@@ -246,7 +247,7 @@ class ReportHTMLTest < Minitest::Test
     windows = data["timeline"]["windows"]
     assert_equal 6, windows.size, "5 findings' windows and the busiest: #{windows}"
     refute_nil data["timeline"]["busiest"]
-    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(20_000))), "the Ruby Timeline's page"
+    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(20_000))), "the reference's page"
     expected = old.timeline.threads.values.sum do |thread|
       thread.intervals.count { |i| windows.any? { |from, to| i.start_ns < to && (i.end_ns > from || i.start_ns >= from) } }
     end
@@ -261,7 +262,7 @@ class ReportHTMLTest < Minitest::Test
   # in one more pass: two in all, where there was one a window and one more per window cut short.
   def test_windows_cut_short_cost_one_more_pass_together
     scan = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(THRASH, bins: 2000)), 5, 1_000_000)
-    old = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)), 5, 1_000_000)
+    old = with_findings(ReferenceReport.new(ReferenceTimeline.open(THRASH)), 5, 1_000_000)
     passes = scan.timeline.passes
     html = write_html(scan, budget: windows_budget(1000))
     assert_equal 2, scan.timeline.passes - passes, "passes for the page's intervals"
@@ -277,7 +278,7 @@ class ReportHTMLTest < Minitest::Test
       true
     end
     assert_operator fetched_again, :>=, 3
-    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(1000))), "the Ruby Timeline's page"
+    assert_equal File.read(html), File.read(write_html(old, budget: windows_budget(1000))), "the reference's page"
   end
 
   # Zoomed into summaries, the page shows the command that writes a page with every interval of
@@ -319,7 +320,7 @@ class ReportHTMLTest < Minitest::Test
     page = GVLScope::Formats::ReportHTML.new(report, budget: windows_budget(300), window: [1_000_000, report.duration_ns])
     html = File.join(@dir, "w.html")
     File.write(html, page.to_s)
-    first = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(THRASH)).detail(1_000_000, report.duration_ns, limit: 300)
+    first = ReferenceReport.new(ReferenceTimeline.open(THRASH)).detail(1_000_000, report.duration_ns, limit: 300)
     assert_equal [1_000_000, first.last.start_ns], page.window_held
     data = page_data(html)
     assert_equal [[1_000_000, first.last.start_ns]], data["timeline"]["windows"]

@@ -253,7 +253,7 @@ class PumaTest < Minitest::Test
     assert_match(/-get-cpu-duration-\d+-ms\.gvl\z/, files.first)
     trace = GVLScope::Model::TraceFile.read(files.first)
     refute trace.truncated?
-    timeline = GVLScope::Model::Timeline.new(trace)
+    timeline = GVLScope::Model.timeline(files.first)
     threads = timeline.threads.values
     # Puma's pool threads around the slow request: one ran ~200 ms, another wanted the GVL then.
     assert_operator threads.count { |t| t.label.start_with?("puma srv tp") }, :>=, 2, threads.map(&:label).inspect

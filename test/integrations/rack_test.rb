@@ -288,7 +288,7 @@ class RackTest < Minitest::Test
       dumps = Dir[File.join(dir, "*.gvl")]
       assert_equal 1, dumps.size
       assert_match(/get-slow-duration-\d+-ms\.gvl\z/, dumps.first)
-      timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(dumps.first))
+      timeline = GVLScope::Model.timeline(dumps.first)
       main = timeline.threads.values.find { |thread| thread.label == "main" }
       running_ns = main.intervals.select { |i| i.state == :run }.sum(&:duration_ns)
       assert_operator running_ns, :>=, 200_000_000

@@ -181,7 +181,7 @@ class SidekiqTest < Minitest::Test
       wait_for(sidekiq, 10, "2 stats lines") { |text| text.scan(/gvlscope sidekiq pid #{sidekiq.pid}: [\d.]+ s, GVL held [\d.]+%/).size >= 2 }
       # The 2 s job triggered the flight recorder (duration_over_ms: 1000).
       dump = wait_for(sidekiq, 10, "flight recorder dump") { Dir[File.join(recorder_dir, "*hardjob-duration-*.gvl")].first }
-      assert_operator GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(dump)).threads.size, :>=, 2
+      assert_operator GVLScope::Model.timeline(dump).threads.size, :>=, 2
       # The failing job failed as Sidekiq alone would have it: in the retry set with its own error.
       retried = JSON.parse(@redis.call("ZRANGE", "retry", "0", "-1").fetch(0))
       assert_equal [failing, "FailingJob::Boom", "boom 7"], retried.values_at("jid", "error_class", "error_message")

@@ -10,8 +10,8 @@ require "support/synthetic_gvl_tracing"
 
 # gvl-tracing JSON read by the report engine (Model::Scan.read -> GVLTracing.index): streamed, one
 # line at a time, into a temporary .gvl file the engine analyses like any trace. The same events,
-# threads and outputs as the whole-file import (GVLTracing.read, what Model.read and the Timeline
-# use), memory that does not grow with the events, no temporary file left behind.
+# threads and outputs as the whole-file import (GVLTracing.read, what Model.read and the tests'
+# reference use), memory that does not grow with the events, no temporary file left behind.
 class GVLTracingStreamTest < Minitest::Test
   include GVLScopeTestHelper
 
@@ -50,7 +50,7 @@ class GVLTracingStreamTest < Minitest::Test
       end
       assert_equal whole.thread_info, thread_info, name
 
-      old = outputs(GVLScope::Model.timeline(path))
+      old = outputs(GVLScope::Model::Scan.new(GVLScope::Model::GVLTracing.read(path)).run)
       new = outputs(GVLScope::Model::Scan.open(path, spill: true))
       assert_equal old.keys, new.keys
       old.each { |format, output| assert output == new[format], "#{name}: #{format} differs from the whole-file import" }
@@ -160,7 +160,7 @@ class GVLTracingStreamTest < Minitest::Test
     total
   end
 
-  # Every export, the summary and every report of +timeline+ (a Timeline or a Scan), by format.
+  # Every export, the summary and every report of +timeline+ (a Scan), by format.
   def outputs(timeline)
     report = GVLScope::Analysis::Report.new(timeline)
     made = {}

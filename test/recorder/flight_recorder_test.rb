@@ -7,7 +7,7 @@ require "logger"
 require "minitest/mock"
 
 # The flight recorder keeps the last seconds of events in memory and dumps them as a normal .gvl
-# file: readable by TraceFile and Timeline, bounded in time, rate-limited, fork-aware.
+# file: readable by TraceFile and the engine (Model::Scan), bounded in time, rate-limited, fork-aware.
 class FlightRecorderTest < Minitest::Test
   include GVLScopeTestHelper
 
@@ -40,7 +40,7 @@ class FlightRecorderTest < Minitest::Test
     assert_operator dump.records, :>, dump.events, "two threads preempting each other leave release-site records"
     assert_includes log.string, "(#{trace.size} events)"
     assert_operator trace.size, :>, 10
-    timeline = GVLScope::Model::Timeline.new(trace)
+    timeline = GVLScope::Model.timeline(dump.path)
     assert_consistent(timeline)
     labels = timeline.threads.values.map(&:label)
     assert_includes labels, "dump-cpu0"

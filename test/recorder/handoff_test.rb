@@ -159,7 +159,7 @@ class HandoffTest < Minitest::Test
 
   # Each named thread's intervals in the trace after its first block (the wait for work) ended.
   def after_first_block(path, *names)
-    timeline = GVLScope::Model::Timeline.new(GVLScope::Model::TraceFile.read(path))
+    timeline = GVLScope::Model.timeline(path)
     names.map do |name|
       thread = timeline.threads.values.find { |t| t.label.start_with?(name) } or flunk "no #{name} in #{timeline.threads.values.map(&:label)}"
       thread.intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }

@@ -87,8 +87,10 @@ class SyntheticReport < GVLScope::Analysis::Report
       step, thread = index.divmod(threads)
       from = start_ns + step * INTERVAL_NS
       state = STATES[(step + thread) % STATES.size]
-      GVLScope::Model::Timeline::Interval.new(thread + 1, state, from, from + INTERVAL_NS,
-                                              state == :idle ? :io : :preempted)
+      GVLScope::Model::Interval.new(thread + 1, state, from, from + INTERVAL_NS, state == :idle ? :io : :preempted)
     end
   end
+
+  # #detail of each window, one by one.
+  def details(windows, limit: 200_000) = windows.map { |start_ns, end_ns, own| detail(start_ns, end_ns, limit: own || limit) }
 end

@@ -4,7 +4,6 @@ require "json"
 require_relative "../errors"
 require_relative "../live/snapshot"
 require_relative "advisor"
-require_relative "io_overlap"
 
 module GVLScope
   module Analysis
@@ -19,14 +18,14 @@ module GVLScope
         def held_ns = run_ns + gc_ns
       end
 
-      # The hook's bounds for io_overlap_wait_ns (IOOverlap).
-      QUICK_RELEASE_NS = IOOverlap::QUICK_RELEASE_NS
-      OVERLAP_HOLD_NS = IOOverlap::OVERLAP_HOLD_NS
+      # The hook's bounds for io_overlap_wait_ns (ext/gvlscope/metrics_event.h; the report engine's
+      # in ext/gvlscope_engine/pass.c; test/advise_test.rb checks they agree with Native's): a
+      # release shorter than QUICK_RELEASE_NS returned at once; a hold of OVERLAP_HOLD_NS or more
+      # is other work.
+      QUICK_RELEASE_NS = 1_000_000
+      OVERLAP_HOLD_NS = 1_000_000
 
       module_function
-
-      # A trace's io_overlap_wait_ns for one thread's intervals (IOOverlap).
-      def io_overlap_wait_ns(intervals) = IOOverlap.wait_ns(intervals)
 
       # The pool a thread belongs to: its label without numbers or creation site, so "puma srv tp
       # 001" .. "puma srv tp 005" (or "worker 1", "worker 2") are one pool.

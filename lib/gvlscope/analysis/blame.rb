@@ -4,9 +4,9 @@ require_relative "../model/scan"
 
 module GVLScope
   module Analysis
-    # Who held the GVL while each thread waited for it. Within a Ractor the holds (running or
-    # gc intervals) never overlap, so one sweep over the waits in start order, with a pointer into
-    # the holds that only moves forward, finds every overlap: linear in waits + holds + overlaps.
+    # Who held the GVL while each thread waited for it: each wait split among the holds (running
+    # or gc intervals of the other threads of its Ractor) it overlapped, as the engine summed it
+    # (ext/gvlscope_engine/pass.c).
     class Blame
       HAND_OFF = :hand_off # wait time during which nobody held the GVL (the hand-over itself)
 
@@ -18,15 +18,13 @@ module GVLScope
       # collect garbage (a :gc interval): the waiting GC caused.
       attr_reader :during_gc
 
-      # +timeline+: a Model::Timeline (swept here) or a Model::Scan (the engine summed the same
-      # overlaps as waits closed: hashes filled in the order the sweep fills them).
+      # +timeline+: a Model::Scan (the engine summed the overlaps as waits closed; the hashes are
+      # filled in the order a sweep over the waits by start fills them).
       def initialize(timeline)
         @all_waits = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @after_blocking = Hash.new { |hash, serial| hash[serial] = Hash.new(0) }
         @during_gc = Hash.new(0)
-        return from_scan(timeline) if timeline.is_a?(Model::Scan)
-
-        timeline.ractors.each_value { |threads| sweep(threads) }
+        from_scan(timeline)
       end
 
       # Total time other threads waited for the GVL while +holder+ held it.
@@ -70,52 +68,6 @@ module GVLScope
       FIRST_AFTER_BLOCKING = 19
       FIRST_GC = 20
       DURING_GC = 21
-
-      def sweep(threads)
-        holds = []
-        waits = [] # [interval, after a blocking call?]
-        threads.each do |thread|
-          previous = nil
-          thread.intervals.each do |interval|
-            case interval.state
-            when :run, :gc then holds << interval
-            when :wait then waits << [interval, previous&.state == :idle]
-            end
-            previous = interval
-          end
-        end
-        # Ties in thread order (a stable sort): threads that waited since the trace began all start
-        # at 0, and the hashes' order (a finding's list of threads) must not depend on the sort.
-        holds.sort_by!.with_index { |hold, index| [hold.start_ns, index] }
-        waits.sort_by!.with_index { |(interval, _), index| [interval.start_ns, index] }
-        first = 0
-        waits.each do |wait, after_blocking|
-          first += 1 while first < holds.size && holds[first].end_ns <= wait.start_ns
-          attribute(wait, holds, first, after_blocking)
-        end
-      end
-
-      def attribute(wait, holds, first, after_blocking)
-        all = @all_waits[wait.thread]
-        blocking = @after_blocking[wait.thread] if after_blocking
-        held = 0
-        index = first
-        while index < holds.size && (hold = holds[index]).start_ns < wait.end_ns
-          overlap = [hold.end_ns, wait.end_ns].min - [hold.start_ns, wait.start_ns].max
-          if overlap.positive? && hold.thread != wait.thread
-            all[hold.thread] += overlap
-            blocking[hold.thread] += overlap if blocking
-            @during_gc[wait.thread] += overlap if hold.state == :gc
-            held += overlap
-          end
-          index += 1
-        end
-        gap = wait.duration_ns - held
-        return unless gap.positive?
-
-        all[HAND_OFF] += gap
-        blocking[HAND_OFF] += gap if blocking
-      end
     end
   end
 end

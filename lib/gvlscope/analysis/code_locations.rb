@@ -6,7 +6,7 @@ require_relative "../model/scan"
 
 module GVLScope
   module Analysis
-    # Which code: from a trace with stacks (Timeline#stacks?).
+    # Which code: from a trace with stacks (Model::Scan#stacks?).
     # - release sites: the calls after which threads gave the GVL up, each weighted by the wait for
     #   the GVL that followed it before the thread ran again ("which calls of mine cost the most
     #   waiting");
@@ -36,12 +36,10 @@ module GVLScope
 
       attr_reader :timeline
 
-      # +timeline+: a Model::Timeline, or a Model::Scan whose engine summed the samples and the
-      # releases by stack (the same weights and counts, in the order they were first seen).
+      # +timeline+: a Model::Scan, whose engine summed the samples and the releases by stack (their
+      # weights and counts, in the order they were first seen).
       def initialize(timeline)
         @timeline = timeline
-        @labels = timeline.threads.transform_values(&:label)
-        @scan = timeline.is_a?(Model::Scan) ? timeline : nil
       end
 
       def stacks? = @timeline.stacks?
@@ -49,39 +47,16 @@ module GVLScope
       # The holders' code, heaviest first: weight = sum of waiters over the samples. With +thread+
       # (a serial), only the samples of that holder.
       def holder_profile(thread: nil)
-        if @scan
-          rows = thread ? @scan.code_rows(:holders).select { |row| row[0] == thread } : @scan.code_rows(:stacks)
-          return rank(by_stack(rows) { |stack, weight, count| [code_frame(stack), weight, count] })
-        end
-
-        samples = @timeline.samples
-        samples = samples.select { |sample| sample.thread == thread } if thread
-        rank(samples.map { |sample| [code_frame(sample.stack), sample.waiters] })
+        rows = thread ? @timeline.code_rows(:holders).select { |row| row[0] == thread } : @timeline.code_rows(:stacks)
+        rank(by_stack(rows) { |stack, weight, count| [code_frame(stack), weight, count] })
       end
 
 
       # The holders' code while +waiter+ (a serial) waited for the GVL: each sample inside one of
       # its waits counts once.
       def holders_while_waiting(waiter)
-        if @scan
-          rows = @scan.code_rows(:waiters).select { |row| row[0] == waiter }
-          return rank(by_stack(rows) { |stack, _weight, count| [code_frame(stack), count, count] })
-        end
-
-        waits = @timeline.threads[waiter]&.intervals&.select { |interval| interval.state == :wait } || []
-        samples = @timeline.samples
-        index = 0
-        weighted = []
-        waits.each do |wait|
-          index += 1 while index < samples.size && samples[index].time_ns < wait.start_ns
-          scan = index
-          while scan < samples.size && samples[scan].time_ns < wait.end_ns
-            sample = samples[scan]
-            weighted << [code_frame(sample.stack), 1] if sample.thread != waiter
-            scan += 1
-          end
-        end
-        rank(weighted)
+        rows = @timeline.code_rows(:waiters).select { |row| row[0] == waiter }
+        rank(by_stack(rows) { |stack, _weight, count| [code_frame(stack), count, count] })
       end
 
       # Release sites, by the wait for the GVL that followed each release, heaviest first. With
@@ -115,35 +90,19 @@ module GVLScope
 
       private
 
-      # Yields the site (a stack), cause and the ns the thread then waited for the GVL before it ran
-      # again, of each :run interval that ended with a recorded release site (and 1); from a scan,
-      # the same summed by site and cause (and their count), in the order first seen.
+      # Yields the site (a stack), cause, the ns the thread then waited for the GVL before it ran
+      # again and the count of the :run intervals of +thread+ that ended with a recorded release
+      # site: summed by site and cause by the engine, in the order first seen.
       def each_release(thread)
-        if @scan
-          (@releases ||= @scan.release_site_rows.group_by(&:first))[thread.serial]&.each do |_, site, reason, waited, count|
-            yield @scan.file.stack(site), Model::Scan::REASONS[reason], waited, count
-          end
-          return
-        end
-
-        intervals = thread.intervals
-        intervals.each_with_index do |run, index|
-          next unless run.state == :run && run.site
-
-          waited = 0
-          after = index + 1 # by index, not a slice: a slice per release copies the rest of the thread
-          while after < intervals.size && !%i[run exited].include?(intervals[after].state)
-            waited += intervals[after].duration_ns if intervals[after].state == :wait
-            after += 1
-          end
-          yield run.site, run.reason, waited, 1
+        (@releases ||= @timeline.release_site_rows.group_by(&:first))[thread.serial]&.each do |_, site, reason, waited, count|
+          yield @timeline.file.stack(site), Model::Scan::REASONS[reason], waited, count
         end
       end
 
       # [[stack, weight, count], ...] mapped by the block, in the order the engine first saw each
-      # stack (as the samples come in a Timeline).
+      # stack (the samples' time order).
       def by_stack(rows)
-        rows.sort_by { |row| row[4] }.map { |_, stack, weight, count, _| yield @scan.file.stack(stack), weight, count }
+        rows.sort_by { |row| row[4] }.map { |_, stack, weight, count, _| yield @timeline.file.stack(stack), weight, count }
       end
 
       # [[frame, weight, count (1 when left out)], ...] grouped by method and file, heaviest first;

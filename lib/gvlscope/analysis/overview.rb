@@ -13,8 +13,7 @@ module GVLScope
     # exist. Bin i covers [start_ns + i * bin_ns, start_ns + (i + 1) * bin_ns); the last may reach
     # past the end of the trace.
     #
-    # The old path (Report on a Model::Timeline) builds it from the intervals (Overview.of); the
-    # streaming engine fills the same lanes as it reads (Overview.new(..., lanes:)).
+    # The engine fills the lanes as it reads (Model::Scan#overview_lanes: Overview.new(..., lanes:)).
     class Overview
       STATES = %i[run wait idle gc].freeze
       STATE_INDEX = STATES.each_with_index.to_h.freeze
@@ -30,17 +29,6 @@ module GVLScope
         @bin_ns = [(duration_ns + bins - 1) / bins, 1].max # integer ceil: the bins cover the whole trace
         @start_ns = 0
         @lanes = lanes
-      end
-
-      # The overview of every thread of +timeline+ (each thread's intervals, once).
-      def self.of(timeline, bins: BINS)
-        new(timeline.duration_ns, bins: bins).tap do |overview|
-          timeline.each_thread do |thread|
-            thread.intervals.each do |interval|
-              overview.add(thread.serial, interval.state, interval.start_ns, interval.end_ns)
-            end
-          end
-        end
       end
 
       # The serials of the threads with a lane (a thread never seen in any state has none).
@@ -59,28 +47,6 @@ module GVLScope
           [total, *group.map { |serial| lane(serial) }].transpose.each_with_index { |column, index| total[index] = column.sum }
         end
         total
-      end
-
-      # Spreads [start_ns, end_ns) in +state+ over the bins it covers. States other than run, wait,
-      # idle and gc are moments (started, exited), not counted.
-      def add(serial, state, start_ns, end_ns)
-        offset = STATE_INDEX[state] or return
-        return unless end_ns > start_ns
-
-        lane = @lanes[serial] ||= Array.new(@bins * 4, 0)
-        last_bin = @bins - 1
-        from = start_ns - @start_ns
-        to = end_ns - @start_ns
-        first = (from / @bin_ns).clamp(0, last_bin)
-        last = ((to - 1) / @bin_ns).clamp(0, last_bin)
-        if first == last # most intervals: far shorter than a bin
-          lane[4 * first + offset] += to - from
-          return
-        end
-
-        lane[4 * first + offset] += (first + 1) * @bin_ns - from
-        ((first + 1)...last).each { |bin| lane[4 * bin + offset] += @bin_ns }
-        lane[4 * last + offset] += to - last * @bin_ns
       end
     end
   end

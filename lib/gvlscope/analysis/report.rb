@@ -17,9 +17,9 @@ module GVLScope
     class Report
       attr_reader :timeline, :stats, :only_thread
 
-      # +timeline+: a Model::Timeline, or a Model::Scan (the native engine's pass: the same
-      # answers, no intervals kept). +thread+: a thread label (or a name several threads share);
-      # the table and findings then show only that thread (those threads).
+      # +timeline+: a Model::Scan (the native engine's passes over the trace; no interval kept).
+      # +thread+: a thread label (or a name several threads share); the table and findings then
+      # show only that thread (those threads).
       def initialize(timeline, thread: nil)
         @timeline = timeline
         @stats = ThreadStats.new(timeline)
@@ -30,7 +30,7 @@ module GVLScope
         end
       end
 
-      # Built only when a finding needs to say who held the GVL: it is a pass over every interval.
+      # Built only when a finding needs to say who held the GVL.
       def blame = @blame ||= Blame.new(@timeline)
 
       # What `gvlscope advise` answers on this trace (an Advisor::Advice, with its defaults), or why
@@ -84,24 +84,13 @@ module GVLScope
       def all_waits_median_ns = @stats.median_wait_ns
 
       # See Histograms.
-      def histograms
-        @histograms ||= if @timeline.is_a?(Model::Scan)
-                          Histograms.of_scan(@timeline, selected_threads.map(&:serial))
-                        else
-                          Histograms.of(selected_threads, @timeline.waiters_at_acquire)
-                        end
-      end
+      def histograms = @histograms ||= Histograms.of(@timeline, selected_threads.map(&:serial))
 
       # The whole trace in +bins+ slices per thread (Analysis::Overview): what the HTML report draws
-      # zoomed out.
-      # From a Model::Scan: the lanes the engine summed in its pass (another pass for other bins).
+      # zoomed out: the lanes the engine summed in its pass (another pass for other bins).
       def overview(bins: Overview::BINS)
         @overviews ||= {}
-        @overviews[bins] ||= if @timeline.is_a?(Model::Scan)
-                               Overview.new(duration_ns, bins: bins, lanes: @timeline.overview_lanes(bins))
-                             else
-                               Overview.of(@timeline, bins: bins)
-                             end
+        @overviews[bins] ||= Overview.new(duration_ns, bins: bins, lanes: @timeline.overview_lanes(bins))
       end
 
       # The intervals of every thread that overlap [start_ns, end_ns) (a moment, such as an exit,
@@ -109,44 +98,12 @@ module GVLScope
       # appearance on ties), at most +limit+: the first ones. So when +limit+ of them come back,
       # every interval that starts before the last one's start is among them.
       #
-      # From a Model::Scan each call is a pass over the trace: ask for several windows at once with
-      # #details.
-      def detail(start_ns, end_ns, limit: 200_000)
-        return @timeline.detail(start_ns, end_ns, limit: limit) if @timeline.is_a?(Model::Scan)
-
-        found = []
-        threads = @timeline.threads.size
-        rank = {}
-        @timeline.each_thread do |thread|
-          rank[thread.serial] = rank.size
-          intervals = thread.intervals
-          # A thread's intervals follow one another: their ends are in order.
-          first = intervals.bsearch_index { |interval| interval.end_ns > start_ns || interval.start_ns >= start_ns }
-          next unless first
-
-          taken = 0
-          intervals[first..].each do |interval|
-            break if interval.start_ns >= end_ns || taken == limit # the first +limit+ of all are among each's first
-
-            found << interval
-            taken += 1
-          end
-        end
-        # One Integer a key (no Array per interval): by start, a moment (started, exited) before
-        # what starts with it, then the thread's rank.
-        found.sort_by! do |interval|
-          ((2 * interval.start_ns + (interval.end_ns > interval.start_ns ? 1 : 0)) * threads) + rank[interval.thread]
-        end
-        found.first(limit)
-      end
+      # Each call is a pass over the trace: ask for several windows at once with #details.
+      def detail(start_ns, end_ns, limit: 200_000) = @timeline.detail(start_ns, end_ns, limit: limit)
 
       # #detail of each window [start_ns, end_ns] (or [start_ns, end_ns, its own limit]), in one
-      # pass over a Model::Scan's trace.
-      def details(windows, limit: 200_000)
-        return @timeline.details(windows, limit: limit) if @timeline.is_a?(Model::Scan)
-
-        windows.map { |start_ns, end_ns, own| detail(start_ns, end_ns, limit: own || limit) }
-      end
+      # pass over the trace.
+      def details(windows, limit: 200_000) = @timeline.details(windows, limit: limit)
 
       def selected_threads
         threads = @timeline.threads.values

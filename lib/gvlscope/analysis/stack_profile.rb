@@ -16,7 +16,7 @@ module GVLScope
       # descendants'), +children+ heaviest first.
       Node = Struct.new(:frame, :weight, :children, :depth)
 
-      # +samples+: Model::Sample (Timeline#samples, or a selection of them).
+      # +samples+: Model::Sample (Model::Scan#samples, or a selection of them).
       def initialize(samples)
         @samples = samples
       end

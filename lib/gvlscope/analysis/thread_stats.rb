@@ -2,13 +2,12 @@
 
 require_relative "../vocabulary"
 require_relative "../model/scan"
-require_relative "io_overlap"
 
 module GVLScope
   module Analysis
-    # Per-thread totals of a timeline: time in each state, holds, waits, the longest wait and what
-    # ended each run (Vocabulary::RELEASE_CAUSES), plus what the finding rules ask of one thread
-    # (docs: /work/report-engine-contract.md's Row fields; a streaming engine fills the same Row).
+    # Per-thread totals of a trace: time in each state, holds, waits, the longest wait and what
+    # ended each run (Vocabulary::RELEASE_CAUSES), plus what the finding rules ask of one thread,
+    # as the engine summed them (ext/gvlscope_engine/pass.c).
     class ThreadStats
       # +created_at+: where the thread was created ("app.rb:12"), when the trace recorded it.
       # +longest_run+, +longest_wait+, +longest_slow_blocking_wait+, +longest_gc+: [start_ns, end_ns] or nil (the
@@ -23,7 +22,8 @@ module GVLScope
       # +long_streak_held_ns+ sums their holds, +longest_streak+ is the one that held the most
       # ([first hold's start, last hold's end], the first of equals) and +longest_streak_held_ns+ what it held.
       # +idle_by_reason+: idle ns by idle reason (Vocabulary::IDLE_REASONS; reasons with idle time
-      # only); +io_overlap_wait_ns+: the GVL wait IO it had started overlapped (IOOverlap).
+      # only); +io_overlap_wait_ns+: the GVL wait IO it had started overlapped (the hook's rule,
+      # ext/gvlscope/metrics_event.h; AdvisorInputs::QUICK_RELEASE_NS).
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
                        :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
@@ -33,21 +33,12 @@ module GVLScope
 
       attr_reader :rows, :timeline, :median_wait_ns
 
-      # +timeline+: a Model::Timeline (rows summed from its intervals) or a Model::Scan (the
-      # engine summed the same as the intervals closed).
+      # +timeline+: a Model::Scan (the engine summed the rows as the intervals closed).
       def initialize(timeline)
         @timeline = timeline
-        @slow_wait_ns = timeline.file.timeslice_ns / 4
-        if timeline.is_a?(Model::Scan)
-          @rows = timeline.threads.values.map { |thread| row_from_scan(thread, timeline.thread_rows[thread.serial]) }
-          @median_wait_ns = timeline.all_waits_median_ns
-          return
-        end
-
-        all_waits = []
-        @rows = timeline.threads.values.map { |thread| row_for(thread, all_waits) }
+        @rows = timeline.threads.values.map { |thread| row_from_scan(thread, timeline.thread_rows[thread.serial]) }
         # The median of every GVL wait of every thread (the whole trace, whatever --thread shows).
-        @median_wait_ns = Analysis.median(all_waits)
+        @median_wait_ns = timeline.all_waits_median_ns
       end
 
       # Time some thread held the GVL (running or collecting), all Ractors together.
@@ -56,100 +47,6 @@ module GVLScope
       end
 
       private
-
-      def row_for(thread, all_waits)
-        totals = Hash.new(0)
-        released = Hash.new(0)
-        holds = 0
-        longest_run = longest_wait = longest_gc = nil
-        waits = []
-        slow_blocking = []
-        blocking = []
-        previous = nil
-        streaks = Streaks.new(@slow_wait_ns, @timeline.file.timeslice_ns)
-        idle_by_reason = Hash.new(0)
-        overlap = IOOverlap.new
-        thread.intervals.each do |interval|
-          totals[interval.state] += interval.duration_ns
-          streaks.add(interval.state, interval.start_ns, interval.end_ns)
-          overlap.add(interval.state, interval.duration_ns)
-          idle_by_reason[interval.reason] += interval.duration_ns if interval.state == :idle && interval.duration_ns.positive?
-          case interval.state
-          when :run
-            holds += 1 unless previous&.state == :gc # a GC inside a hold splits it, it is still one hold
-            released[interval.reason] += 1 if interval.reason
-            longest_run = interval if longest_run.nil? || interval.duration_ns > longest_run.duration_ns
-          when :gc
-            longest_gc = interval if longest_gc.nil? || interval.duration_ns > longest_gc.duration_ns
-          when :wait
-            waits << interval.duration_ns
-            longest_wait = interval if longest_wait.nil? || interval.duration_ns > longest_wait.duration_ns
-            if previous&.state == :idle
-              blocking << interval.duration_ns
-              slow_blocking << interval if interval.duration_ns >= @slow_wait_ns
-            end
-          end
-          previous = interval
-        end
-        streaks.close
-        all_waits.concat(waits)
-        longest_slow = slow_blocking.max_by(&:duration_ns) # max_by keeps the first of equals
-        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
-                ractor_id: thread.ractor_id, run_ns: totals[:run],
-                wait_ns: totals[:wait], idle_ns: totals[:idle], gc_ns: totals[:gc], holds: holds,
-                waits: waits.size, longest_wait_ns: longest_wait&.duration_ns || 0, released_by: released,
-                longest_run: span(longest_run), longest_wait: span(longest_wait),
-                blocking_waits: blocking.size, slow_blocking_waits: slow_blocking.size,
-                blocking_wait_ns: blocking.sum,
-                median_slow_blocking_wait_ns: Analysis.median(slow_blocking.map(&:duration_ns)),
-                longest_slow_blocking_wait: span(longest_slow), median_wait_ns: Analysis.median(waits),
-                longest_gc: span(longest_gc), idle_by_reason: idle_by_reason, io_overlap_wait_ns: overlap.counted,
-                **streaks.to_h)
-      end
-
-      # A thread's hold streaks (see Row), from its intervals in order; ext/gvlscope_engine/pass.c
-      # (streak_add) sums the same.
-      class Streaks
-        def initialize(pause_ns, long_ns)
-          @pause_ns = pause_ns
-          @long_ns = long_ns
-          @start_ns = nil
-          @to_h = { long_streaks: 0, long_streak_held_ns: 0, longest_streak: nil, longest_streak_held_ns: 0 }
-        end
-
-        attr_reader :to_h
-
-        def add(state, start_ns, end_ns)
-          case state
-          when :run, :gc
-            unless @start_ns
-              @start_ns = start_ns
-              @held_ns = 0
-            end
-            @held_ns += end_ns - start_ns
-            @last_end_ns = end_ns
-          when :idle then close(paused: true) if end_ns - start_ns >= @pause_ns
-          when :exited, :started then close
-          end
-        end
-
-        def close(paused: false)
-          return unless @start_ns
-
-          held = @held_ns
-          if paused && held >= @long_ns
-            @to_h[:long_streaks] += 1
-            @to_h[:long_streak_held_ns] += held
-            if held > @to_h[:longest_streak_held_ns]
-              @to_h[:longest_streak] = [@start_ns, @last_end_ns]
-              @to_h[:longest_streak_held_ns] = held
-            end
-          end
-          @start_ns = nil
-        end
-      end
-
-      def span(interval) = interval && [interval.start_ns, interval.end_ns]
 
       # The engine's sums (Engine::Pass#threads): nil for a thread of the thread table that never
       # appeared in an event.

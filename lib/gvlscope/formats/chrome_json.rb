@@ -4,11 +4,10 @@ require "json"
 require_relative "format"
 require_relative "../vocabulary"
 require_relative "../version"
-require_relative "../model/scan"
 
 module GVLScope
   module Formats
-    # Timeline -> Chrome trace event JSON (opens in the Perfetto UI and chrome://tracing; speedscope
+    # A trace (Model::Scan) -> Chrome trace event JSON (opens in the Perfetto UI and chrome://tracing; speedscope
     # nests its back-to-back slices into a staircase: formats/speedscope.rb is the file for it).
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
     # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
@@ -18,9 +17,9 @@ module GVLScope
     # slices carry no "cat" (the track says they are GVL states; only the native lanes' slices
     # have one, "native") and times drop the trailing zeros of their 3 decimals.
     #
-    # From a Model::Scan (what `gvlscope export` reads) the slices and the counter are written by
-    # the native engine from its copy of each thread's intervals (ext/gvlscope_engine/output.c,
-    # the same bytes), streamed to the io in pieces of ~1 MB: never the whole document in memory.
+    # The slices and the counter are written by the native engine from its copy of each thread's
+    # intervals (Model::Scan's writers, ext/gvlscope_engine/output.c), streamed to the io in pieces
+    # of ~1 MB: never the whole document in memory.
     class ChromeJSON < Format
       NATIVE_PID = 0
 
@@ -37,14 +36,7 @@ module GVLScope
           emit(meta("thread_name", rpid, thread.serial, thread.display_name))
           write_slices(rpid, thread)
         end
-        counter_prefix = %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":)
-        if streamed?
-          stream(:chrome_counter, counter_prefix)
-        else
-          timeline.waiting_counter.each do |time, count|
-            emit(%(#{counter_prefix}#{us(time)},"args":{"threads":#{count}}}))
-          end
-        end
+        stream(:chrome_counter, %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":))
         write_native_lanes
         @out << "\n]}\n"
         io << @out
@@ -54,8 +46,6 @@ module GVLScope
       private
 
       def timeline = @subject
-
-      def streamed? = timeline.is_a?(Model::Scan)
 
       # The engine's pieces go straight to the io, after what is buffered here. Every piece starts
       # with the ",\n" that separates it from what came before (always something: a meta event).
@@ -68,20 +58,6 @@ module GVLScope
 
       def ractor_pid(ractor_id) = ractor_id.zero? ? 1 : ractor_id
 
-      # ns as microseconds, up to 3 decimals without trailing zeros ("12", "12.5", "12.345"),
-      # appended by integer arithmetic (format and divmod allocate; at millions of slices that is
-      # most of the export).
-      def append_us(out, ns)
-        fraction = ns % 1000
-        out << (ns / 1000).to_s
-        return out if fraction.zero?
-
-        digits = fraction < 10 ? "00#{fraction}" : fraction < 100 ? "0#{fraction}" : fraction.to_s
-        out << "." << digits.sub(/0+\z/, "")
-      end
-
-      def us(ns) = append_us(+"", ns)
-
       def emit(line)
         @out << ",\n" unless @first
         @first = false
@@ -92,35 +68,7 @@ module GVLScope
         @out.clear
       end
 
-      # The constant part of each slice is built once per thread and state; slices are appended
-      # straight to the buffer (this loop runs once per interval: millions of times).
-      def write_slices(pid, thread)
-        return stream(:chrome_slices, thread.serial, pid) if streamed?
-
-        prefixes = Hash.new do |by_state, state|
-          by_state[state] = Hash.new do |by_reason, reason|
-            name = Vocabulary.slice_name(state, reason)
-            by_reason[reason] = %({"ph":"X","name":"#{name}","pid":#{pid},"tid":#{thread.serial},"ts":)
-          end
-        end
-        released = Hash.new { |cache, reason| cache[reason] = %(,"args":{"released_by":"#{reason}"}}) }
-        out = @out
-        thread.intervals.each do |interval|
-          out << ",\n" unless @first
-          @first = false
-          state = interval.state
-          reason = interval.reason
-          out << prefixes[state][reason]
-          append_us(out, interval.start_ns)
-          out << ',"dur":'
-          append_us(out, interval.end_ns - interval.start_ns)
-          out << (state == :run && reason ? released[reason] : "}")
-          next if out.bytesize < FLUSH_BYTES
-
-          @io << out
-          out.clear
-        end
-      end
+      def write_slices(pid, thread) = stream(:chrome_slices, thread.serial, pid)
 
       def meta(name, pid, tid, value)
         tid_part = tid ? %(,"tid":#{tid}) : ""
@@ -135,13 +83,7 @@ module GVLScope
         tids.each { |serial, tid| emit(meta("thread_name", NATIVE_PID, serial, "native thread #{serial} (tid #{tid})")) }
         timeline.each_thread do |thread|
           prefix = %({"ph":"X","name":#{JSON.generate(thread.display_name)},"cat":"native","pid":#{NATIVE_PID},"tid":)
-          next stream(:chrome_native, thread.serial, prefix) if streamed?
-
-          thread.intervals.each do |interval|
-            next unless interval.state == :run && interval.native
-
-            emit(%(#{prefix}#{interval.native},"ts":#{us(interval.start_ns)},"dur":#{us(interval.duration_ns)}}))
-          end
+          stream(:chrome_native, thread.serial, prefix)
         end
       end
     end

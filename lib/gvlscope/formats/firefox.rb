@@ -50,13 +50,8 @@ module GVLScope
 
       private
 
-      # The engine's answers. A Model::Timeline (the plain-Ruby reader, on its way out) is read
-      # again by the engine: the markers are streamed from its copy of the intervals.
-      def scan
-        @scan ||= if @subject.is_a?(Model::Scan) then @subject
-                  else Model::Scan.new(Model::Scan.read(@subject.file.path), spill: true, analyse: false).run
-                  end
-      end
+      # The engine's answers (a Model::Scan): the markers are streamed from its copy of the intervals.
+      def scan = @subject
 
       def meta(threads)
         main = threads.index { |thread| thread.info.main } || 0

@@ -6,7 +6,7 @@ require_relative "../analysis/stack_profile"
 
 module GVLScope
   module Formats
-    # Timeline -> folded stacks (Brendan Gregg's format, read by flamegraph.pl, inferno and
+    # A trace (Model::Scan) -> folded stacks (Brendan Gregg's format, read by flamegraph.pl, inferno and
     # speedscope): the wait-weighted profile of holders, the code that held the GVL while others
     # waited. One line per distinct stack, frames root first joined by ";", a space, its weight:
     # the number of waiting threads summed over the samples of that stack.

@@ -2,7 +2,7 @@
 
 module GVLScope
   module Formats
-    # The one interface of every output: built from its subject (a Model::Timeline, an
+    # The one interface of every output: built from its subject (a Model::Scan, an
     # Analysis::Report, a Metrics::Snapshot, lab results: Formats::REGISTRY says which), #write(io)
     # appends the bytes to an IO or a String and returns it. Big outputs append in pieces of
     # FLUSH_BYTES, so huge traces neither build one giant String nor pay a method call per tiny write.

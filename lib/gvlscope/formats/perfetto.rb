@@ -2,18 +2,17 @@
 
 require_relative "format"
 require_relative "../vocabulary"
-require_relative "../model/scan"
 
 module GVLScope
   module Formats
-    # Timeline -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
+    # A trace (Model::Scan) -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
     # a thread track per Ruby thread with a slice per state, a counter track of threads waiting for
     # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
     # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
     # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
     #
-    # From a Model::Scan (what `gvlscope export` reads) the slices and the counter's packets come
-    # from the native engine (ext/gvlscope_engine/output.c, the same bytes), streamed to the io.
+    # The slices and the counter's packets come from the native engine (Model::Scan's writers,
+    # ext/gvlscope_engine/output.c), streamed to the io.
     class Perfetto < Format
       # TracePacket
       TIMESTAMP = 8
@@ -46,7 +45,6 @@ module GVLScope
       def write(io)
         @sink = io
         io = @out = +"".b
-        @suffixes = {}
         pid = timeline.file.pid
         timeline.ractors.each_key do |ractor_id|
           packet(io, descriptor(process_uuid(ractor_id), PROCESS,
@@ -59,11 +57,7 @@ module GVLScope
                                 field_varint(PID, fake_pid(thread.ractor_id)) + field_varint(TID, thread.serial) +
                                 field_string(THREAD_NAME, thread.display_name),
                                 parent: process_uuid(thread.ractor_id)))
-          next stream(:perfetto_slices, thread.serial, uuid) if streamed?
-
-          thread.intervals.each do |interval|
-            slice(io, uuid, interval.start_ns, interval.end_ns, Vocabulary.slice_name(interval.state, interval.reason))
-          end
+          stream(:perfetto_slices, thread.serial, uuid)
         end
         write_counter(io)
         write_native_lanes(io)
@@ -74,8 +68,6 @@ module GVLScope
       private
 
       def timeline = @subject
-
-      def streamed? = timeline.is_a?(Model::Scan)
 
       # The engine's packets go straight to the sink, after what is buffered here.
       def stream(writer, *arguments)
@@ -94,13 +86,7 @@ module GVLScope
         body = field_varint(UUID, COUNTER_UUID) + field_string(TRACK_NAME, "threads waiting for the GVL") +
                field_bytes(COUNTER, "") + field_varint(PARENT_UUID, process_uuid(timeline.ractors.keys.min || 0))
         packet(io, field_bytes(TRACK_DESCRIPTOR, body))
-        return stream(:perfetto_counter) if streamed?
-
-        timeline.waiting_counter.each do |time, count|
-          event = field_varint(EVENT_TYPE, COUNTER_EVENT) + field_varint(TRACK_UUID, COUNTER_UUID) +
-                  field_varint(COUNTER_VALUE, count)
-          packet(io, field_varint(TIMESTAMP, time) + field_bytes(TRACK_EVENT, event))
-        end
+        stream(:perfetto_counter)
       end
 
       def write_native_lanes(io)
@@ -117,16 +103,7 @@ module GVLScope
                                 parent: process_uuid(-1)))
         end
         timeline.each_thread do |thread|
-          if streamed?
-            stream(:perfetto_native, thread.serial, thread.display_name.encode(Encoding::UTF_8).b)
-            next
-          end
-
-          thread.intervals.each do |interval|
-            next unless interval.state == :run && interval.native
-
-            slice(io, native_uuid(interval.native), interval.start_ns, interval.end_ns, thread.display_name)
-          end
+          stream(:perfetto_native, thread.serial, thread.display_name.encode(Encoding::UTF_8).b)
         end
       end
 
@@ -136,37 +113,6 @@ module GVLScope
         body << field_bytes(kind, kind_body)
         field_bytes(TRACK_DESCRIPTOR, body)
       end
-
-      # A slice is two packets that differ from others of their track only in the timestamp, so
-      # everything after the timestamp is encoded once per (track, name) and reused: encoding
-      # millions of slices field by field is what made export slow.
-      def slice(io, track, start_ns, end_ns, name)
-        begin_suffix, end_suffix = @suffixes[[track, name]] ||= [
-          field_bytes(TRACK_EVENT, field_varint(EVENT_TYPE, SLICE_BEGIN) + field_varint(TRACK_UUID, track) +
-                                   field_string(EVENT_NAME, name)) << field_varint(SEQUENCE_ID, SEQUENCE),
-          field_bytes(TRACK_EVENT, field_varint(EVENT_TYPE, SLICE_END) + field_varint(TRACK_UUID, track)) <<
-            field_varint(SEQUENCE_ID, SEQUENCE),
-        ]
-        timed_packet(io, start_ns, begin_suffix)
-        timed_packet(io, end_ns, end_suffix)
-        return if io.bytesize < FLUSH_BYTES
-
-        @sink << io
-        io.clear
-      end
-
-      TIMESTAMP_TAG = TIMESTAMP << 3 # varint wire type 0
-
-      # Trace.packet (field 1) = { timestamp, <suffix> }, written straight into the buffer.
-      def timed_packet(io, time, suffix)
-        io << 0x0a
-        append_varint(io, 1 + varint_size(time) + suffix.bytesize)
-        io << TIMESTAMP_TAG
-        append_varint(io, time)
-        io << suffix
-      end
-
-      def varint_size(value) = value.zero? ? 1 : (value.bit_length + 6) / 7
 
       def append_varint(out, value)
         while value >= 0x80

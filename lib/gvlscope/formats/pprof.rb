@@ -87,9 +87,8 @@ module GVLScope
 
       private
 
-      # The engine's answers. A Model::Timeline (the plain-Ruby reader, on its way out) is read
-      # again by the engine: this export uses its sums only.
-      def scan = @scan ||= @subject.is_a?(Model::Scan) ? @subject : Model::Scan.open(@subject.file.path)
+      # The engine's answers (a Model::Scan): this export uses its sums only.
+      def scan = @subject
 
       def labels = @labels ||= scan.threads.transform_values(&:label)
 

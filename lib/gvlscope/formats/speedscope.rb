@@ -4,11 +4,10 @@ require "json"
 require_relative "format"
 require_relative "../vocabulary"
 require_relative "../version"
-require_relative "../model/scan"
 
 module GVLScope
   module Formats
-    # Timeline -> speedscope's own file format (docs/format.md, "Exports and their viewers"):
+    # A trace (Model::Scan) -> speedscope's own file format (docs/format.md, "Exports and their viewers"):
     # - with stacks, first a sampled profile "holders while others waited (wait-weighted)": the
     #   holder's stack at each sample (root first), weighted by the number of threads waiting then,
     #   so speedscope's Left Heavy and Sandwich views show the code that made others wait;
@@ -50,17 +49,10 @@ module GVLScope
         timeline.each_thread do |thread|
           # A thread known only from the thread table has nothing to draw; an empty profile would
           # only add a blank page to speedscope's list.
-          if timeline.is_a?(Model::Scan)
-            next unless timeline.drawn?(thread.serial)
-
-            name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
-            write_streamed_profile(name, thread.serial)
-            next
-          end
-          next unless thread.intervals.any? { |interval| interval.end_ns > interval.start_ns }
+          next unless timeline.drawn?(thread.serial)
 
           name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
-          write_evented_profile(name, thread.intervals)
+          write_streamed_profile(name, thread.serial)
         end
       end
 
@@ -105,8 +97,9 @@ module GVLScope
         @out << %(],"weights":[#{runs.map(&:last).join(',')}]})
       end
 
-      # The same from a Model::Scan: the engine writes the events (ext/gvlscope_engine/output.c),
-      # with the frames interned here in the order the thread first used them.
+      # A thread's row of back-to-back states: one open ("O") and one close ("C") event per drawn
+      # interval, written by the engine (ext/gvlscope_engine/output.c), with the frames interned
+      # here in the order the thread first used them.
       def write_streamed_profile(name, serial)
         begin_profile("evented", name, "events")
         frames = []
@@ -115,38 +108,6 @@ module GVLScope
         @out.clear
         engine_write(@io, :speedscope_events, serial, frames)
         @out << "]}"
-      end
-
-      # One open ("O") and one close ("C") event per interval, an interval per line. A thread's
-      # intervals follow each other, so each closes before (or at the time) the next opens and
-      # the stack is never more than one frame deep: a flat row, not a staircase.
-      def write_evented_profile(name, intervals)
-        begin_profile("evented", name, "events")
-        # The constant text around each time, built once per frame (this loop runs once per
-        # interval: millions of times).
-        pieces = Hash.new do |by_state, state|
-          by_state[state] = Hash.new do |by_reason, reason|
-            index = frame(Vocabulary.slice_name(state, reason))
-            by_reason[reason] = [%({"type":"O","frame":#{index},"at":), %(},{"type":"C","frame":#{index},"at":)]
-          end
-        end
-        out = @out
-        separator = "\n"
-        intervals.each do |interval|
-          start_ns = interval.start_ns
-          end_ns = interval.end_ns
-          # A zero-length interval (the exit marker) has nothing to draw.
-          next if end_ns == start_ns
-
-          open_event, close_event = pieces[interval.state][interval.reason]
-          out << separator << open_event << start_ns.to_s << close_event << end_ns.to_s << "}"
-          separator = ",\n"
-          next if out.bytesize < FLUSH_BYTES
-
-          @io << out
-          out.clear
-        end
-        out << "]}"
       end
     end
   end

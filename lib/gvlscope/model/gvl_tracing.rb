@@ -30,7 +30,7 @@ module GVLScope
         head.lstrip.start_with?("[", "{")
       end
 
-      # Reads the whole trace into memory (for Model.read and its Timeline; the report engine
+      # Reads the whole trace into memory (for Model.read, the tests' reference; the report engine
       # streams it instead: .index).
       def read(path)
         events = parse(path)

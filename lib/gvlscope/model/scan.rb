@@ -5,22 +5,24 @@ require_relative "../errors"
 require_relative "../vocabulary"
 require_relative "trace_file"
 require_relative "gvl_tracing"
-require_relative "timeline"
+require_relative "interval"
 
 module GVLScope
   module Model
     # A trace read by the native report engine (ext/gvlscope_engine, docs/architecture.md): the
-    # same answers as a Timeline, but no interval is kept. A first pass over the records
-    # (Engine::Index) learns what the second needs before it starts; the second (Engine::Pass)
-    # replays Timeline's state machine rule for rule and sums what the report reads as intervals
-    # close: per-thread rows, histograms, the blame, code locations, the HTML overview, and for
-    # the exports a compact copy of each thread's intervals in a temporary file. Memory grows
-    # with threads, stacks and samples, not with events.
+    # one reader of traces. A first pass over the records (Engine::Index) learns what the second
+    # needs before it starts; the second (Engine::Pass) runs the GVL state machine and sums what
+    # the report reads as intervals close: per-thread rows, histograms, the blame, code locations,
+    # the HTML overview, and for the exports a compact copy of each thread's intervals in a
+    # temporary file. Memory grows with threads, stacks and samples, not with events.
     #
-    # It answers Timeline's questions (file, threads, ractors, duration_ns, stacks?,
-    # waiters_at_acquire, samples, shared_native_threads?), so the analysis and the formats take
-    # either. A thread's +intervals+ are not kept: asking for them runs one more pass that
-    # collects them all (what a Timeline holds; for small traces and old callers only).
+    # What a trace answers, to the analysis (Analysis::Report and its parts), the formats, `top`,
+    # `lab` and `advise`: file, threads, ractors, duration_ns, stacks?, samples, waiters_at_acquire,
+    # shared_native_threads?, thread_rows, all_waits_median_ns, histograms, blame_rows,
+    # code_rows, release_site_rows, overview_lanes, details, and the exports' writers. A thread's
+    # +intervals+ are not kept: asking for them runs one more pass that collects them all (for
+    # small traces and tests). test/support/reference_timeline.rb is the same state machine in
+    # plain Ruby, kept to check this one against.
     class Scan
       # The engine's numbering (ext/gvlscope_engine/numbering.h; test/engine/numbering_test.rb checks these
       # against Engine::STATES and Engine::REASONS, which the engine makes from the same lists).
@@ -31,23 +33,21 @@ module GVLScope
       STEP_BYTES = 4 << 20
       ALL = (2**62).freeze
 
-      # True when the engine's extension loads (the gem's, or a checkout's compiled with `rake
-      # compile`); false where it was not built (TraceFile and Timeline, plain Ruby, then read).
-      def self.available?
-        return @available unless @available.nil?
+      # Loads the engine's extension (built with the gem; in a checkout, by `rake compile`) and
+      # gives it the names; raises Error where it does not load.
+      def self.load!
+        return if @loaded
 
-        @available = begin
+        begin
           load_engine
-          Engine.vocabulary(NAMES, REASONS.map(&:to_s))
-          true
         rescue LoadError => e
           # A checkout shared by two Rubies: lib/gvlscope/gvlscope_engine.so was compiled by the other one.
-          if e.message.include?("incompatible") || e.message.include?("undefined symbol")
-            raise Error, "gvlscope's report engine does not match this Ruby (#{RUBY_VERSION}): #{e.message}. " \
-                         "In a checkout, rebuild it with `bundle exec rake clobber compile`."
-          end
-          false
+          detail = e.message.include?("incompatible") || e.message.include?("undefined symbol") ? "does not match this Ruby" : "does not load"
+          raise Error, "gvlscope's report engine #{detail} (#{RUBY_VERSION}): #{e.message}. " \
+                       "In a checkout, build it with `bundle exec rake clobber compile`."
         end
+        Engine.vocabulary(NAMES, REASONS.map(&:to_s))
+        @loaded = true
       end
 
       # By load path (an installed gem keeps it in its extension directory), else beside lib/gvlscope
@@ -101,8 +101,7 @@ module GVLScope
         @overviews = {}
         @passes = 0
         begin
-          raise Error, "the report engine is not compiled (bundle exec rake compile)" unless Scan.available?
-
+          Scan.load!
           @index = index_of(file)
         ensure
           file.release_data if file.respond_to?(:release_data) # the engine holds an import's .gvl open
@@ -118,11 +117,12 @@ module GVLScope
       def duration_ns = @file.duration_ns
       def timeslice_ns = @file.timeslice_ns
 
-      # True when the trace recorded code locations (see Timeline#stacks?).
+      # True when the trace recorded code locations (false for old traces, --no-stacks and
+      # gvl-tracing imports): outputs then say "stacks: not recorded".
       def stacks? = @file.respond_to?(:stacks?) && @file.stacks?
 
-      # serial => ThreadTimeline, in the order Timeline gives (first event or sample, then the
-      # thread table); their intervals come from another pass, on first use.
+      # serial => ThreadTimeline, in order of appearance (first event or sample, then the thread
+      # table); their intervals come from another pass, on first use.
       def threads
         @threads ||= begin
           threads = {}
@@ -168,7 +168,7 @@ module GVLScope
         @overviews[bins] ||= run_pass(bins: bins).overview
       end
 
-      # The intervals (Timeline::Interval) of every thread that overlap each window [start_ns,
+      # The intervals (Model::Interval) of every thread that overlap each window [start_ns,
       # end_ns), at most +limit+ each (or the window's own: [start_ns, end_ns, limit]), in time
       # order (Analysis::Report#detail): one more pass, whatever the number of windows.
       def details(windows, limit:)
@@ -182,9 +182,6 @@ module GVLScope
       # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
       # trace's threads, not its events).
       def peak_bytes = @index.memory[1] + any_pass.memory[1]
-
-      # Bytes of intervals in the exports' temporary file.
-      def spill_bytes = spilled.memory[2]
 
       # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb), each into
       # +target+: a file descriptor, written directly; or nil: pieces of up to ~1 MB are yielded,
@@ -223,7 +220,7 @@ module GVLScope
       private
 
       # A ThreadTimeline whose intervals are collected on first use.
-      class LazyThread < Timeline::ThreadTimeline
+      class LazyThread < ThreadTimeline
         def initialize(serial, info, scan)
           super(serial, info, nil)
           @scan = scan
@@ -240,7 +237,7 @@ module GVLScope
       end
 
       def interval(serial, state, reason, start_ns, end_ns, native, site, _listed)
-        Timeline::Interval.new(serial, STATES[state], start_ns, end_ns, REASONS[reason], native,
+        Interval.new(serial, STATES[state], start_ns, end_ns, REASONS[reason], native,
                                site.zero? ? nil : @file.stack(site))
       end
 

@@ -1,0 +1,26 @@
+# frozen_string_literal: true
+
+require_relative "../vocabulary"
+
+module GVLScope
+  module Model
+    # A thread's state from +start_ns+ to +end_ns+, in the words of Vocabulary (states, idle
+    # reasons, release causes): what Scan#details, Scan#intervals_of and the HTML report hand out.
+    #
+    # +reason+ says why: for :idle, the idle reason (Vocabulary::IDLE_REASONS); for :run, the
+    # release cause that ended it (Vocabulary::RELEASE_CAUSES). A :run interval that ended with a
+    # release recorded with its site has +site+: the thread's stack at SUSPENDED (a frozen Array
+    # of Model::Frame, innermost first), from which the cause is told.
+    Interval = Struct.new(:thread, :state, :start_ns, :end_ns, :reason, :native, :site) do
+      def duration_ns = end_ns - start_ns
+    end
+
+    # A thread of a trace: its serial, its ThreadInfo, and its intervals (Scan: collected by a
+    # pass of their own, on first use).
+    ThreadTimeline = Struct.new(:serial, :info, :intervals) do
+      def label = info.label
+      def display_name = Vocabulary.thread_display_name(info.label, info.created_at)
+      def ractor_id = info.ractor_id
+    end
+  end
+end
