@@ -43,6 +43,7 @@ end
 
 dir = Dir.mktmpdir("gvlscope-bench")
 trace_path = File.join(dir, "bench.gvl")
+stacks_path = File.join(dir, "bench-stacks.gvl")
 times = Hash.new { |h, k| h[k] = [] }
 sizes = {}
 events = {}
@@ -86,11 +87,12 @@ ROUNDS.times do |round|
 
   # With stacks (the default): nobody waits here, so no frame is read; the waiting count is kept.
   if run?(:gvlscope_stacks)
-    GVLScope.start(trace_path)
+    FileUtils.rm_f(stacks_path) # its own file: the row above's trace is read after the rounds
+    GVLScope.start(stacks_path)
     times[:gvlscope_stacks] << workload
     summary = GVLScope.stop
     events[:gvlscope_stacks] = summary.events
-    sizes[:gvlscope_stacks] = File.size(trace_path)
+    sizes[:gvlscope_stacks] = File.size(stacks_path)
   end
 
   next unless defined?(GvlTracing) && run?(:gvl_tracing)
