@@ -18,6 +18,7 @@ require "tmpdir"
 require_relative "../lib/gvlscope/integrations/launch"
 
 THIRD = Integer(ENV.fetch("THIRD", 10_000))
+FIRST, SECOND = ENV.fetch("RINGS", "1000,10000").split(",").map { |count| Integer(count) } # RINGS=50,100: a smoke run
 RING = File.expand_path("../lab/thread_ring", __dir__)
 
 CHILD = <<~RUBY
@@ -36,8 +37,8 @@ CHILD = <<~RUBY
   # Each ring from a thread of its own: a stale pointer to a finished ring on the main thread's
   # stack (CRuby scans it conservatively; every thread's block holds the ring's Array) would keep
   # all of its threads for a few more GCs, traced or not, however many GCs run here.
-  Thread.new { ring(1_000) }.join
-  Thread.new { ring(10_000) }.join
+  Thread.new { ring(#{FIRST}) }.join
+  Thread.new { ring(#{SECOND}) }.join
   2.times { GC.start } # what a program that allocates soon does
   puts "threads after GC \#{ObjectSpace.each_object(Thread).count}"
   before = maps
@@ -52,7 +53,7 @@ MODES = {
 
 max_map_count = File.read("/proc/sys/vm/max_map_count").to_i
 puts "Ruby #{RUBY_VERSION}, RUBY_MN_THREADS=1, vm.max_map_count = #{max_map_count}; " \
-     "rings of 1,000 and 10,000 threads, then #{THIRD}"
+     "rings of #{FIRST} and #{SECOND} threads, then #{THIRD}"
 puts
 puts "| mode | Thread objects left after the first two rings and a GC | third ring: threads alive | mappings it added |"
 puts "|---|---:|---:|---:|"
