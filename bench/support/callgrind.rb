@@ -55,7 +55,7 @@ module Callgrind
     def dumps = Dir[File.join(@dir, "callgrind.#{@pid}.*")]
 
     def control(option)
-      system("callgrind_control", option, @pid.to_s, out: File::NULL) or abort "callgrind_control #{option} failed"
+      system("callgrind_control", option, @pid.to_s, %i[out err] => File::NULL) or abort "callgrind_control #{option} failed"
     end
   end
 
