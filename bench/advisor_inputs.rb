@@ -18,6 +18,7 @@ require "gvlscope/model"
 require "gvlscope/analysis/report"
 require "gvlscope/analysis/advisor_inputs"
 require_relative "../lab/thread_sweep_mixes"
+require_relative "../lab/lab_helper"
 
 mix = ARGV.fetch(0, "io-heavy")
 threads = Integer(ARGV.fetch(1, "5"))
@@ -36,7 +37,7 @@ iterations_per_ms = 3.times.map do
   countdown.(2_000_000)
   (2_000_000 / ((Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - started) * 1000)).round
 end.max
-delay_source = File.read(File.join(lab, "thread_sweep.rb"))[/DELAY_SERVER = <<~'RUBY'\n(.*?)^RUBY/m, 1]
+delay_source = LabHelper::DELAY_SERVER
 delay_reader, delay_writer = IO.pipe
 delay_pid = Process.spawn(*client_cpu, RbConfig.ruby, "-e", delay_source, out: delay_writer)
 delay_writer.close

@@ -8,6 +8,7 @@
 #   (needs valgrind: apt-get install valgrind; the gvltools row needs the bench bundle)
 require "rbconfig"
 require "tmpdir"
+require_relative "support/callgrind"
 
 CALLS = Integer(ENV.fetch("CALLS", 100_000))
 LIB = File.expand_path("../lib", __dir__)
@@ -27,7 +28,7 @@ rescue LoadError
 end
 MODES.freeze
 
-abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+Callgrind.require!
 
 totals = Dir.mktmpdir("gvlscope-instructions") do |dir|
   MODES.to_h do |mode, setup|
@@ -37,10 +38,7 @@ totals = Dir.mktmpdir("gvlscope-instructions") do |dir|
       #{setup}
       File.open("/dev/zero") { |zero| #{CALLS}.times { zero.sysread(16) } }
     RUBY
-    out = File.join(dir, "callgrind.#{mode}")
-    system("valgrind", "--tool=callgrind", "--callgrind-out-file=#{out}", RbConfig.ruby, "-I", LIB, "-e", script,
-           %i[out err] => File.join(dir, "log.#{mode}")) or abort "valgrind failed for #{mode}: #{File.read(File.join(dir, "log.#{mode}")).lines.last(20).join}"
-    total = File.foreach(out).find { |line| line.start_with?("summary:", "totals:") }.split[1].to_i
+    total = Callgrind.instructions(RbConfig.ruby, "-I", LIB, "-e", script)
     $stderr.puts "#{mode}: #{total} instructions"
     [mode, total]
   end

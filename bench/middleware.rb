@@ -7,6 +7,7 @@
 #   bundle exec ruby -Ilib bench/middleware.rb          (N=200000 ROUNDS=7 by default)
 require "rack"
 require "gvlscope/rack"
+require "gvlscope/units"
 
 N = Integer(ENV.fetch("N", 200_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 7))
@@ -38,11 +39,10 @@ end
 times = Hash.new { |h, k| h[k] = [] }
 SETUPS.each_value { |app| per_call_ns(app) } # warm up
 ROUNDS.times { SETUPS.each { |name, app| times[name] << per_call_ns(app) } }
-median = ->(values) { values.sort[values.size / 2] }
-bare = median.call(times[:bare])
+bare = GVLScope::Units.median(times[:bare])
 puts "ruby #{RUBY_VERSION}, rack #{Rack.release}, #{N} calls x #{ROUNDS} rounds, thread CPU time"
 puts format("%-17s %10s %12s %14s", "setup", "ns/call", "added ns", "objects/call")
 SETUPS.each do |name, app|
-  t = median.call(times[name])
+  t = GVLScope::Units.median(times[name])
   puts format("%-17s %10.0f %12s %14.1f", name, t, name == :bare ? "-" : format("%.0f", t - bare), allocations_per_call(app))
 end

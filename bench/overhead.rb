@@ -18,6 +18,7 @@
 # gvl-tracing (tracing to its JSON).
 require "gvlscope"
 require "gvlscope/model"
+require "gvlscope/units"
 require "gvlscope/formats/chrome_json"
 require "gvlscope/formats/perfetto"
 require "tmpdir"
@@ -33,7 +34,6 @@ def run?(mode) = ONLY.nil? || ONLY.include?(mode)
 def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 def workload = sysread_cpu_seconds(CALLS)
 
-def median(values) = values.sort[values.size / 2]
 
 %w[gvl-tracing gvltools].each do |peer|
   require peer
@@ -43,6 +43,7 @@ end
 
 dir = Dir.mktmpdir("gvlscope-bench")
 trace_path = File.join(dir, "bench.gvl")
+stacks_path = File.join(dir, "bench-stacks.gvl")
 times = Hash.new { |h, k| h[k] = [] }
 sizes = {}
 events = {}
@@ -86,11 +87,12 @@ ROUNDS.times do |round|
 
   # With stacks (the default): nobody waits here, so no frame is read; the waiting count is kept.
   if run?(:gvlscope_stacks)
-    GVLScope.start(trace_path)
+    FileUtils.rm_f(stacks_path) # its own file: the row above's trace is read after the rounds
+    GVLScope.start(stacks_path)
     times[:gvlscope_stacks] << workload
     summary = GVLScope.stop
     events[:gvlscope_stacks] = summary.events
-    sizes[:gvlscope_stacks] = File.size(trace_path)
+    sizes[:gvlscope_stacks] = File.size(stacks_path)
   end
 
   next unless defined?(GvlTracing) && run?(:gvl_tracing)
@@ -104,11 +106,11 @@ ROUNDS.times do |round|
 end
 $stderr.puts
 
-base = median(times[:untraced])
+base = GVLScope::Units.median(times[:untraced])
 # Paired: each round's mode minus the same round's untraced run, then the median of those. Slow
 # drifts of the machine (a neighbour starting, frequency changes) cancel within a round.
 def paired_ns_per_event(times, name, events)
-  median(times[name].zip(times[:untraced]).map { |with, without| (with - without) * 1e9 / events })
+  GVLScope::Units.median(times[name].zip(times[:untraced]).map { |with, without| (with - without) * 1e9 / events })
 end
 puts "Ruby #{RUBY_DESCRIPTION}; #{CALLS} sysread calls; median of #{ROUNDS} rounds"
 puts
@@ -118,7 +120,7 @@ puts format("| untraced | %.3f | %.0f | - | - | - |", base, base * 1e9 / CALLS)
 times.each do |name, values|
   next if name == :untraced
 
-  t = median(values)
+  t = GVLScope::Units.median(values)
   n = events[name]
   puts format("| %s | %.3f | %.0f | %d | %.1f | %s |", name.to_s.tr("_", "-"), t, t * 1e9 / CALLS, n,
               paired_ns_per_event(times, name, n), sizes[name].zero? ? "-" : format("%.1f", sizes[name].to_f / n))
@@ -153,5 +155,5 @@ end
 100.times { queue << :go }
 sleepers.each(&:join)
 GVLScope::Metrics.disable
-puts format("Metrics snapshot with 100 threads: %.0f us (median of 101)", median(snapshot_us))
+puts format("Metrics snapshot with 100 threads: %.0f us (median of 101)", GVLScope::Units.median(snapshot_us))
 FileUtils.rm_rf(dir)

@@ -14,6 +14,7 @@ require "open3"
 require "fileutils"
 require_relative "../test/support/synthetic_report"
 require "gvlscope/formats/report_html"
+require "gvlscope/units"
 
 ROOT = File.expand_path("..", __dir__)
 THREADS = Integer(ENV.fetch("THREADS", 2_000))
@@ -26,7 +27,6 @@ def seconds
   Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
 end
 
-def median(values) = values.sort[values.size / 2]
 
 html = File.join(ROOT, "tmp", "bench-report-html.html")
 FileUtils.mkdir_p(File.dirname(html))
@@ -76,9 +76,9 @@ end
 opened = runs[html]
 puts format("Chromium (headless, %d runs): drawn %d ms after navigation started (median; %d-%d), %.1f s wall with " \
             "browser start-up; one redraw of the whole trace %.0f ms; zoomed into a finding's window: redraw %.0f ms",
-            RUNS, median(opened.map { |run| run[:ready] }), opened.map { |run| run[:ready] }.min,
-            opened.map { |run| run[:ready] }.max, median(opened.map { |run| run[:wall] }),
-            median(opened.map { |run| run[:draw] }), median(runs[clicked].map { |run| run[:zoom] }))
+            RUNS, GVLScope::Units.median(opened.map { |run| run[:ready] }), opened.map { |run| run[:ready] }.min,
+            opened.map { |run| run[:ready] }.max, GVLScope::Units.median(opened.map { |run| run[:wall] }),
+            GVLScope::Units.median(opened.map { |run| run[:draw] }), GVLScope::Units.median(runs[clicked].map { |run| run[:zoom] }))
 puts format("Chromium CPU time (all its processes, median): %.2f s for the page, %.2f s for a blank page: the page " \
-            "costs %.2f s of CPU", median(opened.map { |run| run[:cpu] }), median(runs[blank].map { |run| run[:cpu] }),
-            median(opened.map { |run| run[:cpu] }) - median(runs[blank].map { |run| run[:cpu] }))
+            "costs %.2f s of CPU", GVLScope::Units.median(opened.map { |run| run[:cpu] }), GVLScope::Units.median(runs[blank].map { |run| run[:cpu] }),
+            GVLScope::Units.median(opened.map { |run| run[:cpu] }) - GVLScope::Units.median(runs[blank].map { |run| run[:cpu] }))

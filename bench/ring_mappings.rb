@@ -15,37 +15,30 @@
 require "open3"
 require "rbconfig"
 require "tmpdir"
+require_relative "../lib/gvlscope/integrations/launch"
 
 THIRD = Integer(ENV.fetch("THIRD", 10_000))
-LIB = File.expand_path("../lib", __dir__)
+FIRST, SECOND = ENV.fetch("RINGS", "1000,10000").split(",").map { |count| Integer(count) } # RINGS=50,100: a smoke run
+RING = File.expand_path("../lab/thread_ring", __dir__)
 
 CHILD = <<~RUBY
   $stdout.sync = true
+  require #{RING.inspect}
   def maps = File.foreach("/proc/self/maps").count
 
-  # lab/ring.rb's ring: each thread pops the token from its Queue and pushes it to the next one's.
+  # The lab's ring (lab/thread_ring.rb); the block runs while all its threads are alive.
   def ring(count, progress: false)
-    queues = Array.new(count + 1) { Queue.new }
-    threads = Array.new(count) do |i|
-      puts "alive \#{i}" if progress && (i % 500).zero?
-      Thread.new(queues[i], queues[i + 1]) do |input, output|
-        while (token = input.pop)
-          output.push(token + 1)
-        end
-        output.close
-      end
-    end
+    ring = ThreadRing.new(count) { |i| puts "alive \#{i}" if progress && (i % 500).zero? }
     yield if block_given?
-    3.times { queues.first.push(0); queues.last.pop }
-    queues.first.close
-    threads.each(&:join)
+    ring.lap(3)
+    ring.close
   end
 
   # Each ring from a thread of its own: a stale pointer to a finished ring on the main thread's
   # stack (CRuby scans it conservatively; every thread's block holds the ring's Array) would keep
   # all of its threads for a few more GCs, traced or not, however many GCs run here.
-  Thread.new { ring(1_000) }.join
-  Thread.new { ring(10_000) }.join
+  Thread.new { ring(#{FIRST}) }.join
+  Thread.new { ring(#{SECOND}) }.join
   2.times { GC.start } # what a program that allocates soon does
   puts "threads after GC \#{ObjectSpace.each_object(Thread).count}"
   before = maps
@@ -53,20 +46,20 @@ CHILD = <<~RUBY
 RUBY
 
 MODES = {
-  "untraced" => {},
-  "metrics" => { "RUBYOPT" => "-I#{LIB} -rgvlscope/autorun", "GVLSCOPE_METRICS_ONLY" => "1" },
-  "traced" => { "RUBYOPT" => "-I#{LIB} -rgvlscope/autorun", "GVLSCOPE_BUFFER_MB" => "1024" },
+  "untraced" => ->(_output) { {} },
+  "metrics" => ->(output) { GVLScope::Launch.environment(output: output, metrics_only: true) },
+  "traced" => ->(output) { GVLScope::Launch.environment(output: output, buffer_mb: 1024) },
 }.freeze
 
 max_map_count = File.read("/proc/sys/vm/max_map_count").to_i
 puts "Ruby #{RUBY_VERSION}, RUBY_MN_THREADS=1, vm.max_map_count = #{max_map_count}; " \
-     "rings of 1,000 and 10,000 threads, then #{THIRD}"
+     "rings of #{FIRST} and #{SECOND} threads, then #{THIRD}"
 puts
 puts "| mode | Thread objects left after the first two rings and a GC | third ring: threads alive | mappings it added |"
 puts "|---|---:|---:|---:|"
 Dir.mktmpdir("gvlscope-ring-mappings") do |dir|
-  MODES.each do |mode, env|
-    env = env.merge("RUBY_MN_THREADS" => "1", "GVLSCOPE_OUTPUT" => File.join(dir, "#{mode}-%p.gvl"))
+  MODES.each do |mode, launch|
+    env = launch.(File.join(dir, "#{mode}-%p.gvl")).merge("RUBY_MN_THREADS" => "1")
     out, err, status = Open3.capture3(env, RbConfig.ruby, "-e", CHILD)
     left = out[/^threads after GC (\d+)/, 1]
     alive = out.scan(/^alive (\d+)/).flatten.last.to_i

@@ -17,11 +17,12 @@
 #   "Web"): the flight recorder's per-request checks (its ring running, thresholds never
 #   reached), the Server-Timing value formatted and added, and everything on (routes, header, recorder)
 require "rbconfig"
+require_relative "support/callgrind"
 
 ROOT = File.expand_path("..", __dir__)
 CALLS = Integer(ENV.fetch("CALLS", 20_000))
 
-abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+Callgrind.require!
 
 PROGRAM = <<~'RUBY'
   require "gvlscope/rack"
@@ -65,11 +66,7 @@ PROGRAM = <<~'RUBY'
   calls.times { call.call }
 RUBY
 
-def instructions(setup, calls)
-  out = IO.popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", RbConfig.ruby, "-I", File.join(ROOT, "lib"),
-                  "-e", PROGRAM, setup, calls.to_s], err: %i[child out], &:read)
-  Integer(out[/refs:\s+([\d,]+)/, 1].delete(","))
-end
+def instructions(setup, calls) = Callgrind.instructions(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", PROGRAM, setup, calls.to_s)
 
 SETUPS = ENV.fetch("SETUPS", "bare,no_routes,route,route_with_id,rails_bare,rails_route").split(",")
 per_call = SETUPS.to_h do |setup|

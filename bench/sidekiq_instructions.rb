@@ -21,6 +21,7 @@ require "securerandom"
 require "tmpdir"
 require "timeout"
 require_relative "../test/support/redis_server"
+require_relative "support/callgrind"
 
 ROOT = File.expand_path("..", __dir__)
 JOBS = Integer(ENV.fetch("JOBS", 1000))
@@ -30,7 +31,7 @@ ROUNDS = Integer(ENV.fetch("ROUNDS", 3))
 SETUPS = %w[plain middleware].freeze
 KINDS = { "NoopJob" => [], "ReportJob" => [42] }.freeze
 
-abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
+Callgrind.require!
 abort "redis-server not found (apt-get install redis-server)" unless RedisServer.available?
 
 def push(redis, klass, *args)
@@ -46,8 +47,6 @@ def run_jobs(redis, klass, args, count)
   push(redis, "MarkJob", token)
   Timeout.timeout(600) { sleep 0.2 until redis.call("LRANGE", "bench:marks", "0", "-1").include?(token) }
 end
-
-def totals(dump) = Integer(File.read(dump)[/^(?:summary|totals): (\d+)/, 1])
 
 CHAIN_PROGRAM = <<~'RUBY'
   require "sidekiq"
@@ -69,9 +68,7 @@ CHAIN_PROGRAM = <<~'RUBY'
 RUBY
 
 def chain_instructions(setup, calls)
-  out = IO.popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", RbConfig.ruby, "-I", File.join(ROOT, "lib"),
-                  "-rbundler/setup", "-e", CHAIN_PROGRAM, setup, calls.to_s], err: %i[child out], &:read)
-  Integer(out[/refs:\s+([\d,]+)/, 1].delete(","))
+  Callgrind.instructions(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e", CHAIN_PROGRAM, setup, calls.to_s)
 end
 
 if PART != "sidekiq"
@@ -91,30 +88,22 @@ results = Hash.new { |h, k| h[k] = [] }
 Dir.mktmpdir("gvlscope-sidekiq-instructions") do |dir|
   log = File.join(dir, "sidekiq.log")
   env = { "REDIS_URL" => redis.url }
-  pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,
-                      "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e", 'load Gem.bin_path("sidekiq", "sidekiq")', "--",
-                      "-r", File.join(ROOT, "bench/sidekiq_app.rb"), "-c", "1", "-q", "default",
-                      out: log, err: %i[child out])
+  sidekiq = Callgrind.session(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
+                              'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", File.join(ROOT, "bench/sidekiq_app.rb"),
+                              "-c", "1", "-q", "default", dir: dir, log: log)
   begin
     redis.call("SADD", "queues", "default")
     run_jobs(redis, "NoopJob", [], 1) # booted and fetching
     (SETUPS.product(KINDS.keys) * ROUNDS).each do |setup, klass|
       run_jobs(redis, "SetupJob", [setup], 0)
       run_jobs(redis, klass, KINDS[klass], 200) # warm up
-      system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
-      run_jobs(redis, klass, KINDS[klass], JOBS)
-      before = Dir[File.join(dir, "callgrind.#{pid}.*")]
-      system("callgrind_control", "--dump=#{setup}-#{klass}", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
-      dump = nil
-      Timeout.timeout(60) { sleep 0.2 until (dump = (Dir[File.join(dir, "callgrind.#{pid}.*")] - before).first) }
-      sleep 0.5 # let the dump finish writing
       # The MarkJob and its round trip are in the window too: counted, and small beside JOBS jobs.
-      results[[setup, klass]] << totals(dump).fdiv(JOBS)
+      counted = sidekiq.window("#{setup}-#{klass}") { run_jobs(redis, klass, KINDS[klass], JOBS) }
+      results[[setup, klass]] << counted.fdiv(JOBS)
       warn format("%-10s %-9s %10.0f instructions per job", setup, klass, results[[setup, klass]].last)
     end
   ensure
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
+    sidekiq.stop
     redis.stop
   end
 end

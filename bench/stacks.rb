@@ -13,6 +13,7 @@
 #   bundle exec ruby -Ilib bench/stacks.rb   (CALLS=200000 ROUNDS=7 SECONDS=2)
 require "gvlscope"
 require "gvlscope/model"
+require "gvlscope/units"
 require "tmpdir"
 require_relative "sysread"
 
@@ -20,7 +21,6 @@ CALLS = Integer(ENV.fetch("CALLS", 200_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 7))
 SECONDS = Float(ENV.fetch("SECONDS", 2))
 
-def median(values) = values.sort[values.size / 2]
 def sysreads = sysread_cpu_seconds(CALLS)
 
 def mixed
@@ -79,9 +79,9 @@ Dir.mktmpdir("gvlscope-stacks-bench") do |dir|
 
   puts "Ruby #{RUBY_DESCRIPTION}; median of #{ROUNDS} rounds"
   puts
-  puts format("- per release site: %.0f ns (%d of %d sysread calls recorded their site)", median(site_costs), sites, CALLS)
+  puts format("- per release site: %.0f ns (%d of %d sysread calls recorded their site)", GVLScope::Units.median(site_costs), sites, CALLS)
   puts format("- mixed workload (2 CPU threads, 4 echo threads, %.0f s), with stacks / without: CPU iterations %.3f, " \
-              "round trips %.3f", SECONDS, median(ratios_cpu), median(ratios_io))
+              "round trips %.3f", SECONDS, GVLScope::Units.median(ratios_cpu), GVLScope::Units.median(ratios_io))
   _off, on, size = files
   counts = on.stack_counts
   data = File.binread(File.join(dir, "m1.gvl"))

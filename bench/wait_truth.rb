@@ -40,6 +40,7 @@ require "fileutils"
 require "rbconfig"
 require "timeout"
 require "etc"
+require_relative "../lib/gvlscope/units"
 require_relative "../test/support/redis_server"
 
 module WaitTruth
@@ -80,7 +81,7 @@ module WaitTruth
       @notes = notes
     end
 
-    def alone_latency_ms = WaitTruth.median(@alone.map(&:latency_ms))
+    def alone_latency_ms = GVLScope::Units.median(@alone.map(&:latency_ms))
     def delay_ms(sample) = sample.latency_ms - alone_latency_ms
     # In cluster mode a quick request served by the other worker had no neighbour in its process:
     # whatever delayed it was not the GVL.
@@ -96,14 +97,6 @@ module WaitTruth
   end
 
   module_function
-
-  def median(values)
-    return nil if values.empty?
-
-    sorted = values.sort
-    mid = sorted.size / 2
-    sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
-  end
 
   def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
@@ -395,10 +388,10 @@ module WaitTruth
       alone_waits = result.alone.map(&:wait_ms)
       other = result.beside.count { |sample| sample.extra[:same_process] == false }
       [result.server, result.beside.size.to_s, other.to_s, delayed.size.to_s,
-       ms(WaitTruth.median(result.beside.map(&:latency_ms))), ms(result.alone_latency_ms),
-       ms(WaitTruth.median(result.beside.map(&:wait_ms))), ratios.empty? ? "-" : format("%.2f", WaitTruth.median(ratios)),
+       ms(GVLScope::Units.median(result.beside.map(&:latency_ms))), ms(result.alone_latency_ms),
+       ms(GVLScope::Units.median(result.beside.map(&:wait_ms))), ratios.empty? ? "-" : format("%.2f", GVLScope::Units.median(ratios)),
        "#{result.beside.count { |sample| result.met?(sample) }}/#{result.beside.size}",
-       "#{ms(WaitTruth.median(alone_waits))} (#{ms(alone_waits.max)})"]
+       "#{ms(GVLScope::Units.median(alone_waits))} (#{ms(alone_waits.max)})"]
     end
 
     def print_rows(header, rows, out)

@@ -22,6 +22,7 @@ require "rbconfig"
 require "tmpdir"
 require "timeout"
 require "etc"
+require_relative "../lib/gvlscope/units"
 require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)
@@ -147,20 +148,19 @@ Dir.mktmpdir("gvlscope-bench-web") do |dir|
   warn "flight recorder dumps written during the runs: #{dumps}"
 end
 
-median = ->(values) { values.sort[values.size / 2] }
-base = median.call(results[:plain] || results.values.first)
+base = GVLScope::Units.median(results[:plain] || results.values.first)
 # Paired: each run against the plain run of the same round, so a neighbour's load that comes and
 # goes between rounds cancels out; the median of those ratios.
 paired = lambda do |values|
   return nil unless results[:plain]
 
-  median.call(values.zip(results[:plain]).map { |value, plain| value / plain })
+  GVLScope::Units.median(values.zip(results[:plain]).map { |value, plain| value / plain })
 end
 puts "ruby #{RUBY_VERSION}, puma #{Gem.loaded_specs['puma']&.version}, #{`nproc`.strip} CPUs, " \
      "wrk -c 20 -d #{DURATION} -t 2, #{ROUNDS} rounds"
 puts format("%-10s %12s %9s %9s %14s   %s", "setup", "median rps", "vs plain", "paired", "CPU us/request", "runs")
 results.each do |name, values|
   ratio = paired.call(values)
-  puts format("%-10s %12.0f %8.1f%% %9s %14.1f   %s", name, median.call(values), 100.0 * median.call(values) / base,
-              ratio ? format("%.1f%%", 100 * ratio) : "-", median.call(cpu_per_request[name]), values.map(&:round).join(", "))
+  puts format("%-10s %12.0f %8.1f%% %9s %14.1f   %s", name, GVLScope::Units.median(values), 100.0 * GVLScope::Units.median(values) / base,
+              ratio ? format("%.1f%%", 100 * ratio) : "-", GVLScope::Units.median(cpu_per_request[name]), values.map(&:round).join(", "))
 end

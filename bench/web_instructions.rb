@@ -21,6 +21,7 @@ require "rbconfig"
 require "tmpdir"
 require "timeout"
 require_relative "puma_config"
+require_relative "support/callgrind"
 
 ROOT = File.expand_path("..", __dir__)
 REQUESTS = Integer(ENV.fetch("REQUESTS", 2000))
@@ -34,11 +35,7 @@ SETUPS = ENV.fetch("SETUPS", RAILS ? "plain,no_server_timing,metrics,all" : "pla
 RACKUP = File.join(ROOT, RAILS ? "bench/rails_app/config.ru" : "test/fixtures/web/app.ru")
 REQUEST_PATH = RAILS ? "/records" : "/"
 
-abort "valgrind not found (apt-get install valgrind)" unless system("command -v valgrind >/dev/null")
-
-def totals(dump)
-  Integer(File.read(dump)[/^(?:summary|totals): (\d+)/, 1])
-end
+Callgrind.require!
 
 results = Hash.new { |h, k| h[k] = [] }
 allocations = Hash.new { |h, k| h[k] = [] }
@@ -46,8 +43,8 @@ Dir.mktmpdir("gvlscope-web-instructions") do |dir|
   config = write_puma_config(File.join(dir, "puma.rb"), rackup: RACKUP)
   log = File.join(dir, "puma.log")
   env = { "GVLSCOPE_MIDDLEWARE" => "0", "GVLSCOPE_TOGGLE" => "1", "GVLSCOPE_FLIGHT_DIR" => File.join(dir, "dumps") }
-  pid = Process.spawn(env, "valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/callgrind.%p", RbConfig.ruby,
-                      "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config, out: log, err: %i[child out])
+  puma = Callgrind.session(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config,
+                           dir: dir, log: log)
   begin
     Timeout.timeout(RAILS ? 1200 : 300) { sleep 0.5 until File.read(log).match?(/Listening on/) }
     port = Integer(File.read(log)[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
@@ -57,22 +54,14 @@ Dir.mktmpdir("gvlscope-web-instructions") do |dir|
         WARMUP.times { http.get(REQUEST_PATH) }
         http.get("/__gvlscope/gc-off") if GC_OFF
         allocated_before = Integer(http.get("/__gvlscope/allocated").body)
-        system("callgrind_control", "--zero", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
-        REQUESTS.times { http.get(REQUEST_PATH) }
-        before = Dir[File.join(dir, "callgrind.#{pid}.*")]
-        system("callgrind_control", "--dump=#{setup}", pid.to_s, out: File::NULL) or abort "callgrind_control failed"
-        dump = nil
-        Timeout.timeout(60) { sleep 0.2 until (dump = (Dir[File.join(dir, "callgrind.#{pid}.*")] - before).first) }
-        sleep 0.5 # let the dump finish writing
-        results[setup] << totals(dump).fdiv(REQUESTS)
+        results[setup] << puma.window(setup) { REQUESTS.times { http.get(REQUEST_PATH) } }.fdiv(REQUESTS)
         allocations[setup] << (Integer(http.get("/__gvlscope/allocated").body) - allocated_before).fdiv(REQUESTS)
         http.get("/__gvlscope/gc-on") if GC_OFF
         warn format("%-17s %10.0f instructions, %6.1f objects per request", setup, results[setup].last, allocations[setup].last)
       end
     end
   ensure
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
+    puma.stop
   end
 end
 

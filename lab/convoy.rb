@@ -57,7 +57,7 @@ def echo_phase(server, messages)
   Process.wait(pid)
   echo.join
   syscalls -= 1 # the last sysread that saw the client close
-  { per_message_ms: median(times) * 1000, syscalls_per_message: syscalls.fdiv(messages) }
+  { per_message_ms: GVLScope::Units.median(times) * 1000, syscalls_per_message: syscalls.fdiv(messages) }
 end
 
 server = TCPServer.new("127.0.0.1", 0)

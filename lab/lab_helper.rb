@@ -8,6 +8,7 @@ require "json"
 require "rbconfig"
 require "socket"
 require_relative "ractor_result"
+require_relative "../lib/gvlscope/units"
 $stdout.sync = true # progress as it happens, line by line, even into a pipe
 
 module LabHelper
@@ -59,22 +60,20 @@ module LabHelper
     thread.join
   end
 
-  # RUBY_THREAD_TIMESLICE exists from Ruby 3.4; 3.3's timeslice is always 100 ms.
   # Runs each variant +rounds+ times, alternating, and returns each one's median seconds: a busy
   # neighbour on the machine then slows every variant alike instead of whichever ran first.
   def alternating(rounds, variants)
     times = variants.transform_values { [] }
     rounds.times { variants.each { |name, work| times[name] << seconds(&work) } }
-    times.transform_values { |list| median(list) }
+    times.transform_values { |list| GVLScope::Units.median(list) }
   end
 
+  # RUBY_THREAD_TIMESLICE exists from Ruby 3.4; 3.3's timeslice is always 100 ms.
   def timeslice_ms
     return 100 if Gem::Version.new(RUBY_VERSION) < Gem::Version.new("3.4")
 
     Integer(ENV.fetch("RUBY_THREAD_TIMESLICE", 100))
   end
-
-  def median(values) = values.empty? ? nil : values.sort[values.size / 2]
 
   # Runs +code+ in a separate Ruby process, untraced: loopback servers and load generators must
   # not compete for the GVL they are measuring. Returns [pid, first line it printed].

@@ -1,34 +1,21 @@
 # frozen_string_literal: true
 
-# Koichi Sasada's ring (RubyKaigi 2022, "Making MaNy threads on Ruby"): n threads in a ring, each
-# popping a token from its Queue and pushing it to the next one's. Measures thread creation per
-# thread and time per hop, for n = 1,000 and 10,000 (100,000 with --size full). Run it with and
+# Koichi Sasada's ring (lab/thread_ring.rb): n threads in a ring, each popping a token from its
+# Queue and pushing it to the next one's. Measures thread creation per thread and time per hop, for n = 1,000 and 10,000 (100,000 with --size full). Run it with and
 # without --mn (RUBY_MN_THREADS=1, Ruby 3.3+) to compare 1:1 and M:N threads.
 require_relative "lab_helper"
+require_relative "thread_ring"
 require_relative "../lib/gvlscope/lab/map_limit"
 include LabHelper
 
 LAPS = 3
 
 def ring(count)
-  queues = Array.new(count + 1) { Queue.new }
-  threads = nil
-  created = seconds do
-    threads = Array.new(count) do |i|
-      Thread.new(queues[i], queues[i + 1]) do |input, output|
-        while (token = input.pop)
-          output.push(token + 1)
-        end
-        output.close
-      end
-    end
-  end
-  hops = 0
-  lapped = seconds do
-    LAPS.times { queues.first.push(0); hops += queues.last.pop }
-  end
-  queues.first.close
-  threads.each(&:join)
+  ring = nil
+  created = seconds { ring = ThreadRing.new(count) }
+  hops = nil
+  lapped = seconds { hops = ring.lap(LAPS) }
+  ring.close
   { create_us_per_thread: created * 1e6 / count, us_per_hop: lapped * 1e6 / (LAPS * count), delivered: hops == LAPS * count }
 rescue ThreadError => e
   { error: "#{e.message} after #{Thread.list.size} threads" }

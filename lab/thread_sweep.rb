@@ -206,7 +206,6 @@ live_run = lambda do |mix, server_args|
   end
   run.merge(speed: speed.round(3))
 end
-lower_median = ->(values) { values.sort[(values.size - 1) / 2] } # a count that was measured
 delay_pid, delay_port, = spawn_helper(LabHelper::DELAY_SERVER)
 say "Puma #{Puma::Const::PUMA_VERSION}; wrk -c #{CONNECTIONS} -t 2 -d #{seconds}; #{rounds} round(s); " \
     "#{pinning}; #{iterations_per_ms} iterations/ms"
@@ -276,7 +275,7 @@ begin
       swept = (counts + live_runs.map { |live| live[:threads] }).uniq.sort
       (round.even? ? swept : swept.reverse).each { |threads| measure.(threads, round + 1) }
     end
-    recommended = lower_median.(live_runs.map { |run| run[:threads] })
+    recommended = GVLScope::Units.median(live_runs.map { |run| run[:threads] }) # one of the measured counts
     (rounds - points[recommended][:rps].size).times { measure.(recommended, rounds) }
     results[mix] = {
       endpoints: endpoints.map { |endpoint| endpoint.transform_keys(&:to_s) },

@@ -9,7 +9,6 @@
 require_relative "gvlscope/one_copy"
 return if GVLScope::OneCopy.elsewhere?(__dir__, "gvlscope") # a second copy of the gem: see one_copy.rb
 require_relative "gvlscope/native"
-require_relative "gvlscope/probe"
 require_relative "gvlscope/trace"
 require_relative "gvlscope/metrics"
 require_relative "gvlscope/fork"
@@ -29,4 +28,5 @@ module GVLScope
   autoload :Model, File.expand_path("gvlscope/model", __dir__)
   autoload :Analysis, File.expand_path("gvlscope/analysis", __dir__)
   autoload :Formats, File.expand_path("gvlscope/formats", __dir__)
+  autoload :Probe, File.expand_path("gvlscope/probe", __dir__)
 end

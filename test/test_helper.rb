@@ -75,11 +75,31 @@ module GVLScopeTestHelper
     Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)
   end
 
-  # Invariants of any timeline: within a Ractor at most one thread holds the GVL at a time, and
-  # a thread only runs after it wanted the GVL (or was running when the trace started).
+  # The states of GVLScope::Vocabulary named +names+. Raises ArgumentError on a name the
+  # vocabulary does not have: a check that selects intervals by state must not go on selecting
+  # nothing after a state is renamed or removed (assert_consistent once selected :running).
+  def self.vocabulary_states(*names)
+    unknown = names - GVLScope::Vocabulary::STATES.keys
+    raise ArgumentError, "not a state of GVLScope::Vocabulary: #{unknown.map(&:inspect).join(', ')}" unless unknown.empty?
+
+    names
+  end
+
+  def vocabulary_states(*names) = GVLScopeTestHelper.vocabulary_states(*names)
+
+  # Invariants of any timeline: every interval is in a state of the vocabulary; within a Ractor
+  # at most one thread holds the GVL at a time (Vocabulary::HOLDING: run or gc); a thread only
+  # runs after it wanted the GVL (or was holding it already). A timeline with no run at all fails:
+  # the holder check would have compared nothing.
   def assert_consistent(timeline)
+    holding = vocabulary_states(*GVLScope::Vocabulary::HOLDING)
+    run, wait = vocabulary_states(:run, :wait)
+    runs = 0
     timeline.ractors.each do |ractor_id, threads|
-      held = threads.flat_map { |t| t.intervals.select { |i| %i[running gc].include?(i.state) } }.sort_by(&:start_ns)
+      unknown = threads.flat_map { |t| t.intervals.map(&:state) }.uniq - GVLScope::Vocabulary::STATES.keys
+      assert_empty unknown, "ractor #{ractor_id}: states not in the vocabulary"
+      held = threads.flat_map { |t| t.intervals.select { |i| holding.include?(i.state) } }.sort_by(&:start_ns)
+      runs += held.count { |i| i.state == run }
       held.each_cons(2) do |a, b|
         next if a.thread == b.thread
 
@@ -87,12 +107,13 @@ module GVLScopeTestHelper
       end
       threads.each do |thread|
         thread.intervals.each_cons(2) do |a, b|
-          next unless b.state == :run && a.state != :gc && a.state != :run
+          next unless b.state == run && !holding.include?(a.state)
 
-          assert_equal :wait, a.state, "#{thread.label}: running after #{a.state}"
+          assert_equal wait, a.state, "#{thread.label}: running after #{a.state}"
         end
       end
     end
+    assert_operator runs, :>, 0, "no interval in state #{run.inspect}: nothing was checked"
   end
 end
 

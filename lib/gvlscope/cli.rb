@@ -8,6 +8,7 @@ require_relative "printable"
 require_relative "formats"
 require_relative "progress"
 require_relative "units"
+require_relative "integrations/launch"
 
 module GVLScope
   # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
@@ -337,16 +338,8 @@ module GVLScope
     end
 
     def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:, live: false)
-      lib = File.expand_path("..", __dir__)
-      env = {
-        "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
-        "GVLSCOPE_OUTPUT" => output,
-        "GVLSCOPE_RUN_DIR" => run_dir,
-        "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
-        "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
-        "GVLSCOPE_STACKS" => stacks ? nil : "0",
-        "GVLSCOPE_LIVE" => live ? "1" : nil,
-      }
+      env = Launch.environment(output: output, run_dir: run_dir, metrics_only: metrics_only, buffer_mb: buffer_mb,
+                               stacks: stacks, live: live)
       forwarding = forward_signals
       pid = begin
         Process.spawn(env, *command)

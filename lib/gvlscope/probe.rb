@@ -4,7 +4,10 @@ require_relative "native"
 require_relative "vocabulary"
 
 module GVLScope
-  # Counts the GVL events fired while a block runs: a smoke test that the hook is wired.
+  # Counts the GVL events fired while a block runs: a smoke test that the hook is wired
+  # (test/recorder/probe_test.rb, the installed gem's check in test/gem/gem_package_test.rb). Its native hook
+  # (ext/gvlscope/probe.c) is also bench/instructions.rb's "empty-hook" row, the floor of
+  # docs/performance.md. Loaded on first use (autoload in gvlscope.rb), not by every require.
   #
   #   GVLScope::Probe.count { Thread.new { IO.pipe[0].wait_readable(0.01) }.join }
   #   # => {started: 1, ready: 3, resumed: 4, suspended: 4, exited: 1}

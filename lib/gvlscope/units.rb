@@ -51,6 +51,11 @@ module GVLScope
 
     # "12.512345s": seconds to the microsecond (what --window reads back), no trailing zeros.
     def seconds(ns) = "#{format('%.6f', ns / 1e9).sub(/\.?0+\z/, '')}s"
+
+    # The one median of gvlscope, its lab and its benchmarks: the upper middle of the sorted
+    # values (always one of them: an integer stays an integer, a measured run stays a run that
+    # was measured), +none+ when there are none.
+    def median(values, none: nil) = values.empty? ? none : values.sort[values.size / 2]
   end
 
   # log2 (DTrace `quantize`) buckets: bucket 0 counts zeros, bucket b >= 1 counts values in

@@ -253,7 +253,7 @@ class AdviseTest < Minitest::Test
       model = JSON.parse(json)["model"]
       assert_equal %w[cpu io], model["kinds"].map { |kind| kind["label"] }
       assert_equal 4, model["sensitivity"]["one_kind"]
-      # Each kind's times exact: the lab's model says 4 for these endpoints (lab/thread_sweep_model.rb).
+      # Each kind's times exact: the lab's model says 4 for these endpoints (research/thread_sweep_model.rb).
       assert_equal 4, model["sensitivity"]["exact_times"]
 
       # A hand-edited file: a route's sums below zero count as none; a sum that is not a number is

@@ -2,9 +2,9 @@
 
 require "test_helper"
 require "gvlscope/analysis/advisor"
-require_relative "../../lab/thread_sweep_model"
+require_relative "../../research/thread_sweep_model"
 
-# The simulated GVL of lab/thread_sweep_model.rb against what can be worked out by hand, and
+# The simulated GVL of research/thread_sweep_model.rb against what can be worked out by hand, and
 # against the advisor's mean value analysis where the two models are the same model.
 class ThreadSweepModelTest < Minitest::Test
   Model = ThreadSweepModel

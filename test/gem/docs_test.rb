@@ -39,7 +39,13 @@ class DocsTest < Minitest::Test
 
   ROOT = GVLScopeTestHelper::ROOT
 
-  def snippets(kind) = self.class.snippets.select { |snippet| snippet.kind == kind }
+  # The snippets of +kind+; none fails the test that asked (it would check nothing): a kind the
+  # docs no longer have goes out of KINDS with its test.
+  def snippets(kind)
+    found = self.class.snippets.select { |snippet| snippet.kind == kind }
+    refute_empty found, "no ```ruby #{kind} snippet in #{DOCS.join(', ')}: nothing to check"
+    found
+  end
 
   def test_every_snippet_has_a_known_kind
     assert_operator self.class.snippets.size, :>=, 10
@@ -113,7 +119,6 @@ class DocsTest < Minitest::Test
   def test_rails_snippets_run_in_a_rails_app
     application = snippets("rails-application")
     initializers = snippets("rails-initializer")
-    skip "no Rails snippets" if application.empty?
 
     out, err, status = run_ruby(<<~RUBY)
       require "action_controller/railtie"
@@ -203,7 +208,7 @@ class DocsTest < Minitest::Test
   # Files the docs point to exist (a moved file leaves no dangling path behind).
   def test_paths_named_in_docs_exist
     DOCS.each do |doc|
-      File.read(File.join(ROOT, doc)).scan(%r{(?<![\w./-])((?:lib|ext|bench|test|lab|demo|script|docs)/[\w./-]*\w)}).flatten.uniq.each do |path|
+      File.read(File.join(ROOT, doc)).scan(%r{(?<![\w./-])((?:lib|ext|bench|research|test|lab|demo|script|docs)/[\w./-]*\w)}).flatten.uniq.each do |path|
         next if path.include?("*")
 
         assert File.exist?(File.join(ROOT, path)), "#{doc} names #{path}, which does not exist"

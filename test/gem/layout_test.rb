@@ -80,4 +80,13 @@ class LayoutTest < Minitest::Test
     assert_empty misplaced, "tests outside test/<stage>/"
     TEST_STAGES.each { |stage| refute_empty Dir[File.join(root, "test", stage, "*_test.rb")], stage }
   end
+
+  # The gem ships what users run (the lab's scenarios and their helpers), not research scripts
+  # (research/: docs/advise.md and docs/metrics.md read their tables) or the benchmarks.
+  def test_the_gem_ships_no_research_or_benchmarks
+    spec = Dir.chdir(ROOT) { Gem::Specification.load("gvlscope.gemspec") }
+    assert_includes spec.files, "lab/thread_ring.rb"
+    assert_empty spec.files.grep(%r{\A(research|bench)/|\Alab/(io_overlap|thread_sweep_model)}), spec.files.inspect
+    Dir[File.join(ROOT, "research/*.rb")].each { |path| refute_includes spec.files, path.delete_prefix("#{ROOT}/") }
+  end
 end

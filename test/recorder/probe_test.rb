@@ -3,6 +3,19 @@
 require "test_helper"
 
 class ProbeTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # The first prototype's check is not part of what every `require "gvlscope"` loads.
+  def test_probe_loads_on_first_use_only
+    out, err, status = run_ruby(<<~RUBY)
+      require "gvlscope"
+      p $LOADED_FEATURES.grep(%r{gvlscope/probe}).size
+      p GVLScope::Probe.count { nil }.keys
+    RUBY
+    assert status.success?, err
+    assert_equal "0\n[:started, :ready, :resumed, :suspended, :exited]\n", out
+  end
+
   # A thread blocked on a pipe, woken by the main thread's write: it must release the GVL
   # (SUSPENDED), become runnable again (READY) and get the GVL back (RESUMED). It also starts
   # and exits under the hook.

@@ -9,7 +9,7 @@ require "gvlscope/formats"
 
 # The GVL state machine and the analysis of its intervals in plain Ruby, slow and obviously right:
 # what the report engine (ext/gvlscope_engine, Model::Scan) replaced, kept only as the oracle the
-# engine is checked against (test/engine_test.rb, test/fuzz_test.rb; ReferenceCheck below).
+# engine is checked against (test/engine/engine_test.rb, test/engine/fuzz_test.rb; ReferenceCheck below).
 #
 # ReferenceTimeline turns a trace's events (Model.read) into per-thread state intervals, in the
 # words of Vocabulary. An interval's +reason+ says why: for :idle, the idle reason

@@ -19,7 +19,7 @@ module GVLScope
       end
 
       # The hook's bounds for io_overlap_wait_ns (ext/gvlscope/metrics_event.h; the report engine's
-      # in ext/gvlscope_engine/pass.c; test/advise_test.rb checks they agree with Native's): a
+      # in ext/gvlscope_engine/pass.c; test/analysis/advise_test.rb checks they agree with Native's): a
       # release shorter than QUICK_RELEASE_NS returned at once; a hold of OVERLAP_HOLD_NS or more
       # is other work.
       QUICK_RELEASE_NS = 1_000_000

@@ -13,7 +13,7 @@ module GVLScope
     # holds of their mean length.
     #
     # +exponential: false+ gives every hold and idle exactly its kind's mean instead (the lab's
-    # model compares both: lab/thread_sweep_model.rb). Seeded: the same kinds give the same numbers. The busy share's spread between seeds is about
+    # model compares both: research/thread_sweep_model.rb). Seeded: the same kinds give the same numbers. The busy share's spread between seeds is about
     # half a point at the default number of requests (test/analysis/gvl_simulation_test.rb measures it).
     class GVLSimulation
       # One kind of work: share of the requests (0..1), mean GVL hold and mean idle per request (ns).

@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require_relative "../units"
 require_relative "../vocabulary"
 require_relative "../model/scan"
 
@@ -70,11 +71,7 @@ module GVLScope
       end
     end
 
-    # The median the report uses everywhere: the upper middle of the sorted values, 0 when none.
-    def self.median(values)
-      return 0 if values.empty?
-
-      values.sort[values.size / 2]
-    end
+    # The median the report uses everywhere (Units.median), 0 when none.
+    def self.median(values) = Units.median(values, none: 0)
   end
 end

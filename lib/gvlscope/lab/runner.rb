@@ -8,6 +8,7 @@ require "tmpdir"
 require_relative "../lab"
 require_relative "../model"
 require_relative "../analysis/report"
+require_relative "../integrations/launch"
 
 module GVLScope
   module Lab
@@ -62,20 +63,15 @@ module GVLScope
       private
 
       def environment(scenario, ext_dir, result_path)
-        lib = File.join(ROOT, "lib")
-        {
-          "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{ext_dir}", "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
-          "GVLSCOPE_OUTPUT" => File.join(File.expand_path(@out_dir), "#{scenario.name}-%p.gvl"),
-          "GVLSCOPE_RUN_DIR" => nil,
-          "GVLSCOPE_METRICS_ONLY" => nil,
+        # A 64 KiB chunk per recording native thread: the ring's 11,000 threads need ~700 MB.
+        Launch.environment(output: File.join(File.expand_path(@out_dir), "#{scenario.name}-%p.gvl"), load_path: [ext_dir],
+                           buffer_mb: scenario.name == "ring" ? 1024 : nil).merge(
           "GVLSCOPE_LAB_RESULT" => result_path,
           "GVLSCOPE_LAB_SIZE" => @knobs.size,
           "GVLSCOPE_LAB_PRIORITY" => @knobs.priority.to_s,
           "RUBY_MN_THREADS" => @knobs.mn ? "1" : nil,
           "RUBY_THREAD_TIMESLICE" => @knobs.timeslice_ms&.to_s,
-          # A 64 KiB chunk per recording native thread: the ring's 11,000 threads need ~700 MB.
-          "GVLSCOPE_BUFFER_MB" => scenario.name == "ring" ? "1024" : nil,
-        }
+        )
       end
 
       def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)

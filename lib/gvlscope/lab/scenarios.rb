@@ -289,7 +289,7 @@ module GVLScope
             holds: ->(m) { sweep_judge.(m, mix).inside? },
             applies: ->(m) { "skipped: #{m[:skipped]}" if m[:skipped] },
             differs_because: "IO hidden in GVL wait beyond what the hook counts (a wait that outlasts the IO it " \
-                             "overlapped leaves nothing that blocks after it: lab/io_overlap.rb; docs/advise.md, \"Why the mixed " \
+                             "overlapped leaves nothing that blocks after it: research/io_overlap.rb; docs/advise.md, \"Why the mixed " \
                              "mix missed\"), noise on a shared machine (the load average and the spread of the rounds are below the " \
                              "table), CPU contention measured as idle or run " \
                              "(a thread back from a syscall waits for a core: the advisor counts it as IO; a holder set " \

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../units"
+
 module GVLScope
   module Lab
     # The thread-sweep scenario's judgement (lab/thread_sweep.rb measures): the knee of a sweep
@@ -24,21 +26,15 @@ module GVLScope
 
       module_function
 
-      def median(values)
-        sorted = values.sort
-        mid = sorted.size / 2
-        sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
-      end
-
       # +runs+: { threads => { rps: [..], p99_ms: [..] } }; +counts+: the sweep's own counts;
       # +recommended+: the advisor's count (one of the runs).
       def judge(runs, counts:, recommended:)
         raw = runs.map { |threads, numbers| [Integer(threads.to_s), numbers.transform_keys(&:to_sym)] }.sort_by(&:first)
-        best_rps = raw.map { |_t, numbers| median(numbers[:rps]) }.max
-        best_p99 = raw.map { |_t, numbers| median(numbers[:p99_ms]) }.min
+        best_rps = raw.map { |_t, numbers| Units.median(numbers[:rps]) }.max
+        best_p99 = raw.map { |_t, numbers| Units.median(numbers[:p99_ms]) }.min
         points = raw.map do |threads, numbers|
-          rps = median(numbers[:rps])
-          p99 = median(numbers[:p99_ms])
+          rps = Units.median(numbers[:rps])
+          p99 = Units.median(numbers[:p99_ms])
           Point.new(threads: threads, rps: rps, p99_ms: p99, rps_range: numbers[:rps].minmax, p99_range: numbers[:p99_ms].minmax,
                     qualifies: rps >= THROUGHPUT * best_rps && p99 <= LATENCY * best_p99)
         end

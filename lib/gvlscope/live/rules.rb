@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../units"
+require_relative "../analysis" # the rules whose thresholds these share (the whole stage: its files load in its order)
 
 module GVLScope
   module Live
@@ -18,13 +19,11 @@ module GVLScope
     #               thresholds, from the interval's histogram).
     #
     # Each finding is a Hash: kind, thread, threads, title, fix (the report's words, shorter).
+    # The thresholds are the report's rules' own, read from them: one place to tune each.
     module Rules
-      MIN_PREEMPTIONS = 2
-      PREEMPTED_SHARE = 0.5
-      MIN_WAITS = 3
-      MIN_ACQUISITIONS = 20
-      CROWDED_SHARE = 0.25
-      WAIT_SHARE = 0.25
+      HOG = Analysis::Rules::Hog
+      CONVOY = Analysis::Rules::Convoy
+      CONTENTION = Analysis::Rules::Contention
 
       module_function
 
@@ -37,7 +36,7 @@ module GVLScope
       def hog(snapshot, row)
         preempted = row.released_preempted
         releases = row.released_blocking + preempted
-        return if preempted < MIN_PREEMPTIONS || preempted < PREEMPTED_SHARE * releases
+        return if preempted < HOG::MIN_PREEMPTIONS || preempted < HOG::PREEMPTED_SHARE * releases
 
         victims = snapshot.threads.reject { |other| other.serial == row.serial || other.wait_ns.zero? }
         waited = victims.sum(&:wait_ns)
@@ -52,7 +51,7 @@ module GVLScope
       end
 
       def convoy(snapshot, row)
-        return if row.waits < MIN_WAITS || row.released_blocking < MIN_WAITS
+        return if row.waits < CONVOY::MIN_WAITS || row.released_blocking < CONVOY::MIN_WAITS
         return if row.wait_ns < row.waits * snapshot.timeslice_ns / 4
 
         holder = snapshot.threads.reject { |other| other.serial == row.serial }.max_by(&:held_ns)
@@ -71,11 +70,11 @@ module GVLScope
       def contention(snapshot)
         counts = snapshot.waiters_at_acquire_histogram
         acquisitions = counts.sum
-        return if acquisitions < MIN_ACQUISITIONS
+        return if acquisitions < CONTENTION::MIN_ACQUISITIONS
 
         crowded = counts.drop(3).sum # buckets 3+ hold 4 or more threads still waiting
-        return if crowded < CROWDED_SHARE * acquisitions
-        return if snapshot.wait_ns < WAIT_SHARE * snapshot.wall_ns
+        return if crowded < CONTENTION::CROWDED_SHARE * acquisitions
+        return if snapshot.wait_ns < CONTENTION::WAIT_SHARE * snapshot.wall_ns
 
         waiting = snapshot.threads.select { |row| row.wait_ns.positive? }.sort_by { |row| -row.wait_ns }
         finding(:contention, waiting,

@@ -8,6 +8,7 @@ require_relative "../printable"
 require_relative "../live"
 require_relative "../formats/top_text"
 require_relative "code_reader"
+require_relative "../integrations/launch"
 
 module GVLScope
   # `gvlscope top`: the GVL of a running process, refreshed every interval.
@@ -312,14 +313,7 @@ module GVLScope
       end
 
       def spawn_program(command, run_dir, log)
-        lib = File.expand_path("../..", __dir__)
-        env = {
-          "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rgvlscope/autorun"].compact.join(" "),
-          "GVLSCOPE_LIVE" => "1",
-          "GVLSCOPE_RUN_DIR" => run_dir,
-          "GVLSCOPE_TRACE" => @trace ? nil : "0",
-          "GVLSCOPE_OUTPUT" => @trace && File.expand_path(@trace),
-        }
+        env = Launch.environment(output: @trace && File.expand_path(@trace), run_dir: run_dir, live: true, trace: !@trace.nil?)
         # Its own process group: the terminal's Ctrl-C reaches top, which ends the program itself.
         Process.spawn(env, *command, in: File::NULL, out: log, err: [:child, :out], pgroup: true)
       rescue SystemCallError => e

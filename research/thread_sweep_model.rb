@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # What models of one GVL predict for the thread-sweep scenario's mixes (lab/thread_sweep.rb), set
-# beside what the sweep measured: `ruby lab/thread_sweep_model.rb`. docs/advise.md ("Why the mixed
+# beside what the sweep measured: `ruby research/thread_sweep_model.rb`. docs/advise.md ("Why the mixed
 # mix missed") reads the table it prints.
 #
 # The model is the advisor's for several kinds of request (GVLScope::Analysis::GVLSimulation): T

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Where a request's IO goes when the GVL is busy: `bundle exec ruby lab/io_overlap.rb`. One thread
+# Where a request's IO goes when the GVL is busy: `bundle exec ruby research/io_overlap.rb`. One thread
 # asks a delay server for 9 ms of IO the way the thread-sweep's IO endpoint does (write the ask,
 # then read the answer), 40 times, beside a neighbour thread that holds the GVL for 0, 4 or 100 ms
 # at a time. gvlscope's counters of the asking thread split each ask into the GVL wait inside the
@@ -11,7 +11,7 @@
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require "gvlscope"
 require "socket"
-require_relative "lab_helper"
+require_relative "../lab/lab_helper"
 
 DELAY_MS = 9
 ASKS = 40

@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+
+# Every benchmark the docs cite runs here at a tiny size: it must finish and print its table
+# (numbers this small mean nothing, and none is checked). A benchmark nobody runs rots: one had
+# failed at once on its first round (bench/overhead.rb) and one at its start (advisor_inputs.rb).
+#
+# Not here, and why: the callgrind ones (instructions.rb, routes_, sidekiq_ and web_instructions.rb)
+# start a Ruby under valgrind per row, minutes each (test/gem/callgrind_test.rb runs their driver,
+# bench/support/callgrind.rb); report_html.rb drives headless Chromium for over a minute even at
+# its smallest; wait_truth.rb (and wait_truth_jobs.rb, its Sidekiq app) runs in wait_truth_test.rb.
+class BenchSmokeTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  # name => [script and arguments, environment, what its table starts with]
+  BENCHES = {
+    "overhead" => [%w[bench/overhead.rb], { "CALLS" => "1000", "ROUNDS" => "2" }, /^\| run \| thread CPU time/],
+    "stacks" => [%w[bench/stacks.rb], { "CALLS" => "1000", "ROUNDS" => "1", "SECONDS" => "0.2" }, /^- mixed workload/],
+    "middleware" => [%w[bench/middleware.rb], { "N" => "1000", "ROUNDS" => "1" }, /^setup +ns\/call/],
+    "ring_mappings" => [%w[bench/ring_mappings.rb], { "RINGS" => "50,100", "THIRD" => "100" }, /^\| traced \| \d+ \| 100 \|/],
+    "report" => [%w[bench/report.rb], { "EVENTS" => "20000", "ONLY" => "report" }, /^\| trace \| events \| command/],
+    "report_html_passes" => [%w[bench/report_html_passes.rb], { "EVENTS" => "20000", "FINDINGS" => "2", "WINDOW" => "0.005s..0.006s" },
+                             /engine passes/],
+    "live" => [%w[bench/live.rb 1 2], {}, /^difference \(the reads' cost\)/],
+    "advisor_inputs" => [%w[bench/advisor_inputs.rb io-heavy 2 1 live], {}, /^ +live: GVL run [\d.]+, wait/],
+    "web" => [%w[bench/web.rb], { "ROUNDS" => "1", "DURATION" => "1", "SETUPS" => "plain" }, /^plain +\d+ +100\.0%/],
+  }.freeze
+
+  BENCHES.each do |name, (command, env, table)|
+    define_method("test_#{name}_runs_tiny") do
+      skip "wrk is not installed (script/test installs it)" if name == "web" && !system("command -v wrk >/dev/null")
+      out, err, status = run_process([RbConfig.ruby, "-I", File.join(ROOT, "lib"), *command], env: env, chdir: ROOT,
+                                     timeout: 60)
+      assert status.success?, "#{command.join(' ')}: #{status.inspect}\n#{out}\n#{err}"
+      assert_match table, out, "#{command.join(' ')} printed no table:\n#{out}\n#{err}"
+    end
+  end
+
+  # Every bench/ script the docs name is run above, or said above why not.
+  def test_every_benchmark_the_docs_cite_is_smoked_or_excused
+    cited = (["README.md"] + Dir[File.join(ROOT, "docs/*.md")].map { |doc| doc.delete_prefix("#{ROOT}/") })
+            .flat_map { |doc| File.read(File.join(ROOT, doc)).scan(%r{\bbench/(\w+)\.rb}).flatten }.uniq
+    excused = %w[instructions routes_instructions sidekiq_instructions web_instructions report_html wait_truth wait_truth_jobs]
+    assert_operator cited.size, :>=, 10, cited.inspect
+    assert_empty cited - BENCHES.keys - excused, "cited in the docs, run nowhere"
+  end
+end
