@@ -364,7 +364,7 @@ class AdviseTest < Minitest::Test
       GVLScope::LiveServer.start
       puts Process.pid
       $stdout.flush
-      sleep 60
+      sleep # until the test ends it (TERM)
     RUBY
     reader, writer = IO.pipe
     pid = Process.spawn(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rjson", "-e", program, JSON.generate(hashes), out: writer)
@@ -568,7 +568,7 @@ class AdviseTest < Minitest::Test
         end
         $stdout.puts "ready"
         $stdout.flush
-        sleep 30
+        sleep # until the test ends it (TERM): a loaded machine may take longer than any fixed time
       RUBY
       env = { "GVLSCOPE_LIVE" => "1", "GVLSCOPE_TRACE" => "0", "RUBYOPT" => "-I#{File.join(ROOT, 'lib')} -rgvlscope/autorun" }
       IO.popen(env, [RbConfig.ruby, program]) do |io|

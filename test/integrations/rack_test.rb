@@ -25,6 +25,19 @@ class RackTest < Minitest::Test
     x += 1 while clock < deadline
   end
 
+  # A thread that holds the GVL timeslice after timeslice until it is killed, returned once it runs
+  # (on a loaded machine a fixed sleep does not say it has begun, nor that it has not ended).
+  def start_hog
+    started = Queue.new
+    hog = Thread.new do
+      started << true
+      x = 0
+      loop { x += 1 }
+    end
+    started.pop
+    hog
+  end
+
   # gvlscope's entries in ms; idle and gc are left out of the header when zero.
   def server_timing(response)
     entries = response.headers["server-timing"].split(", ").to_h do |metric|
@@ -63,10 +76,9 @@ class RackTest < Minitest::Test
     end
     middleware = GVLScope::Rack.new(app)
     alone = server_timing(request(middleware))
-    hog = Thread.new { burn(1.0) }
-    sleep 0.05
+    hog = start_hog
     beside = server_timing(request(middleware))
-    hog.join
+    hog.kill.join
 
     assert_operator alone["gvl-wait"], :<, 20, alone.inspect
     assert_operator beside["gvl-wait"], :>=, 50, beside.inspect
@@ -80,12 +92,11 @@ class RackTest < Minitest::Test
     app = ->(_env) { [200, {}, ["ok"]] }
     middleware = GVLScope::Rack.new(app)
     request(middleware) # the thread's previous request: from here its pickup wait is known
-    hog = Thread.new { burn(0.5) }
-    sleep 0.05
+    hog = start_hog
     before = GVLScope::Metrics.current_thread.wait_ns
     5.times { sleep 0.001 } # each wake-up waits for the hog's timeslice
     waited_ms = (GVLScope::Metrics.current_thread.wait_ns - before) / 1e6
-    hog.join
+    hog.kill.join
     sleep 0.01 # idle: what comes after is the next request's pickup
     after = server_timing(request(middleware))
 
@@ -100,8 +111,7 @@ class RackTest < Minitest::Test
     app = ->(_env) { [200, {}, ["ok"]] }
     middleware = GVLScope::Rack.new(app)
     GVLScope::Metrics.enable
-    hog = Thread.new { burn(3.0) }
-    sleep 0.05
+    hog = start_hog
     tries = []
     5.times do
       tries << Thread.new do

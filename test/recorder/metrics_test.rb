@@ -194,11 +194,20 @@ class MetricsTest < Minitest::Test
     assert_operator quick.count { |ask| ask[:counted] >= ask[:write_wait] }, :>=, quick.size / 2, asks.inspect
     assert_operator counted_ns.round, :<=, most_ns, asks.inspect
     assert_operator counted_ns, :>=, 20 * 1_000_000, "beside 4 ms holds, a ms or more of wait per ask: #{asks.inspect}"
-    # The server sleeps 9 ms per ask: what is counted and the read's idle make up that, less the
-    # microseconds of Ruby between the write's wait and the read (the median ask: the machine may
+    # The server sleeps 9 ms per ask, from the write: the write's idle and wait and the read's idle
+    # make up that, less the microseconds of Ruby between them (the median ask: the machine may
     # delay the server's wake-up, never shorten its sleep).
-    made_up = asks.map { |ask| ask[:counted_ms] + ask[:read_idle_ms] }.sort
-    assert_operator made_up[10], :>=, 8.9, asks.inspect
+    whole = asks.map { |ask| ask[:write_idle_ms] + ask[:write_wait_ms] + ask[:read_idle_ms] }.sort
+    assert_operator whole[whole.size / 2], :>=, 8.9, asks.inspect
+    # Where the write's idle and wait took under 4 ms, the answer was still on its way when the read
+    # began: what is counted (the write's wait) and the read's idle make up the 9 ms. A loaded
+    # machine can stretch every write past that (the answer then comes during the write): then
+    # there is nothing to judge here, and the bound above stands alone.
+    in_flight = asks.select { |ask| ask[:write_idle_ms] + ask[:write_wait_ms] < 4 }
+    if in_flight.size >= 5
+      made_up = in_flight.map { |ask| ask[:counted_ms] + ask[:read_idle_ms] }.sort
+      assert_operator made_up[made_up.size / 2], :>=, 8.9, asks.inspect
+    end
   end
 
   # A response written just before the next request starts: its write returns at once and the
