@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "format"
+require_relative "protobuf_wire"
 require_relative "../vocabulary"
 
 module GVLScope
@@ -14,6 +15,7 @@ module GVLScope
     # The slices and the counter's packets come from the native engine (Model::Scan's writers,
     # ext/gvlscope_engine/output.c), streamed to the io.
     class Perfetto < Format
+      include ProtobufWire
       # TracePacket
       TIMESTAMP = 8
       SEQUENCE_ID = 10
@@ -114,33 +116,10 @@ module GVLScope
         field_bytes(TRACK_DESCRIPTOR, body)
       end
 
-      def append_varint(out, value)
-        while value >= 0x80
-          out << ((value & 0x7f) | 0x80)
-          value >>= 7
-        end
-        out << value
-      end
-
       def packet(io, body)
         body << field_varint(SEQUENCE_ID, SEQUENCE)
         io << field_bytes(1, body) # Trace.packet = 1
       end
-
-      def varint(value)
-        raise ArgumentError, "negative varint #{value}" if value.negative?
-
-        append_varint(+"".b, value)
-      end
-
-      def field_varint(number, value) = varint(number << 3) << varint(value)
-
-      def field_bytes(number, bytes)
-        bytes = bytes.b
-        varint((number << 3) | 2) << varint(bytes.bytesize) << bytes
-      end
-
-      def field_string(number, string) = field_bytes(number, string.encode(Encoding::UTF_8))
     end
   end
 end

@@ -3,6 +3,7 @@
 require "stringio"
 require "zlib"
 require_relative "format"
+require_relative "protobuf_wire"
 require_relative "../errors"
 require_relative "../version"
 require_relative "../model/scan"
@@ -29,6 +30,7 @@ module GVLScope
     # the size grows with stacks, not with the trace: all comes from the engine's sums
     # (Model::Scan#samples, #blame_rows, #release_site_rows), nothing per interval.
     class Pprof < Format
+      include ProtobufWire
       SAMPLE_TYPES = [%w[holder_samples count], %w[waiting_threads count], %w[gvl_wait nanoseconds],
                       %w[releases count], %w[wait_after_release nanoseconds]].freeze
       DEFAULT_TYPE = "gvl_wait"
@@ -162,24 +164,6 @@ module GVLScope
       # The one mapping every location names: symbolized already (functions, files, lines).
       def mapping
         field_varint(1, 1) + field_varint(5, string("ruby")) + field_varint(7, 1) + field_varint(8, 1) + field_varint(9, 1)
-      end
-
-      def varint(value)
-        raise ArgumentError, "negative varint #{value}" if value.negative?
-
-        out = +"".b
-        while value >= 0x80
-          out << ((value & 0x7f) | 0x80)
-          value >>= 7
-        end
-        out << value
-      end
-
-      def field_varint(number, value) = varint(number << 3) << varint(value)
-
-      def field_bytes(number, bytes)
-        bytes = bytes.b
-        varint((number << 3) | 2) << varint(bytes.bytesize) << bytes
       end
     end
   end

@@ -34,14 +34,10 @@ module GVLScope
       def header
         report = @report
         file = report.file
-        notes = []
-        notes << "#{file.dropped} events dropped" if file.dropped.positive?
-        notes << "truncated" if file.truncated?
-        held = report.held_ratio_by_ractor
-        per_ractor = held.size > 1 ? " (#{held.map { |id, r| format('Ractor %d: %.1f%%', id, 100 * r) }.join(', ')})" : ""
+        notes, held, per_ractor = ReportText.header_facts(report)
         first = format("%.3f s, %d events, %d threads, timeslice %d ms%s.", report.duration_ns / 1e9, file.size,
-                       report.all_rows.size, report.timeslice_ns / 1_000_000, notes.empty? ? "" : " (#{notes.join(', ')})")
-        second = format("GVL held **%.1f%%** of the time%s; threads waited **%s** for it in all.", 100 * held.values.max.to_f,
+                       report.all_rows.size, report.timeslice_ns / 1_000_000, notes)
+        second = format("GVL held **%.1f%%** of the time%s; threads waited **%s** for it in all.", 100 * held,
                         text(per_ractor), Units.ms(report.wait_ns))
         "## GVL report: #{code(file.path)}\n\n#{text(first)} #{second}"
       end

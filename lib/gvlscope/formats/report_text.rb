@@ -62,18 +62,26 @@ module GVLScope
       def header
         report = @subject
         file = report.file
+        notes, held, per_ractor = ReportText.header_facts(report)
+        [
+          format("%s: %.3f s, %d events, %d threads, timeslice %d ms%s", file.path, report.duration_ns / 1e9,
+                 file.size, report.all_rows.size, report.timeslice_ns / 1_000_000, notes),
+          format("GVL held %.1f%% of the time%s; threads waited %s for it in all",
+                 100 * held, per_ractor, Units.ms(report.wait_ns)),
+        ]
+      end
+
+      # What every report's header says beside the numbers (the Markdown report too): the trace's
+      # notes (" (12 events dropped, truncated)" or ""), the busiest Ractor's held share, and each
+      # Ractor's share (" (Ractor 1: 40.0%, ...)") where there are several.
+      def self.header_facts(report)
+        file = report.file
         notes = []
         notes << "#{file.dropped} events dropped" if file.dropped.positive?
         notes << "truncated" if file.truncated?
         held = report.held_ratio_by_ractor
         per_ractor = held.size > 1 ? " (#{held.map { |id, r| format('Ractor %d: %.1f%%', id, 100 * r) }.join(', ')})" : ""
-        [
-          format("%s: %.3f s, %d events, %d threads, timeslice %d ms%s", file.path, report.duration_ns / 1e9,
-                 file.size, report.all_rows.size, report.timeslice_ns / 1_000_000,
-                 notes.empty? ? "" : " (#{notes.join(', ')})"),
-          format("GVL held %.1f%% of the time%s; threads waited %s for it in all",
-                 100 * held.values.max.to_f, per_ractor, Units.ms(report.wait_ns)),
-        ]
+        [notes.empty? ? "" : " (#{notes.join(', ')})", held.values.max.to_f, per_ractor]
       end
 
       private
