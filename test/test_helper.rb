@@ -70,6 +70,15 @@ module GVLScopeTestHelper
     [trace, File.join(dir, "t#{GVLScope::Formats.fetch(format, command: 'export').extension}")]
   end
 
+  # Runs the gvlscope command in this process (no Ruby to start: for many calls); returns
+  # [stdout, stderr, exit status].
+  def gvlscope_in_process(*args)
+    out = StringIO.new
+    err = StringIO.new
+    status = GVLScope::CLI.new(out: out, err: err).run(args)
+    [out.string, err.string, status]
+  end
+
   # Runs exe/gvlscope; returns [stdout, stderr, status].
   def gvlscope(*args, chdir: ROOT)
     Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), *args, chdir: chdir)

@@ -20,12 +20,7 @@ class DiffTest < Minitest::Test
   }.freeze
   Diff = GVLScope::Analysis::Diff
 
-  def cli(*args)
-    out = StringIO.new
-    err = StringIO.new
-    status = GVLScope::CLI.new(out: out, err: err).run(args)
-    [out.string, err.string, status]
-  end
+  def cli(*args) = gvlscope_in_process(*args)
 
   def pair(kind) = PAIRS.fetch(kind).map { |name| File.join(FIXTURES, name) }
 

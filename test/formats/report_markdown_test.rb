@@ -25,12 +25,7 @@ class ReportMarkdownTest < Minitest::Test
     skip "commonmarker is not installed (bundle install: it is in the Gemfile's test group)"
   end
 
-  def cli(*args)
-    out = StringIO.new
-    err = StringIO.new
-    status = GVLScope::CLI.new(out: out, err: err).run(args)
-    [out.string, err.string, status]
-  end
+  def cli(*args) = gvlscope_in_process(*args)
 
   def parse(markdown) = Commonmarker.parse(markdown, options: { extension: { table: true } })
 
