@@ -575,7 +575,7 @@ module GVLScope
       sides = paths.zip(kinds).map do |path, kind|
         case kind
         when "trace"
-          with_gc_paused(path) { Analysis::DiffInputs.from_report(report_of(timeline_of(path)), path) }
+          Analysis::DiffInputs.from_report(report_of(timeline_of(path)), path)
         when "snapshot" then Analysis::DiffInputs.from_snapshot_file(path)
         else Analysis::DiffInputs.from_scrape_file(path)
         end
