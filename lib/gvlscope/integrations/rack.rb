@@ -9,6 +9,7 @@ require_relative "request_hooks"
 require_relative "route_label"
 require_relative "handoffs"
 require_relative "log_writer"
+require_relative "open_telemetry_spans"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
@@ -32,12 +33,16 @@ module GVLScope
   #   max_routes:        nil    routes kept apart (Breakdown's cap, default 100); the rest are "other"
   #   sample:            1.0    share of requests measured (0.0..1.0); the others pass straight
   #                             through: no header, no env["gvlscope"], no per-route numbers
+  #   open_telemetry:    nil    true: the request's figures as attributes of the OpenTelemetry span
+  #                             current when the app returns (OpenTelemetrySpans: ruby.gvl.wait_ms …);
+  #                             nil: on when OpenTelemetry tracing is set up when the middleware is
+  #                             built; false: off (then nothing is looked up per request)
   #
   # env["gvlscope"] is a RequestTiming: read inside the app it gives the numbers so far, after the
   # app returned the numbers of the whole call.
   class Rack
     ENV_KEY = "gvlscope"
-    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder route max_routes sample].freeze
+    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder route max_routes sample open_telemetry].freeze
     OWNER = "GVLScope::Rack"
 
     # env["gvlscope"]: see GVLScope::RequestTiming.
@@ -63,7 +68,10 @@ module GVLScope
       routes = routes_in(options.fetch(:route, nil))
       @routes = RouteLabel.new unless routes == :off
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
-      @after_response = !!(@log_wait_over_ns || @recorder_triggers)
+      @spans = OpenTelemetrySpans.option(options[:open_telemetry], OWNER)
+      # Anything to do after the response sends the request through Ruby (#report); without it the
+      # common request never leaves C.
+      @after_response = !!(@log_wait_over_ns || @recorder_triggers || @spans)
       # The common request's work in two C calls (ext/gvlscope/breakdown.c): the timing made and put
       # in env; then finished, its route recorded (the built-in labels of routes seen before) and the
       # header added. Per-request numbers come from the metrics' per-thread counters; they cost one
@@ -87,6 +95,7 @@ module GVLScope
       if timing && !timing.finished? # the app raised: env["gvlscope"] still ends up finished and counted
         timing.finish!
         record_route(env, nil, timing) if @routes
+        annotate_span(timing) if @spans
       end
       raise
     end
@@ -108,6 +117,7 @@ module GVLScope
     # flight recorder's triggers. Never lets gvlscope break a response: a failure here is reported
     # once, the response goes out.
     def report(env, timing, response, needs_header)
+      OpenTelemetrySpans.annotate(timing) if @spans
       response = with_server_timing(response, timing.server_timing) if needs_header
       log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
       trigger_flight_recorder(env, timing) if @recorder_triggers
@@ -115,6 +125,14 @@ module GVLScope
     rescue StandardError => e
       @warning.warn("gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}")
       response
+    end
+
+    # The figures on the span of a request whose app raised (OpenTelemetry's middleware, outside,
+    # records the exception on it). Never raises.
+    def annotate_span(timing)
+      OpenTelemetrySpans.annotate(timing)
+    rescue StandardError => e
+      @warning.warn("gvlscope: GVLScope::Rack could not add a request's figures to its span: #{e.class}: #{e.message}")
     end
 
     # The request's numbers into its route's series. Never raises: a route function that fails
