@@ -69,9 +69,10 @@ module GVLScope
       @routes = RouteLabel.new unless routes == :off
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
       @spans = OpenTelemetrySpans.option(options[:open_telemetry], OWNER)
-      # Anything to do after the response sends the request through Ruby (#report); without it the
-      # common request never leaves C.
-      @after_response = !!(@log_wait_over_ns || @recorder_triggers || @spans)
+      # With spans, this middleware's #call is #call_with_span: the common request still ends in C,
+      # then looks its span up. Without, #call is untouched: not one instruction more.
+      singleton_class.alias_method(:call, :call_with_span) if @spans
+      @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # The common request's work in two C calls (ext/gvlscope/breakdown.c): the timing made and put
       # in env; then finished, its route recorded (the built-in labels of routes seen before) and the
       # header added. Per-request numbers come from the metrics' per-thread counters; they cost one
@@ -95,7 +96,27 @@ module GVLScope
       if timing && !timing.finished? # the app raised: env["gvlscope"] still ends up finished and counted
         timing.finish!
         record_route(env, nil, timing) if @routes
-        annotate_span(timing) if @spans
+      end
+      raise
+    end
+
+    # #call when open_telemetry: is on (#initialize makes it this middleware's #call): the same,
+    # and the request's figures on the OpenTelemetry span current when the app returned.
+    def call_with_span(env)
+      return @app.call(env) if @sampling && rand >= @sample
+
+      timing = @requests.start(env)
+      response = @app.call(env)
+      done = @requests.finish(timing, env, response)
+      annotate_span(timing)
+      return done if done
+
+      finish_in_ruby(env, timing, response, done)
+    rescue Exception # rubocop:disable Lint/RescueException -- re-raised, as in #call
+      if timing && !timing.finished?
+        timing.finish!
+        record_route(env, nil, timing) if @routes
+        annotate_span(timing)
       end
       raise
     end
@@ -117,7 +138,6 @@ module GVLScope
     # flight recorder's triggers. Never lets gvlscope break a response: a failure here is reported
     # once, the response goes out.
     def report(env, timing, response, needs_header)
-      OpenTelemetrySpans.annotate(timing) if @spans
       response = with_server_timing(response, timing.server_timing) if needs_header
       log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
       trigger_flight_recorder(env, timing) if @recorder_triggers
@@ -127,8 +147,8 @@ module GVLScope
       response
     end
 
-    # The figures on the span of a request whose app raised (OpenTelemetry's middleware, outside,
-    # records the exception on it). Never raises.
+    # The request's figures on its span (an app that raised too: OpenTelemetry's middleware records
+    # the exception on it). Never raises.
     def annotate_span(timing)
       OpenTelemetrySpans.annotate(timing)
     rescue StandardError => e
