@@ -16,6 +16,10 @@
 #   SETUPS=bare,no_routes,recorder,header,everything   the rest of the middleware's work (docs/performance.md,
 #   "Web"): the flight recorder's per-request checks (its ring running, thresholds never
 #   reached), the Server-Timing value formatted and added, and everything on (routes, header, recorder)
+#   SETUPS=bare,no_routes,otel_idle,otel_bare,otel_span   OpenTelemetry span attributes (OpenTelemetrySpans):
+#   otel_idle is no_routes in a process whose tracing is set up (the SDK, no exporter) with no span current;
+#   otel_span calls it inside a span of its own (the SDK's in_span, as an instrumentation's middleware would),
+#   otel_bare the bare app inside the same span: otel_span - otel_bare is the middleware with its attributes
 require "rbconfig"
 require_relative "support/callgrind"
 
@@ -30,6 +34,12 @@ PROGRAM = <<~'RUBY'
   setup, calls = ARGV[0], Integer(ARGV[1])
   hello = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
   RECORDER = { dir: Dir.tmpdir, signal: nil, wait_over_ms: 100_000, duration_over_ms: 100_000 }.freeze
+  if setup.start_with?("otel")
+    ENV["OTEL_TRACES_EXPORTER"] = "none"
+    require "opentelemetry/sdk"
+    OpenTelemetry::SDK.configure { |c| c.logger = Logger.new(File::NULL) }
+    TRACER = OpenTelemetry.tracer_provider.tracer("bench")
+  end
   controller = Class.new { def self.name = "UsersController"; def action_name = "show" }.new
   rails = lambda do |env|
     env["action_dispatch.request.path_parameters"] = { controller: "users", action: "show", id: "42" }
@@ -45,10 +55,15 @@ PROGRAM = <<~'RUBY'
                 "header" => [GVLScope::Rack.new(hello, route: false), "/"],
                 "everything" => [GVLScope::Rack.new(hello, flight_recorder: RECORDER), "/"],
                 "handoff" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
-                "handoff_off" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"] }.fetch(setup)
+                "handoff_off" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"] }.fetch(setup) do
+    if setup.start_with?("otel") # built now: the SDK is set up
+      [setup == "otel_bare" ? hello : GVLScope::Rack.new(hello, server_timing: false, route: false), "/"]
+    end
+  end
   env = { "REQUEST_METHOD" => "GET", "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => "",
           "SERVER_NAME" => "localhost", "SERVER_PORT" => "9292", "rack.url_scheme" => "http" }
   call = -> { app.call(env.dup) }
+  call = -> { TRACER.in_span("GET", kind: :server) { app.call(env.dup) } } if %w[otel_bare otel_span].include?(setup)
   if setup.start_with?("handoff") # as under Puma: the server thread hands each connection over, then its request runs
     require "gvlscope/integrations/handoffs"
     require "socket"
@@ -77,8 +92,9 @@ puts "| setup | instructions per call | over bare | over no_routes |"
 puts "|---|---:|---:|---:|"
 per_call.each do |setup, count|
   # handoff's bare is handoff_off: the same connection and env, without Handoffs
-  bare = { "rails" => per_call["rails_bare"], "handoff" => per_call["handoff_off"] }.fetch(setup[/\A[a-z]+/], per_call["bare"])
+  bare = { "rails" => per_call["rails_bare"], "handoff" => per_call["handoff_off"],
+           "otel" => setup == "otel_idle" ? per_call["bare"] : per_call["otel_bare"] }.fetch(setup[/\A[a-z]+/], per_call["bare"])
   bare = nil if setup == "handoff_off"
   puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") || bare.nil? ? "-" : format("%+.0f", count - bare),
-              per_call["no_routes"] && %w[route route_with_id recorder header everything].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
+              per_call["no_routes"] && %w[route route_with_id recorder header everything otel_idle].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
 end

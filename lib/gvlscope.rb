@@ -30,3 +30,7 @@ module GVLScope
   autoload :Formats, File.expand_path("gvlscope/formats", __dir__)
   autoload :Probe, File.expand_path("gvlscope/probe", __dir__)
 end
+
+# In a Rails app (Bundler.require loads this file after Rails): the request's GVL wait in Rails'
+# request log and instrumentation (docs/rails.md). Nothing is loaded without Rails.
+require_relative "gvlscope/integrations/railtie" if defined?(::Rails::Railtie)

@@ -4,3 +4,4 @@
 require_relative "one_copy"
 return if GVLScope::OneCopy.elsewhere?(File.expand_path("..", __dir__), "gvlscope/rack") # a second copy of the gem: see one_copy.rb
 require_relative "integrations/rack"
+require_relative "integrations/railtie" if defined?(::Rails::Railtie) # Rails' request log (docs/rails.md)

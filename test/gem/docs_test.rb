@@ -148,6 +148,9 @@ class DocsTest < Minitest::Test
     assert_match(/gvl-wait;dur=/, lines[1])
     assert_match(/GVLScope::Rack/, lines[2], "the middleware comes first")
     assert(lines.any? { |line| line.match?(/\Agvl GET \/hello gvl_wait_ms=[\d.]+ /) }, out) unless initializers.empty?
+    # The Railtie (docs/rails.md), loaded by the application lines' `require "gvlscope/rack"` after Rails.
+    assert(lines.any? { |line| line.match?(/\ACompleted 200 OK in \d+ms \(.*\| GVL: [\d.]+ms \| GC: [\d.]+ms\)\z/) }, out)
+    assert(lines.any? { |line| line.match?(/\Agvl payload HelloController#show gvl_wait_ms=[\d.]+ .* pickup_wait_ms=[\d.]+/) }, out) unless initializers.empty?
   end
 
   # Each Sidekiq initializer as the Sidekiq CLI loads it (`sidekiq -r file`), against a real Redis:

@@ -139,6 +139,60 @@ class RailsTest < Minitest::Test
     assert_operator beside.sort[1], :>=, 30, "beside /cpu: #{beside.inspect}"
   end
 
+  # The Railtie (loaded by the fixture's `require "gvlscope"`, after Rails): a quick request beside
+  # a CPU-bound one has its GVL wait in Rails' `Completed` line and its figures in the action's
+  # payload, where a subscriber reads them. They are the request's RequestTiming at the end of the
+  # action: the same pickup wait, a wait no larger than the subscriber's reading a moment later,
+  # which is no larger than the final one of the Server-Timing header.
+  def test_the_railtie_puts_the_gvl_wait_in_the_completed_line_and_the_payload
+    start_rails
+    3.times { get("/fast") } # warm up
+    tries = Array.new(3) do |try|
+      cpu = Thread.new { get("/cpu?ms=600") }
+      sleep 0.05
+      path = "/fast?try=#{try}"
+      final = gvlscope_timing(get(path))["gvl-wait"]
+      cpu.join(30)
+      [path, final]
+    end
+    log = @server.log
+
+    seen = tries.map do |path, final|
+      line = log[/^payload #{Regexp.escape(path)} (.*)$/, 1] or flunk "no payload line for #{path}:\n#{log}"
+      figures, now = line.split(" | now ").map { |fields| fields.split.to_h { |field| field.split("=") }.transform_values { Float(_1) } }
+      assert_equal %w[gvl_wait_ms gvl_run_ms idle_ms gc_ms duration_ms pickup_wait_ms], figures.keys - ["queue_ms"], line
+      assert_equal now["pickup_wait_ms"], figures["pickup_wait_ms"], "the request's pickup wait: #{line}"
+      assert_operator figures["pickup_wait_ms"], :<=, figures["gvl_wait_ms"], line
+      assert_operator figures["gvl_wait_ms"], :<=, now["gvl_wait_ms"], line
+      assert_operator now["gvl_wait_ms"], :<=, final + 0.001, "the header's final wait: #{final} ms; #{line}"
+      completed = format("GVL: %.1fms", figures["gvl_wait_ms"])
+      assert_match(/^Completed 200 OK in \d+ms \(Views: [\d.]+ms \| #{Regexp.escape(completed)} \| GC: [\d.]+ms\)$/, log, line)
+      figures["gvl_wait_ms"]
+    end
+    warn "payload waits beside /cpu #{seen.inspect}" if ENV["GVLSCOPE_TEST_VERBOSE"]
+    # The median: most of the wait is the pickup wait, before the request reached Rails.
+    assert_operator seen.sort[1], :>=, 30, "beside /cpu: #{seen.inspect}"
+    # A request without env["gvlscope"] (none here) would keep Rails' line as it was: every
+    # Completed line of this app has the GVL.
+    assert(log.lines.grep(/^Completed /).all? { |completed| completed.include?("| GVL: ") }, log)
+  end
+
+  # `require "gvlscope"` loads the Railtie only where Rails is loaded, and never loads Rails or
+  # OpenTelemetry itself.
+  def test_require_gvlscope_loads_the_railtie_only_with_rails
+    code = <<~'RUBY'
+      require "gvlscope"
+      without = [defined?(::Rails).inspect, defined?(GVLScope::Railtie).inspect, defined?(::OpenTelemetry).inspect,
+                 $LOADED_FEATURES.grep(%r{/(railtie|open_telemetry_spans)\.rb\z}).size]
+      require "action_controller/railtie"
+      load File.join($LOAD_PATH.find { |dir| File.exist?(File.join(dir, "gvlscope.rb")) }, "gvlscope.rb")
+      puts without.inspect, defined?(GVLScope::Railtie).inspect, (GVLScope::Railtie < Rails::Railtie).inspect
+    RUBY
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(GVLScopeTestHelper::ROOT, "lib"), "-e", code)
+    assert status.success?, err
+    assert_equal ['["nil", "nil", "nil", 0]', '"constant"', "true"], out.lines.map(&:strip)
+  end
+
   # The plugin's /metrics (single mode) has a series per Rails route, named controller#action:
   # counts exactly the requests made, ids never in a label, a GVL wait histogram in which the
   # request that waited behind /cpu is in a bucket >= 16 ms, and states that add up to the

@@ -3,23 +3,33 @@
 require "socket"
 require "zlib"
 
-# An OTLP/HTTP metrics endpoint for the tests: a TCPServer on a free loopback port that answers
-# POST /v1/metrics with 200 and keeps each request, its body gunzipped and decoded as an
-# ExportMetricsServiceRequest with the protobuf classes the OTLP exporter gem ships.
+# An OTLP/HTTP endpoint for the tests: a TCPServer on a free loopback port that answers each POST
+# with 200 and keeps each request, its body gunzipped and decoded with the protobuf classes the
+# OTLP exporter gems ship: an ExportMetricsServiceRequest (kind :metrics, POST /v1/metrics) or an
+# ExportTraceServiceRequest (kind :traces, POST /v1/traces).
 class OTLPReceiver
   Request = Struct.new(:path, :headers, :body, :decoded)
 
   attr_reader :port
 
-  def initialize
-    require "opentelemetry/proto/collector/metrics/v1/metrics_service_pb"
+  def initialize(kind = :metrics)
+    @kind = kind
+    if kind == :traces
+      require "opentelemetry/proto/collector/trace/v1/trace_service_pb"
+      @service = Opentelemetry::Proto::Collector::Trace::V1
+      @request_class, @response_class = @service::ExportTraceServiceRequest, @service::ExportTraceServiceResponse
+    else
+      require "opentelemetry/proto/collector/metrics/v1/metrics_service_pb"
+      @service = Opentelemetry::Proto::Collector::Metrics::V1
+      @request_class, @response_class = @service::ExportMetricsServiceRequest, @service::ExportMetricsServiceResponse
+    end
     @server = TCPServer.new("127.0.0.1", 0)
     @port = @server.addr[1]
     @requests = Queue.new
     @thread = Thread.new { loop { serve(@server.accept) } }
   end
 
-  def endpoint = "http://127.0.0.1:#{@port}/v1/metrics"
+  def endpoint = "http://127.0.0.1:#{@port}/v1/#{@kind}"
 
   # The next request received (decoded), or nil after +timeout+ seconds.
   def next_request(timeout: 10) = @requests.pop(timeout: timeout)
@@ -42,11 +52,9 @@ class OTLPReceiver
       end
       body = client.read(Integer(headers.fetch("content-length", "0")))
       body = Zlib.gunzip(body) if headers["content-encoding"] == "gzip"
-      decoded = Opentelemetry::Proto::Collector::Metrics::V1::ExportMetricsServiceRequest.decode(body)
+      decoded = @request_class.decode(body)
       @requests << Request.new(request_line.split[1], headers, body, decoded)
-      answer = Opentelemetry::Proto::Collector::Metrics::V1::ExportMetricsServiceResponse.encode(
-        Opentelemetry::Proto::Collector::Metrics::V1::ExportMetricsServiceResponse.new
-      )
+      answer = @response_class.encode(@response_class.new)
       client.write("HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: #{answer.bytesize}\r\n\r\n#{answer}")
     end
   rescue IOError, SystemCallError

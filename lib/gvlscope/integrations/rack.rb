@@ -9,6 +9,7 @@ require_relative "request_hooks"
 require_relative "route_label"
 require_relative "handoffs"
 require_relative "log_writer"
+require_relative "open_telemetry_spans"
 
 module GVLScope
   # Rack middleware: how the thread that handled each request spent its time — running Ruby
@@ -32,12 +33,16 @@ module GVLScope
   #   max_routes:        nil    routes kept apart (Breakdown's cap, default 100); the rest are "other"
   #   sample:            1.0    share of requests measured (0.0..1.0); the others pass straight
   #                             through: no header, no env["gvlscope"], no per-route numbers
+  #   open_telemetry:    nil    true: the request's figures as attributes of the OpenTelemetry span
+  #                             current when the app returns (OpenTelemetrySpans: ruby.gvl.wait_ms …);
+  #                             nil: on when OpenTelemetry tracing is set up when the middleware is
+  #                             built; false: off (then nothing is looked up per request)
   #
   # env["gvlscope"] is a RequestTiming: read inside the app it gives the numbers so far, after the
   # app returned the numbers of the whole call.
   class Rack
     ENV_KEY = "gvlscope"
-    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder route max_routes sample].freeze
+    OPTIONS = %i[server_timing log_wait_over_ms logger flight_recorder route max_routes sample open_telemetry].freeze
     OWNER = "GVLScope::Rack"
 
     # env["gvlscope"]: see GVLScope::RequestTiming.
@@ -63,6 +68,10 @@ module GVLScope
       routes = routes_in(options.fetch(:route, nil))
       @routes = RouteLabel.new unless routes == :off
       @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER)
+      @spans = OpenTelemetrySpans.option(options[:open_telemetry], OWNER)
+      # With spans, this middleware's #call is #call_with_span: the common request still ends in C,
+      # then looks its span up. Without, #call is untouched: not one instruction more.
+      singleton_class.alias_method(:call, :call_with_span) if @spans
       @after_response = !!(@log_wait_over_ns || @recorder_triggers)
       # The common request's work in two C calls (ext/gvlscope/breakdown.c): the timing made and put
       # in env; then finished, its route recorded (the built-in labels of routes seen before) and the
@@ -91,6 +100,27 @@ module GVLScope
       raise
     end
 
+    # #call when open_telemetry: is on (#initialize makes it this middleware's #call): the same,
+    # and the request's figures on the OpenTelemetry span current when the app returned.
+    def call_with_span(env)
+      return @app.call(env) if @sampling && rand >= @sample
+
+      timing = @requests.start(env)
+      response = @app.call(env)
+      done = @requests.finish(timing, env, response)
+      annotate_span(timing)
+      return done if done
+
+      finish_in_ruby(env, timing, response, done)
+    rescue Exception # rubocop:disable Lint/RescueException -- re-raised, as in #call
+      if timing && !timing.finished?
+        timing.finish!
+        record_route(env, nil, timing) if @routes
+        annotate_span(timing)
+      end
+      raise
+    end
+
     private
 
     # What RackRequests#finish left (the timing is finished): the route when it returned false (a
@@ -115,6 +145,14 @@ module GVLScope
     rescue StandardError => e
       @warning.warn("gvlscope: GVLScope::Rack could not report a request: #{e.class}: #{e.message}")
       response
+    end
+
+    # The request's figures on its span (an app that raised too: OpenTelemetry's middleware records
+    # the exception on it). Never raises.
+    def annotate_span(timing)
+      OpenTelemetrySpans.annotate(timing)
+    rescue StandardError => e
+      @warning.warn("gvlscope: GVLScope::Rack could not add a request's figures to its span: #{e.class}: #{e.message}")
     end
 
     # The request's numbers into its route's series. Never raises: a route function that fails

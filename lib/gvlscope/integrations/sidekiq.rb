@@ -13,6 +13,7 @@ require_relative "log_writer"
 require_relative "metrics_server"
 require_relative "stats_line"
 require_relative "handoffs"
+require_relative "open_telemetry_spans"
 
 module GVLScope
   # Sidekiq server middleware: how the thread that ran each job spent its time — running Ruby
@@ -38,13 +39,17 @@ module GVLScope
   #   max_jobs:         nil   job classes (with their queue) kept apart (Breakdown's cap, default 100)
   #   prometheus_port:  nil   serve /metrics (process and per-job series) on this loopback port
   #   prometheus_host:  "127.0.0.1"
+  #   open_telemetry:   nil   true: the job's figures as attributes of the OpenTelemetry span current
+  #                           when it returns (opentelemetry-instrumentation-sidekiq's; ruby.gvl.wait_ms …,
+  #                           OpenTelemetrySpans); nil: on when OpenTelemetry tracing is set up when
+  #                           Sidekiq starts; false: off
   #
   # The middleware never changes what a job does: its exceptions pass through untouched, and a
   # failure of gvlscope's own (a job_class function that raises, a logger that fails) is warned
   # about at most once a minute while jobs keep running.
   class Sidekiq
     OPTIONS = %i[log_wait_over_ms flight_recorder stats_every sample job_class max_jobs prometheus_port
-                 prometheus_host].freeze
+                 prometheus_host open_telemetry].freeze
     OWNER = "GVLScope::Sidekiq"
     DEFAULT_STATS_EVERY = 60
 
@@ -67,6 +72,7 @@ module GVLScope
         @prometheus = options.slice(:prometheus_port, :prometheus_host) if options[:prometheus_port]
         @recorder_triggers = RequestHooks.flight_recorder_triggers(options[:flight_recorder], OWNER,
                                                                    defaults: { logger: ::Sidekiq.logger })
+        @spans = OpenTelemetrySpans.option(options[:open_telemetry], OWNER)
         @tags = {} # queue name => { queue: name }, frozen: the Breakdown key allocates nothing
         @warning = RequestHooks::Warning.new { |line| ::Sidekiq.logger.warn(line) }
         Metrics.enable
@@ -76,6 +82,7 @@ module GVLScope
       # After the job: its numbers into its series, the slow-job line, the recorder's trigger.
       # Never raises (this runs in the middleware's ensure, beside the job's own exception).
       def finish(job, queue, timing)
+        OpenTelemetrySpans.annotate(timing) if @spans
         label = label_of(job)
         tags = @tags[queue] || (@tags[queue] = { queue: queue.to_s.dup.freeze }.freeze)
         Breakdown.record(:job, label, timing, tags, @sample)
