@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static void blame_add(eng_engine *engine, uint32_t waiter, uint32_t holder_plus_one, int64_t ns, bool after_blocking) {
     uint64_t key = (uint64_t)waiter << 32 | holder_plus_one;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 #define MEDIAN_OWN_CAP ((size_t)1 << 20) // values one median keeps exactly at most
 #define MEDIAN_SMALL 1024               // a median this small stays exact whatever the budget

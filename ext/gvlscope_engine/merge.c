@@ -3,7 +3,7 @@
 // not), so the heap holds about one chunk per lane; imported events are already in order.
 #include <stdlib.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static bool item_less(const eng_item *a, const eng_item *b) {
     return a->time < b->time || (a->time == b->time && a->index < b->index);

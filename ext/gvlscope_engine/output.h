@@ -2,7 +2,7 @@
 #ifndef GVLSCOPE_ENGINE_OUTPUT_H
 #define GVLSCOPE_ENGINE_OUTPUT_H
 
-#include "pass.h"
+#include "pass_shared.h"
 
 // Hands a full buffer over (to a Ruby block); non-zero stops the writer.
 typedef int (*eng_flush)(void *context, const char *data, size_t size);

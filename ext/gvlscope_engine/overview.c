@@ -2,7 +2,7 @@
 // covers, per thread and state (run, wait, idle, gc); a thread keeps only the bins it reached.
 #include <string.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static int64_t *lane_bins(eng_engine *engine, eng_thread *thread, int32_t first, int32_t last) {
     if (!thread->bins) {

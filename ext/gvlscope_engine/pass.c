@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static const eng_index *sort_index; // qsort has no context argument
 

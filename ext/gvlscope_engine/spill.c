@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 #define BLOCK 4096
 #define RECORD_MAX 32

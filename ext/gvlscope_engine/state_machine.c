@@ -4,7 +4,7 @@
 // release cause), to those that read each thread's final intervals (settle -> on_final).
 #include <string.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static eng_interval *run_interval(eng_thread *thread) {
     if (thread->run_ref >= 0) return &thread->pending[thread->run_ref];

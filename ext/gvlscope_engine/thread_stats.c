@@ -2,7 +2,7 @@
 // ThreadStats (totals, holds and waits, releases by cause, longest intervals, blocking waits,
 // medians), hold streaks, IO overlap, the hold and wait histograms and release sites; then the
 // exports' names and spill, and the detail windows (windows.c).
-#include "pass.h"
+#include "pass_shared.h"
 
 void commit_release(eng_engine *engine, uint32_t at, eng_thread *thread) {
     uint64_t key = (uint64_t)at << 36 | (uint64_t)thread->release_site << 4 | thread->release_reason;

@@ -1,7 +1,7 @@
 // The pass's tables: threads (dense indexes, by serial), their Ractors (the holders of each
 // Ractor's GVL and its waiting count), and the pairs that blame, code locations and release
 // sites sum into (one entry per key, in order of first use).
-#include "pass.h"
+#include "pass_shared.h"
 
 static uint32_t ractor_index(eng_engine *engine, uint32_t id) {
     uint32_t at = map_get(&engine->ractor_of, id);

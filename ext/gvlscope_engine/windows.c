@@ -3,7 +3,7 @@
 // only collects windows may stop.
 #include <stdlib.h>
 
-#include "pass.h"
+#include "pass_shared.h"
 
 static bool found_less(const eng_found *a, const eng_found *b) {
     if (a->interval.start != b->interval.start) return a->interval.start < b->interval.start;

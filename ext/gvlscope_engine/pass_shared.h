@@ -1,7 +1,9 @@
-// One pass of the engine over an index: the merge, the timeline's state machine and its consumers;
-// their types, and what the pass's files (pass.c lists them) call in each other.
-#ifndef GVLSCOPE_ENGINE_PASS_H
-#define GVLSCOPE_ENGINE_PASS_H
+// What the files of one pass over an index share: the engine's state (its types and macros) and
+// what they call in each other. pass.c drives the pass (and lists the files); merge.c,
+// state_machine.c, threads.c and the consumers are its steps. A header of its own, not pass.c's,
+// so that the steps depend on the state and pass.c on the steps: no file calls back up.
+#ifndef GVLSCOPE_ENGINE_PASS_SHARED_H
+#define GVLSCOPE_ENGINE_PASS_SHARED_H
 
 #include "engine.h"
 
