@@ -50,8 +50,7 @@ module GVLScope
       def write(io)
         gzipped = StringIO.new(+"".b)
         gzip = Zlib::GzipWriter.new(gzipped)
-        # The trace's start, not now: an export of a trace is the same bytes every time.
-        gzip.mtime = [(scan.file.start_realtime_ns || 0) / 1_000_000_000, 1].max
+        gzip.mtime = gzip_mtime
         gzip.write(profile)
         gzip.finish
         io << gzipped.string
@@ -78,6 +77,7 @@ module GVLScope
           out << field_bytes(5, field_varint(1, id) + field_varint(2, string(label)) + field_varint(4, string(path.to_s)))
         end
         time = scan.file.start_realtime_ns.to_i
+        time = 0 if time > INT64_MAX # profile.proto's time_nanos is an int64: 0, not set, rather than a date before 1970
         period = value_type("wall", "nanoseconds") # the holders' sampling: a tick of wall-clock time
         comment = string("gvlscope #{VERSION}: #{File.basename(scan.file.path.to_s)}")
         default = string(DEFAULT_TYPE)
@@ -88,6 +88,17 @@ module GVLScope
       end
 
       private
+
+      INT64_MAX = 2**63 - 1
+      GZIP_MTIME_MAX = 2**32 - 1 # gzip's MTIME is 32 bits: seconds up to 2106-02-07
+
+      # The trace's start, not now: an export of a trace is the same bytes every time. A start gzip
+      # cannot hold (after 2106: a wrong clock, or a corrupt header) is 1 (a zero would be "now"
+      # to some zlib bindings); the profile's own time_nanos keeps the date.
+      def gzip_mtime
+        seconds = (scan.file.start_realtime_ns || 0) / 1_000_000_000
+        seconds.between?(1, GZIP_MTIME_MAX) ? seconds : 1
+      end
 
       # The engine's answers (a Model::Scan): this export uses its sums only.
       def scan = @subject
