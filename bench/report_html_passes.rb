@@ -81,6 +81,8 @@ pages.each do |html, extra|
   arguments = ["report", trace, "--html", html, *extra]
   next if arguments.include?("--window") && ENV["LIB"] && !File.read(File.join(ENV["LIB"], "gvlscope/cli.rb")).include?("--window")
 
+  FileUtils.rm_f(html) # this script's page of a run before: `report --html` replaces no file
+
   GC.start
   wall, cpu, passes = run(arguments, scans)
   data = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1])

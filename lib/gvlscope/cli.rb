@@ -8,6 +8,7 @@ require_relative "printable"
 require_relative "formats"
 require_relative "progress"
 require_relative "units"
+require_relative "output_file"
 require_relative "integrations/launch"
 
 module GVLScope
@@ -50,11 +51,11 @@ module GVLScope
     class UsageError < StandardError; end
 
     # exe/gvlscope: runs the command and returns the exit status, or dies of the signal the program
-    # run by `gvlscope run` died of.
+    # run by `gvlscope run` died of (or of SIGPIPE, when what read stdout is gone).
     def self.start(argv)
       cli = new
       status = cli.run(argv)
-      cli.die_like_the_program
+      cli.die_of_signal
       status
     end
 
@@ -63,12 +64,17 @@ module GVLScope
 
     # After `gvlscope run`, when the program died of a signal: gvlscope run dies of the same one,
     # so the shell or supervisor sees what it would have seen without gvlscope (bash's
-    # "Terminated", a service manager's "killed by signal"). Otherwise returns.
-    def die_like_the_program
-      name = @program_signal && Signal.signame(@program_signal)
+    # "Terminated", a service manager's "killed by signal"). After a write to a closed pipe, of
+    # SIGPIPE. Otherwise returns.
+    def die_of_signal
+      name = @signal && Signal.signame(@signal)
       return if name.nil? || CORE_SIGNALS.include?(name)
 
-      [$stdout, $stderr].each(&:flush)
+      [$stdout, $stderr].each do |io|
+        io.flush
+      rescue SystemCallError
+        nil # the closed pipe itself
+      end
       trap(name, "SYSTEM_DEFAULT") unless %w[KILL STOP].include?(name)
       Process.kill(name, Process.pid)
       sleep 1 # the signal ends the process on delivery; the exit status 128+N follows if it did not
@@ -88,6 +94,36 @@ module GVLScope
       @partial = take_flag(argv, "--partial")
       command = argv.shift
       @command = COMMANDS.include?(command) ? command : nil
+      status = dispatch(command, argv)
+      @out.flush # here, not at exit: a closed pipe is found where it is handled
+      status
+    rescue Errno::EPIPE
+      # What read stdout is gone (`gvlscope report t.gvl | head -1`): stop silently and die of
+      # SIGPIPE, as cat and grep do: the shell prints nothing, and `set -o pipefail` sees the
+      # same 141 it sees for them (a status 0 would claim a whole output; 1 an error).
+      @signal = Signal.list.fetch("PIPE")
+      128 + @signal
+    rescue UsageError, OptionParser::ParseError => e
+      @err.puts "#{prefixed(Printable.message(e.message))} (see gvlscope#{" #{@command}" if @command} --help)"
+      2
+    rescue Error, SystemCallError => e
+      raise if @debug
+
+      @err.puts prefixed(Printable.message(e.message))
+      1
+    rescue StandardError => e
+      raise if @debug
+
+      @err.puts "gvlscope: internal error: #{e.class}: #{Printable.message(e.message)} (run with --debug for a backtrace)"
+      1
+    end
+
+    private
+
+    COMMANDS = %w[run top lab report export summary advise diff].freeze
+
+    # The command's exit status.
+    def dispatch(command, argv)
       case command
       when nil, "-h", "--help", "help"
         @out.puts USAGE
@@ -110,24 +146,7 @@ module GVLScope
       else
         raise UsageError, "unknown command '#{command}'"
       end
-    rescue UsageError, OptionParser::ParseError => e
-      @err.puts "#{prefixed(Printable.message(e.message))} (see gvlscope#{" #{@command}" if @command} --help)"
-      2
-    rescue Error, SystemCallError => e
-      raise if @debug
-
-      @err.puts prefixed(Printable.message(e.message))
-      1
-    rescue StandardError => e
-      raise if @debug
-
-      @err.puts "gvlscope: internal error: #{e.class}: #{Printable.message(e.message)} (run with --debug for a backtrace)"
-      1
     end
-
-    private
-
-    COMMANDS = %w[run top lab report export summary advise diff].freeze
 
     # An error's one line, said as gvlscope's once: a message of a part that names itself
     # ("gvlscope top: ...") is not prefixed again.
@@ -142,6 +161,10 @@ module GVLScope
       true
     end
 
+    # A trace without its end record: the recorder writes one when the trace stops (at exit, and
+    # before an exec); its absence does not tell which of these ended the process.
+    NO_END_RECORD = "ended without an end record (the process was killed or exec'd, or the file was cut)"
+
     # The trace at +path+ as every command reads it: by the native engine in two passes that keep
     # no interval (Model::Scan; +bins+: the HTML overview's, +spill+: keep the intervals for an
     # export). +checked+: a truncated trace is an error unless --partial, and warnings are printed.
@@ -155,10 +178,7 @@ module GVLScope
       require_relative "model"
       scan = Model::Scan.new(Model::Scan.read(path), bins: bins, spill: spill, progress: @progress, analyse: analyse)
       file = scan.file
-      if checked && file.truncated? && !@partial
-        raise Error, "#{path}: truncated (no end record: the process was killed, or the file was cut); " \
-                     "--partial reads what it holds"
-      end
+      raise Error, "#{path}: #{NO_END_RECORD}; --partial reads what it holds" if checked && file.truncated? && !@partial
       file.warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" } if checked
       scan.run
     end
@@ -212,15 +232,11 @@ module GVLScope
       0
     end
 
-    # Where an export goes: FILE with the format's extension unless -o; never the input trace, and
-    # a file that exists only with +force+ (a trace never overwrites one either).
+    # Where an export goes: FILE with the format's extension unless -o, under OutputFile's rule
+    # (never the input trace; a file that exists only with +force+).
     def export_output(path, format, output, force:)
       output ||= path.sub(/\.(gvl|json)\z/, "") + Formats.fetch(format, command: "export").extension
-      raise Error, "#{output}: would overwrite the input trace; choose another -o" if File.expand_path(output) == File.expand_path(path)
-      if !force && (File.exist?(output) || File.symlink?(output))
-        raise Error, "#{output} already exists: remove it, choose another -o, or add --force"
-      end
-
+      OutputFile.check!(output, inputs: [path], force: force, option: "-o")
       output
     end
 
@@ -238,7 +254,7 @@ module GVLScope
       hint = export_size_hint(output, entry, events)
       say hint if hint
       progress("writing #{output}")
-      write_file(output) { |io| exporter.write(io) }
+      OutputFile.write(output, inputs: [path], force: force, option: "-o") { |io| exporter.write(io) }
       say "gvlscope: wrote #{output} (#{events} events, #{timeline.threads.size} threads)"
     end
 
@@ -252,27 +268,6 @@ module GVLScope
         "as #{entry.name}#{"; #{smallest.name} is the most compact" unless smallest == entry})"
     end
 
-    # What a write to the output can fail with once it is open (a full disk, a quota).
-    WRITE_ERRORS = [Errno::ENOSPC, Errno::EDQUOT, Errno::EFBIG, Errno::EIO].freeze
-
-    # Opens +path+ for writing and yields the IO. A path that cannot be written is one line
-    # naming it and why ("cannot write out/x.json: No such file or directory (no directory out)"),
-    # and a file cut short by a failed write is removed.
-    def write_file(path, mode = "wb")
-      opened = false
-      File.open(path, mode) do |io|
-        opened = true
-        yield io
-      end
-    rescue SystemCallError => e
-      raise if opened && !WRITE_ERRORS.any? { |kind| e.is_a?(kind) } # not the output's: reading the trace, say
-      File.unlink(path) if opened && File.file?(path)
-      why = e.message.sub(/ @ .*\z/m, "").delete_suffix(" - #{path}") # the system's words, not Ruby's " @ rb_sysopen - path"
-      dir = File.dirname(path)
-      why += " (no directory #{dir})" if e.is_a?(Errno::ENOENT) && !File.directory?(dir)
-      raise Error, "cannot write #{path}: #{why}"
-    end
-
     # Runs COMMAND with the recorder loaded at boot through RUBYOPT, so any Ruby it starts (and
     # every forked child) writes a trace; the program's output and exit status pass through.
     def run_command(argv)
@@ -284,6 +279,7 @@ module GVLScope
       buffer_mb = nil
       stacks = true
       live = false
+      force = false
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope run [options] -- COMMAND [ARGS...]\n\n" \
                       "Runs COMMAND with the recorder loaded at boot (RUBYOPT): every Ruby process it starts writes\n" \
@@ -293,6 +289,7 @@ module GVLScope
         opts.on("--no-report", "--no-summary", "print nothing at exit unless something went wrong") { show_summary = false }
         opts.on("--html PATH", "also write the HTML report of the first trace") { |o| html = o }
         opts.on("--format FORMAT", EXPORT_FORMATS, "also export each trace (#{EXPORT_FORMATS.join(', ')})") { |f| export_format = f }
+        opts.on("--force", "replace the --html and --format files if they exist (a trace, -o, is never replaced)") { force = true }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("--no-stacks", "do not record code locations (release sites, holder stacks while threads wait)") { stacks = false }
         opts.on("--live", "each process also opens its live socket for `gvlscope top PID` (pids printed as they start)") do
@@ -317,9 +314,14 @@ module GVLScope
       end
 
       output = File.expand_path(output || "gvlscope-%p.gvl")
-      if !output.include?("%p") && (File.exist?(output) || File.symlink?(output))
+      if !output.include?("%p") && OutputFile.taken?(output)
+        # The recorder creates it (O_EXCL) as the program runs: no --force can make that a replacement.
         raise Error, "#{output} already exists (a trace never overwrites a file): remove it or choose another -o"
       end
+      # Before the program runs, not after it: the trace is the page's input (and the export's,
+      # at a path known now unless the name has the pid in it).
+      OutputFile.check!(html, inputs: [output], force: force, option: "--html") if html
+      export_output(output, export_format, nil, force: force) if export_format && !output.include?("%p")
 
       require "tmpdir"
       # A private directory for what the traced processes tell us: their traces and messages.
@@ -331,8 +333,8 @@ module GVLScope
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
         traces = File.exist?(File.join(run_dir, "traces")) ? File.readlines(File.join(run_dir, "traces"), chomp: true) : []
-        with_progress { after_run(traces, show_summary: show_summary, html: html, export_format: export_format) } unless metrics_only
-        @program_signal = status.termsig
+        with_progress { after_run(traces, show_summary: show_summary, html: html, export_format: export_format, force: force) } unless metrics_only
+        @signal = status.termsig
         status.exitstatus || 128 + status.termsig.to_i
       end
     end
@@ -416,12 +418,14 @@ module GVLScope
 
     # --no-report: nothing is printed unless something went wrong (the program's stderr is then
     # exactly its own).
-    def after_run(traces, show_summary:, html:, export_format:)
+    def after_run(traces, show_summary:, html:, export_format:, force:)
       if traces.empty?
         @err.puts "gvlscope: no trace was written (was COMMAND a Ruby >= 3.3 program?)"
         return
       end
       require_relative "model"
+      return traces.each { |path| tell_trace_problems(path) } unless show_summary || html || export_format
+
       traces.each_with_index do |path, index|
         require_relative "analysis/overview"
         bins = (Analysis::Overview::BINS if html && index.zero?)
@@ -431,13 +435,24 @@ module GVLScope
           say Formats::ReportText.new(report).short
           say ""
         end
-        write_html(report, html) if html && index.zero?
-        export_timeline(timeline, path, export_format) if export_format
+        write_html(report, html, input: path, force: force) if html && index.zero?
+        export_timeline(timeline, path, export_format, force: force) if export_format
       end
       return unless show_summary
 
       say "gvlscope: #{traces.size == 1 ? 'trace' : "#{traces.size} traces (one per process)"}: " \
           "#{traces.join(', ')}; full report: gvlscope report #{traces.first}"
+    end
+
+    # --no-report: what went wrong with a trace, from its framing only (TraceFile.index: header,
+    # chunk headers, thread table, end record; not one event). Dropped events the process said
+    # itself; a trace without its end record is one its process could not finish.
+    def tell_trace_problems(path)
+      file = Model::TraceFile.index(path)
+      file.warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" }
+      say "gvlscope: warning: #{path}: #{NO_END_RECORD}; gvlscope report --partial #{path} reads what it holds" if file.truncated?
+    rescue Error => e
+      say "gvlscope: warning: #{Printable.message(e.message)}"
     end
 
     REPORT_FORMATS = Formats.for_command("report").map(&:name).freeze
@@ -447,8 +462,9 @@ module GVLScope
       format = nil
       thread = nil
       window = nil
+      force = false
       parser = OptionParser.new do |opts|
-        opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO]] [--json | --format FORMAT] [--thread NAME]\n\n" \
+        opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO] [--force]] [--json | --format FORMAT] [--thread NAME]\n\n" \
                       "Findings (convoy, hog, long hold, contention, hand-off thrash, GC), one per cause, ranked by the\n" \
                       "GVL wait each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and\n" \
                       "histograms of hold time, wait time and waiters at acquire.\nFILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
@@ -456,6 +472,7 @@ module GVLScope
         opts.on("--window FROM..TO", "with --html: the timeline's intervals for this range only, every one (up to 1,000,000),",
                 "time since the trace began with a unit (ns, us, ms, s): 12.5s..12.7s, 300..450ms;",
                 "the page of a long trace shows the command for the range in view") { |range| window = range }
+        opts.on("--force", "with --html: replace OUT if it exists (never the trace itself)") { force = true }
         opts.on("--json", "print the report as JSON (schema: docs/report.md) instead of text: --format json") do
           raise UsageError, "--json is --format json: give one of them" if format && format != "json"
 
@@ -476,6 +493,7 @@ module GVLScope
 
       window_text = window
       window &&= Units.time_range_to_ns(window, "--window") # before the trace is read: a typo fails at once
+      OutputFile.check!(html, inputs: [path], force: force, option: "--html") if html && path # so does a clash
 
       # The HTML's overview is summed in the same pass as the rest.
       require_relative "analysis/overview"
@@ -490,7 +508,7 @@ module GVLScope
       else
         print_out { Formats.fetch(format, command: "report").format_class.new(report).write(@out) }
       end
-      write_html(report, html, window: window) if html
+      write_html(report, html, input: path, force: force, window: window) if html
       0
     end
 
@@ -509,10 +527,11 @@ module GVLScope
       Analysis::Report.new(timeline, thread: thread).tap(&:findings) # the rules run now, under "analysing"
     end
 
-    def write_html(report, path, window: nil)
+    # +input+: the trace the report is of (OutputFile refuses it as the page's path).
+    def write_html(report, path, input:, force:, window: nil)
       progress("writing #{path}")
       page = Formats::ReportHTML.new(report, window: window)
-      write_file(path, "w") { |io| page.write(io) }
+      OutputFile.write(path, inputs: [input], force: force, option: "--html", text: true) { |io| page.write(io) }
       say "gvlscope: wrote #{path}"
       held_to = page.window_held&.last
       return unless window && held_to < window.last

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require "tempfile"
 require_relative "native"
 require_relative "trace"
 require_relative "fork"
@@ -157,9 +158,7 @@ module GVLScope
       def writable_dir(dir)
         path = File.expand_path(dir.to_s)
         FileUtils.mkdir_p(path)
-        probe = File.join(path, ".gvlscope-write-test-#{Process.pid}")
-        File.write(probe, "")
-        File.delete(probe)
+        Tempfile.create(".gvlscope-write-test-", path) { nil } # O_EXCL, removed: never a file that was there
         path
       rescue SystemCallError => e
         raise Error, "flight recorder: dump directory #{path} is not writable (#{e.message})", cause: nil

@@ -2,6 +2,7 @@
 
 require "optparse"
 require_relative "../lab"
+require_relative "../output_file"
 
 module GVLScope
   module Lab
@@ -10,7 +11,7 @@ module GVLScope
       USAGE = <<~TEXT
         Usage: gvlscope lab list
                gvlscope lab run NAME [options]
-               gvlscope lab all [options] [--write PATH | --no-write]   (default: docs/lab.md in a checkout, else ./gvlscope-lab.md)
+               gvlscope lab all [options] [--write PATH [--force] | --no-write]   (default: docs/lab.md in a checkout, else ./gvlscope-lab.md)
 
         The published GVL experiments as scenarios: each runs traced on your Ruby, shows the measured
         numbers beside the published ones, and judges each claim (holds / DIFFERS / n/a). A claim that
@@ -39,16 +40,25 @@ module GVLScope
           0
         when "all"
           # In a checkout: the results page the project ships; from an installed gem: the current directory.
-          write = File.exist?(File.join(ROOT, ".git")) ? File.join(ROOT, "docs", "lab.md") : "gvlscope-lab.md"
+          checkout_page = File.join(ROOT, "docs", "lab.md") if File.exist?(File.join(ROOT, ".git"))
+          write = checkout_page || "gvlscope-lab.md"
+          force = false
           knobs = parse(argv) do |opts|
             opts.on("--write PATH", "write the results as Markdown here (default: docs/lab.md in a checkout)") { |p| write = p }
+            opts.on("--force", "replace the --write file if it exists (a checkout's docs/lab.md, the default, is the lab's own page)") do
+              force = true
+            end
             opts.on("--no-write", "do not write Markdown") { write = nil }
           end
           return 0 unless knobs
           raise OptionParser::ParseError, "lab all takes no NAME (got #{argv.join(' ')})" unless argv.empty?
 
+          # The checkout's results page is rewritten by design; any other file only with --force.
+          force ||= write && checkout_page && OutputFile.same_file?(write, checkout_page)
+          OutputFile.check!(write, force: force, option: "--write") if write # before minutes of scenarios
+
           results = run_scenarios(Lab.scenarios.values, knobs)
-          write_markdown(results, write, knobs) if write
+          write_markdown(results, write, knobs, force: force) if write
           0
         else
           raise OptionParser::ParseError, "unknown lab command '#{command}' (list, run, all)"
@@ -127,7 +137,7 @@ module GVLScope
         @err.puts "gvlscope lab: warning: Ruby #{version} ignores RUBY_THREAD_TIMESLICE (3.4+); claims assume it applies"
       end
 
-      def write_markdown(results, path, knobs)
+      def write_markdown(results, path, knobs, force:)
         unless File.writable?(File.dirname(path))
           @err.puts "gvlscope lab: #{File.dirname(path)} is not writable; results not written (--write PATH)"
           return
@@ -135,7 +145,8 @@ module GVLScope
 
         flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless key == :out_dir || value.nil? }
         require_relative "../formats/lab_markdown"
-        File.write(path, Formats::LabMarkdown.new(results, command: "gvlscope lab all #{flags.join(' ')}".strip).to_s)
+        page = Formats::LabMarkdown.new(results, command: "gvlscope lab all #{flags.join(' ')}".strip).to_s
+        OutputFile.write(path, force: force, option: "--write", text: true) { |io| io << page }
         @err.puts "gvlscope lab: wrote #{path}"
       end
     end

@@ -5,6 +5,7 @@ require "tmpdir"
 require "tempfile"
 require_relative "../errors"
 require_relative "../printable"
+require_relative "../output_file"
 require_relative "../live"
 require_relative "../formats/top_text"
 require_relative "code_reader"
@@ -46,6 +47,7 @@ module GVLScope
         @url = nil
         @trace = nil
         @log = nil
+        @force = false
         @sort = Formats::TopText::SORTS.first
         @paused = false
         @findings = []
@@ -76,6 +78,7 @@ module GVLScope
         choose_source(command, rest)
         raise CLIUsage, "--json goes with --once (one snapshot, as JSON)" if @json && !@once
         raise CLIUsage, "--trace goes with -- COMMAND" if @trace && !command
+        check_outputs if command
 
         command ? watch_program(command) : watch(Live.source(pid: @pid, url: @url), target_name)
       end
@@ -95,6 +98,7 @@ module GVLScope
           opts.on("--log PATH", "with -- COMMAND: where its stdout and stderr go (default: a file in the temp dir)") do |path|
             @log = path
           end
+          opts.on("--force", "replace the --log file if it exists (a --trace file is never replaced)") { @force = true }
           opts.on("-h", "--help", "show this help") do
             @out.puts opts
             throw :help
@@ -302,14 +306,22 @@ module GVLScope
         end
       end
 
-      # Where the program's output goes: --log PATH, else a new file of a name nobody can guess
-      # (Tempfile: O_EXCL, 0600), so that no link planted in the temp dir is followed.
+      # Before the program starts: --log under OutputFile's rule; --trace, which the recorder
+      # creates (O_EXCL) as the program runs, must not exist (as `gvlscope run -o`).
+      def check_outputs
+        if @trace && OutputFile.taken?(@trace)
+          raise Error, "#{@trace} already exists (a trace never overwrites a file): remove it or choose another --trace"
+        end
+        OutputFile.check!(@log, inputs: [@trace], force: @force, option: "--log") if @log
+      end
+
+      # Where the program's output goes: --log PATH (a new file, OutputFile.create: it can be
+      # followed as it grows), else a new file of a name nobody can guess (Tempfile: O_EXCL,
+      # 0600), so that no link planted in the temp dir is followed.
       def open_log
         return Tempfile.create(["gvlscope-top-", ".log"]) unless @log
 
-        File.open(File.expand_path(@log), "w")
-      rescue SystemCallError => e
-        raise Error, "cannot write the program's output to #{@log}: #{e.message}"
+        OutputFile.create(@log, inputs: [@trace], force: @force, option: "--log")
       end
 
       def spawn_program(command, run_dir, log)
