@@ -11,6 +11,7 @@ require "gvlscope/analysis/advisor"
 require "gvlscope/analysis/advisor_inputs"
 require "gvlscope/analysis/gvl_simulation"
 require "support/reference_timeline"
+require "support/cli_fuzz"
 
 # A deterministic mutation fuzzer of the trace readers. Small valid traces (.gvl, built here byte
 # by byte, and gvl-tracing JSON) are mutated with a seeded Random: bit flips, truncations, byte
@@ -325,16 +326,7 @@ class FuzzTest < Minitest::Test
     { error: e.message }
   end
 
-  # Routes are simulated request by request (4.5 s an advice); the input's handling is under test,
-  # not the model's precision: 50 times fewer requests.
-  def with_short_simulations
-    simulation = GVLScope::Analysis::GVLSimulation
-    kept = %i[REQUESTS WARM_UP].to_h { |name| [name, simulation.const_get(name)] }
-    kept.each { |name, value| simulation.send(:remove_const, name) && simulation.const_set(name, value / 50) }
-    yield
-  ensure
-    kept&.each { |name, value| simulation.send(:remove_const, name) && simulation.const_set(name, value) }
-  end
+  def with_short_simulations(&) = CLIFuzz.short_simulations(&)
 
   # `gvlscope advise --snapshot NAME` in this process on +data+; returns [exit code, stderr].
   def advise_case(name, data)

@@ -33,6 +33,7 @@ class BenchSmokeTest < Minitest::Test
     # a Sidekiq process under callgrind against a real Redis: about two minutes even this small
     "sidekiq_instructions" => [%w[bench/sidekiq_instructions.rb], { "JOBS" => "20", "CALLS" => "100", "ROUNDS" => "1" },
                                /^\| job \| plain \| with GVLScope::Sidekiq/],
+    "fuzz_cli" => [%w[bench/fuzz_cli.rb], { "TRACES" => "3", "SNAPSHOTS" => "3" }, /^\| inputs \| mutated \| commands run/],
     "report_html" => [%w[bench/report_html.rb], { "THREADS" => "20", "EVENTS" => "100000", "RUNS" => "1" }, /^Chromium \(headless, 1 runs\)/],
   }.freeze
   CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions].freeze
