@@ -9,6 +9,9 @@
 #
 #   bundle exec ruby bench/fuzz_cli.rb                    # TRACES=1000 SNAPSHOTS=1200 SEED=37
 #   TRACES=20 SNAPSHOTS=20 SEED=5 bundle exec ruby bench/fuzz_cli.rb
+#
+# The full run on Ruby 3.3.8 (this 2-core VM, under other work): 15,000 commands on traces in 39 s
+# and 3,600 on snapshots in 121 s, 0 internal errors (docs/reliability.md, issue 37).
 $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 $LOAD_PATH.unshift File.expand_path("../test", __dir__)
 require "tmpdir"
