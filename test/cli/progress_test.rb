@@ -145,7 +145,7 @@ class ProgressTest < Minitest::Test
       html = File.join(dir, "r.html")
       pftrace = File.join(dir, "r.pftrace")
       commands = {
-        ["report", FIXTURE, "--html", html] => "gvlscope: wrote #{html}\n",
+        ["report", FIXTURE, "--html", html, "--force"] => "gvlscope: wrote #{html}\n",
         ["export", FIXTURE, "--format", "perfetto", "-o", pftrace, "--force"] => "gvlscope: wrote #{pftrace} (930 events, 7 threads)\n",
         ["summary", FIXTURE] => "",
       }
