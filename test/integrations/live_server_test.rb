@@ -539,6 +539,17 @@ class LiveServerTest < Minitest::Test
     end
   end
 
+  # A snapshot of 5,000 threads is ~0.1 s of Ruby in the answering thread: at the default
+  # priority it kept the GVL a whole 100 ms timeslice and more from the program's threads (the
+  # host woke 226-471 ms late, bench/live.rb). At the lowest it gives the GVL up after 20 ms.
+  def test_the_answering_thread_gives_the_gvl_up_first
+    with_own_server do |server|
+      assert_equal Process.pid, GVLScope::Live::Client.new(server.path).hello["pid"] # it serves: its priority is set
+      assert_equal(-3, server.instance_variable_get(:@thread).priority)
+      assert_equal 0, Thread.new { Thread.current.priority }.value, "the program's threads keep their own"
+    end
+  end
+
   # One EMFILE used to end the serving thread: no live socket for the rest of the process. Here
   # the process runs out of descriptors (RLIMIT_NOFILE lowered) while a client connects; once
   # some are free again the client is answered.

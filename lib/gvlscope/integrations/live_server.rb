@@ -38,6 +38,7 @@ module GVLScope
     MAX_CLIENTS = 8       # past it a new connection closes the one longest without an answer
     ACCEPT_BACKOFF = (0.05..1.0) # seconds without accepting after a failed accept, doubling
     PROTOCOL = 1
+    LOWEST_PRIORITY = -3 # CRuby's: its timeslice is 100 ms >> 3, counted in 10 ms ticks
 
     # One client: bytes received, the answer not yet taken, and when it must have progressed
     # (see #deadline): since its last answer was taken (or it connected), since its unfinished
@@ -97,6 +98,9 @@ module GVLScope
       @thread = Thread.new do
         Thread.current.name = "gvlscope live"
         Thread.current.report_on_exception = false
+        # The lowest priority gives up the GVL after 20 ms (not 100) when the program's threads
+        # wait for it: an answer of thousands of threads made the program 0.2-0.5 s late.
+        Thread.current.priority = LOWEST_PRIORITY
         serve_loop
       end
       # After the program's other threads are gone: joining ours in an at_exit block would let them run.
