@@ -2,7 +2,9 @@
 
 # What `gvlscope top` costs the process it watches: the CPU time of a target with its live socket
 # open, with and without a client asking for a snapshot (with stacks, as top does) once a second,
-# and the CPU time of one answer, measured over many back-to-back requests.
+# the CPU time of one answer, measured over many back-to-back requests, and how late the host's
+# own code gets: a "host" thread in the target sleeps 10 ms in a loop and keeps its latest
+# wake-up (the time the answer's thread kept the GVL from it), alone and with the reads.
 #
 #   bundle exec ruby bench/live.rb [SECONDS] [THREADS]   (default 30 s, 20 threads)
 #
@@ -20,6 +22,23 @@ target = <<~RUBY
   queue = Queue.new
   #{threads - 4}.times { |i| Thread.new { Thread.current.name = "pool \#{i}"; queue.pop } }
   4.times { |i| Thread.new { Thread.current.name = "ticker \#{i}"; loop { sleep 0.05 } } }
+  late = []
+  clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+  Thread.new do
+    Thread.current.name = "host"
+    loop do
+      started = clock.()
+      sleep 0.01
+      late << clock.() - started - 0.01
+    end
+  end
+  # USR1: the wake-ups since the last USR1, as "max p99 count" in ms.
+  trap("USR1") do
+    seen = late.dup.sort
+    late.clear
+    $stdout.puts [seen.last.to_f, seen[(seen.size * 0.99).floor].to_f].map { |s| (s * 1000).round(1) }.join(" ") + " \#{seen.size}"
+    $stdout.flush
+  end
   $stdout.puts server.path
   $stdout.flush
   sleep
@@ -37,12 +56,19 @@ path = reader.gets.chomp
 client = GVLScope::Live::Client.new(path, pid: pid)
 client.snapshot(stacks: true) # connected, and the first answer's one-time loading done
 sleep 1
+# The host thread's latest and 99th-percentile wake-up since the previous call (ms), and how many.
+lateness = lambda do
+  Process.kill(:USR1, pid)
+  reader.gets.split.then { |latest, p99, count| [Float(latest), Float(p99), Integer(count)] }
+end
+lateness.call
 
 begin
   # 1. The target alone.
   before = cpu_ns(pid)
   sleep seconds
   alone = cpu_ns(pid) - before
+  late_alone = lateness.call
 
   # 2. The same time with one snapshot a second.
   before = cpu_ns(pid)
@@ -54,9 +80,10 @@ begin
     sleep [started + requests - now, 0].max
   end
   watched = cpu_ns(pid) - before
+  late_watched = lateness.call
 
   # 3. Back to back: the CPU time of one answer.
-  count = 1000
+  count = [1000, 200_000 / threads].min # the answer grows with the threads
   before = cpu_ns(pid)
   wall = now
   count.times { client.snapshot(stacks: true) }
@@ -72,6 +99,8 @@ begin
               100.0 * (watched - alone) / (seconds * 1e9))
   puts format("one answer, back to back (x%d):  %8.1f us of target CPU, %d bytes of JSON", count, per_request / 1e3, bytes)
   puts format("  at 1 snapshot/s:                 %.3f%% of one core", per_request / 1e9 * 100)
+  puts format("host wake-up late, alone:         max %6.1f ms, p99 %6.1f ms (%d wake-ups)", *late_alone)
+  puts format("host wake-up late, 1 snapshot/s:  max %6.1f ms, p99 %6.1f ms (%d wake-ups)", *late_watched)
 ensure
   client.close
   Process.kill(:KILL, pid)

@@ -21,7 +21,8 @@ class BenchSmokeTest < Minitest::Test
     "report" => [%w[bench/report.rb], { "EVENTS" => "20000", "ONLY" => "report" }, /^\| trace \| events \| command/],
     "report_html_passes" => [%w[bench/report_html_passes.rb], { "EVENTS" => "20000", "FINDINGS" => "2", "WINDOW" => "0.005s..0.006s" },
                              /engine passes/],
-    "live" => [%w[bench/live.rb 1 2], {}, /^difference \(the reads' cost\)/],
+    "live" => [%w[bench/live.rb 1 2], {}, /^host wake-up late, 1 snapshot\/s: +max +[\d.]+ ms/],
+    "term_loop" => [%w[bench/term_loop.rb 1], {}, /^traced 1 rounds, 0 hangs/],
     "advisor_inputs" => [%w[bench/advisor_inputs.rb io-heavy 2 1 live], {}, /^ +live: GVL run [\d.]+, wait/],
     "web" => [%w[bench/web.rb], { "ROUNDS" => "1", "DURATION" => "1", "SETUPS" => "plain" }, /^plain +\d+ +100\.0%/],
     # under callgrind: a Ruby a row, seconds each at these sizes
@@ -40,7 +41,7 @@ class BenchSmokeTest < Minitest::Test
 
   BENCHES.each do |name, (command, env, table)|
     define_method("test_#{name}_runs_tiny") do
-      skip "wrk is not installed (script/test installs it)" if name == "web" && !system("command -v wrk >/dev/null")
+      skip "wrk is not installed (script/test installs it)" if %w[web term_loop].include?(name) && !system("command -v wrk >/dev/null")
       skip "valgrind is not installed (script/test installs it)" if CALLGRIND.include?(name) && !system("command -v valgrind >/dev/null")
       skip "redis-server is not installed (script/test installs it)" if name == "sidekiq_instructions" && !system("command -v redis-server >/dev/null")
       skip "chromium is not installed (script/test installs it)" if name == "report_html" && !system("command -v chromium >/dev/null")

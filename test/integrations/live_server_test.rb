@@ -503,6 +503,53 @@ class LiveServerTest < Minitest::Test
     end
   end
 
+  # A process that kept opening connections used to close `top`'s (the one longest without an
+  # answer, though top asked every second): top failed with "closed for a newer client". Now the
+  # process holding the most connections loses its own, each told why, and top goes on.
+  def test_a_client_that_keeps_opening_connections_does_not_close_a_tops
+    with_own_server do |server|
+      top = GVLScope::Live::Client.new(server.path)
+      2.times { top.hello } # a top asks again every interval
+      flood = <<~RUBY
+        require "socket"
+        opened = Array.new(#{3 * GVLScope::LiveServer::MAX_CLIENTS}) do
+          UNIXSocket.new(ARGV[0]).tap { |socket| socket.write(%({"get":"hello"}\n)); socket.gets }
+        end
+        puts opened.first.gets
+      RUBY
+      out, err, status = Open3.capture3(RbConfig.ruby, "-e", flood, server.path)
+      assert status.success?, err
+      assert_equal Process.pid, top.hello["pid"]
+      assert_match(/closed for a newer client: 8 connections at most and pid \d+ has 8 open/, JSON.parse(out)["error"])
+    ensure
+      top&.close
+    end
+  end
+
+  # Clients that all come back keep their connections: a newcomer is the one refused, in one line.
+  def test_a_newcomer_is_refused_when_every_connection_is_a_returning_client
+    with_own_server do |server|
+      clients = Array.new(GVLScope::LiveServer::MAX_CLIENTS) { GVLScope::Live::Client.new(server.path) }
+      clients.each { |client| 2.times { client.hello } }
+      error = assert_raises(GVLScope::Error) { GVLScope::Live::Client.new(server.path).hello }
+      assert_match(/: busy: 8 connections at most and pid #{Process.pid} has 9 open; close one and try again\z/, error.message)
+      clients.each { |client| assert_equal Process.pid, client.hello["pid"] }
+    ensure
+      clients&.each(&:close)
+    end
+  end
+
+  # A snapshot of 5,000 threads is ~0.1 s of Ruby in the answering thread: at the default
+  # priority it kept the GVL a whole 100 ms timeslice and more from the program's threads (the
+  # host woke 226-471 ms late, bench/live.rb). At the lowest it gives the GVL up after 20 ms.
+  def test_the_answering_thread_gives_the_gvl_up_first
+    with_own_server do |server|
+      assert_equal Process.pid, GVLScope::Live::Client.new(server.path).hello["pid"] # it serves: its priority is set
+      assert_equal(-3, server.instance_variable_get(:@thread).priority)
+      assert_equal 0, Thread.new { Thread.current.priority }.value, "the program's threads keep their own"
+    end
+  end
+
   # One EMFILE used to end the serving thread: no live socket for the rest of the process. Here
   # the process runs out of descriptors (RLIMIT_NOFILE lowered) while a client connects; once
   # some are free again the client is answered.

@@ -27,9 +27,9 @@ module GVLScope
   #
   # Bounds, whatever a client does: requests are answered one at a time, and a client whose
   # answer is not all taken is not read from (one answer buffered per client at most); each
-  # deadline runs from a fixed moment (no byte moves it); past MAX_CLIENTS a new connection
-  # closes the one that answered nothing for the longest; a failed accept (EMFILE...) pauses
-  # accepting for a moment and serving goes on.
+  # deadline runs from a fixed moment (no byte moves it); past MAX_CLIENTS one connection goes
+  # (#make_room: a client that keeps coming back, as `top` does, is the last to go); a failed
+  # accept (EMFILE...) pauses accepting for a moment and serving goes on.
   class LiveServer
     MAX_REQUEST_BYTES = 4096
     REQUEST_TIMEOUT = 2.0 # seconds a client has to finish a request line it started
@@ -38,11 +38,14 @@ module GVLScope
     MAX_CLIENTS = 8       # past it a new connection closes the one longest without an answer
     ACCEPT_BACKOFF = (0.05..1.0) # seconds without accepting after a failed accept, doubling
     PROTOCOL = 1
+    LOWEST_PRIORITY = -3 # CRuby's: its timeslice is 100 ms >> 3, counted in 10 ms ticks
 
     # One client: bytes received, the answer not yet taken, and when it must have progressed
     # (see #deadline): since its last answer was taken (or it connected), since its unfinished
-    # request began, until its answer must be taken.
-    Connection = Struct.new(:io, :input, :output, :closing, :answered_at, :request_started_at, :write_by)
+    # request began, until its answer must be taken; the process at the other end (peer_pid, nil
+    # where the system does not say) and how many answers it took on this connection.
+    Connection = Struct.new(:io, :input, :output, :closing, :answered_at, :request_started_at, :write_by,
+                            :peer_pid, :answers)
 
     class << self
       attr_reader :current
@@ -95,6 +98,9 @@ module GVLScope
       @thread = Thread.new do
         Thread.current.name = "gvlscope live"
         Thread.current.report_on_exception = false
+        # The lowest priority gives up the GVL after 20 ms (not 100) when the program's threads
+        # wait for it: an answer of thousands of threads made the program 0.2-0.5 s late.
+        Thread.current.priority = LOWEST_PRIORITY
         serve_loop
       end
       # After the program's other threads are gone: joining ours in an at_exit block would let them run.
@@ -206,9 +212,8 @@ module GVLScope
       return if io == :wait_readable
 
       @accept_backoff = ACCEPT_BACKOFF.begin
-      moment = now
-      connection = Connection.new(io, +"".b, +"".b, false, moment, nil, nil)
-      uid = peer_uid(io)
+      peer_pid, uid = peer_credentials(io)
+      connection = Connection.new(io, +"".b, +"".b, false, now, nil, nil, peer_pid, 0)
       if uid && uid != Process.euid
         return io.close if @clients.size >= MAX_CLIENTS
 
@@ -216,19 +221,40 @@ module GVLScope
         refuse(connection, "this socket answers only uid #{Process.euid} (#{Live::Paths.user_name(Process.euid)}); " \
                            "you are uid #{uid}")
       else
-        # Idle or trickling clients must not keep the others out: the one that has gone longest
-        # without an answer makes room (a `top` asks every few seconds).
-        evict(@clients.each_value.min_by(&:answered_at)) if @clients.size >= MAX_CLIENTS
         @clients[io] = connection
+        make_room(connection) if @clients.size > MAX_CLIENTS
       end
     end
 
-    # The connecting process's effective uid (SO_PEERCRED on Linux, getpeereid on BSD/macOS), or
-    # nil where neither exists (the 0700 directory alone keeps others out there).
-    def peer_uid(io)
-      io.getpeereid.first
+    # One connection too many (the newcomer counted): the one that goes is, in this order, one of
+    # the process holding the most connections (a client that keeps opening them takes its own
+    # slots, not a `top`'s); one not yet answered twice (a `top` asks again every interval, a
+    # one-off or idle client once or never); not the newcomer; the one longest without an answer.
+    # So the newcomer is refused (told so) only when its own process holds the most connections,
+    # or every other connection comes back.
+    def make_room(newcomer)
+      held = @clients.each_value.map(&:peer_pid).compact.tally
+      victim = @clients.each_value.min_by do |c|
+        [-(c.peer_pid ? held[c.peer_pid] : 1), c.answers >= 2 ? 1 : 0, c.equal?(newcomer) ? 1 : 0, c.answered_at]
+      end
+      holds = victim.peer_pid && held[victim.peer_pid]
+      whose = holds && holds > 1 ? "pid #{victim.peer_pid} has #{holds} open" : nil
+      if victim.equal?(newcomer)
+        evict(victim, "busy: #{MAX_CLIENTS} connections at most#{" and #{whose}" if whose}; close one and try again")
+      else
+        evict(victim, "closed for a newer client: #{MAX_CLIENTS} connections at most and " \
+                      "#{whose || 'this one went longest without an answer'}")
+      end
+    end
+
+    # [pid, effective uid] of the connecting process: SO_PEERCRED on Linux; getpeereid (uid only)
+    # on BSD/macOS; nils where neither exists (the 0700 directory alone keeps others out there).
+    def peer_credentials(io)
+      return io.getsockopt(:SOCKET, :PEERCRED).unpack("i2") if defined?(Socket::SO_PEERCRED) # struct ucred: pid, uid, gid
+
+      [nil, io.getpeereid.first]
     rescue NotImplementedError, SystemCallError
-      nil
+      [nil, nil]
     end
 
     def receive(connection)
@@ -308,6 +334,7 @@ module GVLScope
       end
       connection.write_by = nil
       connection.answered_at = now
+      connection.answers += 1
       drop(connection) if connection.closing
       !connection.closing
     rescue IOError, SystemCallError
@@ -333,10 +360,8 @@ module GVLScope
     end
 
     # Closed to make room, with a word if no answer is half written (what the socket takes now).
-    def evict(connection)
-      if connection.output.empty?
-        connection.io.write_nonblock(%({"error":"closed for a newer client: #{MAX_CLIENTS} at most"}\n), exception: false)
-      end
+    def evict(connection, message)
+      connection.io.write_nonblock("#{JSON.generate({ 'error' => message })}\n", exception: false) if connection.output.empty?
     rescue IOError, SystemCallError
       nil
     ensure

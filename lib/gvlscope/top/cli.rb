@@ -54,6 +54,7 @@ module GVLScope
         @seen = {}
         @codes = CodeReader.new
         @samples = Hash.new { |hash, serial| hash[serial] = [] }
+        @frames = 0 # frames made so far
       end
 
       # Returns the exit status: 0, 1 (GVLScope::Error, raised to the main CLI), 2 (bad usage), or
@@ -131,7 +132,13 @@ module GVLScope
 
       # Watches +source+ until the process ends or q; returns the exit status.
       def watch(source, name, program: nil)
-        previous = source.snapshot(stacks: true)
+        previous = begin
+          source.snapshot(stacks: true)
+        rescue Error => e
+          raise unless program
+
+          return unread(program, e)
+        end
         view = @once || !@out.tty? ? nil : Screen.open(@err)
         frame = nil
         deadline = now
@@ -143,12 +150,17 @@ module GVLScope
             deadline = now + @interval if deadline < now
             frame = draw_waiting(view, name) if frame.nil? && view
             wait_until(deadline, view) { frame && redraw(view, frame) } or return stop_program(program)
-            return finished(program) if program&.call(:ended?)
+            if program&.call(:ended?)
+              view&.close # finished's line goes to the terminal the view had
+              return finished(program)
+            end
 
             current = begin
               source.snapshot(stacks: true)
-            rescue Error
-              raise unless program || gone?(source)
+            rescue Error => e
+              view&.close # the line unread says goes to the terminal the view had
+              return unread(program, e) if program
+              raise unless gone?(source)
 
               return finished(program, name)
             end
@@ -196,6 +208,7 @@ module GVLScope
       end
 
       def frame_of(interval, name, keys:)
+        @frames += 1
         interval = with_code(interval)
         clock = Time.now.strftime("%H:%M:%S")
         interval.findings.each do |finding|
@@ -267,12 +280,30 @@ module GVLScope
         false
       end
 
-      # The watched process ended (PID source: exit 0 after saying so; a program: its status).
+      # The watched process ended (PID source: exit 0 after saying so; a program: its status,
+      # and why no frame came if none did).
       def finished(program, name = nil, wait: false)
-        return program.call(wait ? :wait : :status) if program
+        if program
+          @err.puts "gvlscope: the program ended before the first frame (interval #{@interval} s)" if @frames.zero?
+          return program.call(wait ? :wait : :status)
+        end
 
         @err.puts "gvlscope: #{name} ended"
         0
+      end
+
+      ENDING_GRACE = 1.0 # seconds for a program whose socket went (at its exit) to be reaped
+
+      # The program's live socket did not answer (+error+): the program ended or is ending (its
+      # socket goes at exit), or it broke its socket. Either way top's status is the program's,
+      # and one line says why no (more) frames come.
+      def unread(program, error)
+        deadline = now + ENDING_GRACE
+        sleep 0.05 until program.call(:ended?) || now > deadline
+        return finished(program) if program.call(:ended?)
+
+        @err.puts "gvlscope: #{error.message}: no more frames; top exits with the program's status when it ends"
+        program.call(:wait)
       end
 
       def stop_program(program)
