@@ -166,6 +166,33 @@ class TransparencyTest < Minitest::Test
     assert_match(/full report: gvlscope report /, err)
   end
 
+  # Signals inherited as ignored stay ignored: `nohup` ignores HUP, and a shell script's background
+  # job starts with INT and QUIT ignored. A traced program must start with exactly the dispositions
+  # it would have had (issue 37: under `nohup gvlscope run` it died of HUP, a background Puma of
+  # QUIT). The program prints its ignored and caught signals, then sends HUP, INT and QUIT to its
+  # whole process group (a hangup, as the terminal sends it): nobody dies, traced or not.
+  def test_signals_inherited_as_ignored_stay_ignored
+    Dir.mktmpdir("gvlscope-transparency") do |dir|
+      File.write(File.join(dir, "app.rb"), <<~'RUBY')
+        $stdout.sync = true
+        puts File.readlines("/proc/self/status").grep(/\ASig(Ign|Cgt):/)
+        %w[HUP INT QUIT].each { |name| Process.kill(name, 0) }
+        sleep 0.2
+        puts "survived"
+      RUBY
+      ignoring = ["sh", "-c", 'trap "" HUP INT QUIT; exec "$@"', "sh"]
+      plain = Open3.capture3(ENV_OF_BOTH, *ignoring, RbConfig.ruby, "app.rb", chdir: dir, pgroup: true)
+      traced = Open3.capture3(ENV_OF_BOTH, *ignoring, RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "--no-report",
+                              "-o", File.join(dir, "t-%p.gvl"), "--", RbConfig.ruby, "app.rb", chdir: dir, pgroup: true)
+      assert_match(/^SigIgn:.*\nSigCgt:.*\nsurvived\n\z/, plain[0])
+      ignored = plain[0][/^SigIgn:\s*(\h+)/, 1].to_i(16)
+      %w[HUP INT QUIT].each { |name| assert ignored[Signal.list[name] - 1] == 1, "#{name} not ignored: #{plain[0]}" }
+      assert_equal [plain[0], plain[1], plain[2].exitstatus], [traced[0], traced[1], traced[2].exitstatus],
+                   "gvlscope run changed what the program inherited (#{traced[2].inspect})"
+      assert_equal 1, Dir[File.join(dir, "t-*.gvl")].size
+    end
+  end
+
   # In a terminal, Ctrl-C (INT), Ctrl-\ (QUIT) and a hangup (HUP) reach the whole foreground process
   # group, the program included: gvlscope run, in the foreground, does not pass them on a second
   # time. (An INT sent to gvlscope run alone, as here, shows that: the program never gets it. The
