@@ -97,12 +97,26 @@ class TransparencyTest < Minitest::Test
       Process.wait(talker)
       puts text
     RUBY
-    "sub_ruby_and_exec" => Program.new(traces: 4, complete: 3, source: <<~'RUBY'),
+    # exec ends the trace of the image it replaces complete (issue 37: readable only with --partial).
+    "sub_ruby_and_exec" => Program.new(traces: 4, complete: 4, source: <<~'RUBY'),
       $stdout.sync = true
       system(RbConfig.ruby, "-e", "puts 'sub-Ruby'; exit 2")
       puts "system: #{$?.exitstatus}"
       puts IO.popen([RbConfig.ruby, "-e", "print 'popen'"], &:read)
       exec(RbConfig.ruby, "-e", "puts 'after exec'; $stderr.puts 'exec stderr'; exit 6")
+    RUBY
+    # An exec that fails: the program goes on, traced into a file of its own; Puma's USR2 hot
+    # restart execs through Kernel.exec.
+    "failed_exec" => Program.new(traces: 3, source: <<~'RUBY'),
+      $stdout.sync = true
+      Thread.new { sleep 0.001 }.join
+      begin
+        exec("./no-such-program")
+      rescue SystemCallError => e
+        puts e.class
+      end
+      Thread.new { sleep 0.001 }.join
+      Kernel.exec(RbConfig.ruby, "-e", "Thread.new { sleep 0.001 }.join; puts 'after exec'")
     RUBY
     "trap" => Program.new(source: <<~'RUBY'),
       $stdout.sync = true
