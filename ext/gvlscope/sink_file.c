@@ -179,6 +179,7 @@ out:
 // -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE file_finish(uint64_t end_ns) {
     gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
+    gvls_session_machine(&end.cpus, &end.load_max_milli);
     int err = gvls_finish_file(&F.out, F.write_errno, gvls_write_stacks_chunk, &end);
     file_sink_records_reset();
     return rb_ary_new_from_args(4, ULL2NUM(end.events), ULL2NUM(end.dropped), ULL2NUM(end.end_ns),

@@ -226,6 +226,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     rb_set_errinfo(Qnil);
 
     gvls_end_record end = { job.end_ns - job.cutoff_ns, job.records, job.dropped };
+    gvls_session_machine(&end.cpus, &end.load_max_milli);
     finish_job finish = { &job, &end, 0 };
     rb_protect(finish_dump_file, (VALUE)&finish, &finish_state);
     gvls_out_close(&job.out);  // finishing raised before it closed the file (else: fd -1, nothing to do)
