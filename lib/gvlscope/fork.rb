@@ -33,21 +33,22 @@ module GVLScope
   # on: its trace goes on in a new file, NAME-2.gvl (the first free), as autorun's does.
   # spawn, system and popen fork first: not hooked.
   module ExecHook
-    def exec(*, **)
-      GVLScope.__send__(:before_exec_in_process)
-      begin
-        super
-      rescue SystemCallError
-        GVLScope.__send__(:after_failed_exec_in_process)
-        raise
+    def exec(*args, **options) = GVLScope.__send__(:exec_traced) { super(*args, **options) }
+
+    # Kernel#exec and Kernel.exec are redefined in place, calling the original: a module prepended
+    # to Kernel would change the frame label of every Kernel method (`Kernel.sleep` for
+    # `Kernel#sleep`) in release sites and in any other profiler of the program.
+    def self.wrap_kernel
+      instance = Kernel.instance_method(:exec)
+      Kernel.define_method(:exec) do |*args, **options|
+        GVLScope.__send__(:exec_traced) { instance.bind_call(self, *args, **options) }
+      end
+      Kernel.__send__(:private, :exec) # as it was (a module function)
+      singleton = Kernel.method(:exec)
+      Kernel.define_singleton_method(:exec) do |*args, **options|
+        GVLScope.__send__(:exec_traced) { singleton.call(*args, **options) }
       end
     end
-  end
-
-  # Kernel#exec is private (a module function): so is its hook.
-  module PrivateExecHook
-    include ExecHook
-    private :exec
   end
 
   @after_fork_callbacks = []
@@ -88,6 +89,14 @@ module GVLScope
     end
 
     private
+
+    def exec_traced
+      before_exec_in_process
+      yield
+    rescue SystemCallError
+      after_failed_exec_in_process
+      raise
+    end
 
     # The callbacks first (autorun stops its trace, telling its drops), then any trace still running.
     def before_exec_in_process
@@ -139,5 +148,4 @@ end
 Process.singleton_class.prepend(GVLScope::ForkHook)
 Process.singleton_class.prepend(GVLScope::DaemonHook)
 Process.singleton_class.prepend(GVLScope::ExecHook)
-Kernel.singleton_class.prepend(GVLScope::ExecHook)
-Kernel.prepend(GVLScope::PrivateExecHook)
+GVLScope::ExecHook.wrap_kernel

@@ -51,4 +51,12 @@ class ExecTest < Minitest::Test
       assert_nil after.stack_counts, "the options (stacks: false) carry over"
     end
   end
+
+  # The hook must not prepend to Kernel: that renames every Kernel method in frames (`Kernel.sleep`
+  # for `Kernel#sleep`), and release sites of sleep lost their cause (test/analysis/code_locations_test.rb).
+  def test_kernel_keeps_its_ancestors_and_exec_stays_private
+    assert_equal Kernel, Kernel.ancestors.first
+    refute Object.new.respond_to?(:exec)
+    assert Kernel.private_method_defined?(:exec)
+  end
 end
