@@ -89,6 +89,10 @@ typedef struct {
     uint64_t end_ns;          // relative to start_monotonic_ns
     uint64_t events;          // events recorded (written or still to be written at stop)
     uint64_t dropped;         // events lost because buffers were full or a write failed
+    // Appended in version 2 (a reader takes the first 24 bytes of a longer record): the machine's
+    // load, as holds are wall time and include the time the OS kept the holder off a CPU.
+    uint32_t cpus;            // CPUs online at stop; 0 = unknown
+    uint32_t load_max_milli;  // the highest 1-minute load average seen during the trace, x 1000; 0 = unknown
 } gvls_end_record;
 
 // The stacks chunk: the code locations a trace interned (ids from 1; 0 = no stack), written at

@@ -26,7 +26,7 @@
 typedef struct { gvls_thread *slot; unsigned tries; uint64_t since_ns; } unnamed_slot;
 
 static struct {
-    int fd;
+    gvls_out out;
     int write_errno;   // the first failed write; written by the drain thread, read after it stopped
     // Thread records written as threads appear (records_job), so a killed process's trace is
     // labelled. The job's state is used with the GVL only.
@@ -38,7 +38,7 @@ static struct {
     uint64_t epoch;           // bumped per reset: a job that called Ruby sees whether its trace is still the one
     unnamed_slot *unnamed;    // written without a name: looked at again
     size_t unnamed_len, unnamed_capa;
-} F = { .fd = -1, .records_job = POSTPONED_JOB_HANDLE_INVALID };
+} F = { .out = { .fd = -1 }, .records_job = POSTPONED_JOB_HANDLE_INVALID };
 
 static void file_sink_records_reset(void) {
     free(F.unnamed);
@@ -50,19 +50,20 @@ static void file_sink_records_reset(void) {
     atomic_store(&F.wanted, 0);
 }
 
-// On the drain thread: never touches Ruby, only calls write(2). After a failed write the rest is
-// not written but counted as dropped: recorded, then lost, not silently. Thread records (a
+// On the drain thread: never touches Ruby, only calls fstat(2) and write(2). After a failed write,
+// or once the file is no longer at its descriptor (the program closed it), the rest is not
+// written but counted as dropped: recorded, then lost, not silently. Thread records (a
 // preformatted chunk from records_job) are written in queue order and freed here.
 static gvls_chunk *file_consume(gvls_chunk *batch) {
     gvls_chunk *to_pool = NULL, **tail = &to_pool;
     for (gvls_chunk *chunk = batch, *next; chunk; chunk = next) {
         next = chunk->next;
         if (chunk->compact == GVLS_CHUNK_PREFORMATTED) {
-            if (!F.write_errno) F.write_errno = gvls_write_all(F.fd, chunk->records, chunk->preformatted_bytes);
+            if (!F.write_errno) F.write_errno = gvls_write_all(&F.out, chunk->records, chunk->preformatted_bytes);
             free(chunk);
             continue;
         }
-        if (!F.write_errno) F.write_errno = gvls_write_events(F.fd, &chunk->header, chunk->records);
+        if (!F.write_errno) F.write_errno = gvls_write_events(&F.out, &chunk->header, chunk->records);
         if (F.write_errno) {
             pthread_mutex_lock(&T.lock);  // the counters are the lanes' too
             T.events_dropped += chunk->header.count;
@@ -178,18 +179,17 @@ out:
 // -> [events, dropped, duration_ns, write_error_or_nil]
 static VALUE file_finish(uint64_t end_ns) {
     gvls_end_record end = { end_ns - T.start_ns, T.events_recorded, T.events_dropped };
-    int err = gvls_finish_file(F.fd, F.write_errno, gvls_write_stacks_chunk, &end);
-    F.fd = -1;
+    gvls_session_machine(&end.cpus, &end.load_max_milli);
+    int err = gvls_finish_file(&F.out, F.write_errno, gvls_write_stacks_chunk, &end);
     file_sink_records_reset();
     return rb_ary_new_from_args(4, ULL2NUM(end.events), ULL2NUM(end.dropped), ULL2NUM(end.end_ns),
-                                err ? rb_str_new_cstr(strerror(err)) : Qnil);
+                                err ? rb_str_new_cstr(gvls_write_strerror(err)) : Qnil);
 }
 
 // Also the after-fork reset: the parent writes its events; the child only lets go of the file.
 static void file_close(void) {
     atomic_store(&F.live, 0);
-    if (F.fd >= 0) close(F.fd);
-    F.fd = -1;
+    gvls_out_close(&F.out);
     file_sink_records_reset();
 }
 
@@ -205,14 +205,14 @@ static VALUE trace_start(VALUE self, VALUE path, VALUE max_buffer_bytes, VALUE t
     gvls_session_check_idle();
     FilePathValue(path);
     size_t max_chunks = gvls_session_check_args(max_buffer_bytes, 2, threads);
-    int fd = gvls_open_trace_file(path);
+    gvls_out out = gvls_open_trace_file(path);
 
     uint64_t start_ns = gvls_now_ns();
-    int err = gvls_write_file_header(fd, start_ns, gvls_realtime_ns(), NUM2UINT(timeslice_us),
+    int err = gvls_write_file_header(&out, start_ns, gvls_realtime_ns(), NUM2UINT(timeslice_us),
                                      RTEST(stacks) ? GVLS_FILE_STACKS : 0);
-    if (err) { close(fd); errno = err; rb_sys_fail_str(path); }
+    if (err) { gvls_out_close(&out); errno = err; rb_sys_fail_str(path); }
 
-    F.fd = fd;
+    F.out = out;
     F.write_errno = 0;
     file_sink_records_reset();
     if ((err = gvls_session_start(&file_sink, threads, max_chunks, start_ns, RTEST(stacks)))) {

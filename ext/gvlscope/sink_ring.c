@@ -142,7 +142,7 @@ static VALUE flight_stop(VALUE self) {
 }
 
 typedef struct {
-    int fd;
+    gvls_out out;
     gvls_chunk *pinned;      // the ring's chunks, taken out while they are written
     gvls_chunk *partials;    // copies of the lanes' current chunks
     uint64_t cutoff_ns;      // absolute: the dump starts here
@@ -157,7 +157,7 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
     int err = 0;
     for (; chunk && !err; chunk = chunk->next) {
         uint32_t kept;
-        err = gvls_write_events_since(job->fd, &chunk->header, chunk->records, T.start_ns + chunk->header.base_ns,
+        err = gvls_write_events_since(&job->out, &chunk->header, chunk->records, T.start_ns + chunk->header.base_ns,
                                       job->cutoff_ns, scratch, &kept);
         if (!kept) continue;
         job->records += kept;
@@ -174,7 +174,7 @@ static void *write_events_without_gvl(void *arg) {
     gvls_session_test_nogvl_delay();
     uint64_t *scratch = malloc(sizeof(((gvls_chunk *)0)->records));
     if (!scratch) { job->err = ENOMEM; return NULL; }
-    job->err = gvls_write_file_header(job->fd, job->cutoff_ns,
+    job->err = gvls_write_file_header(&job->out, job->cutoff_ns,
                                       R.start_realtime_ns + (job->cutoff_ns - T.start_ns), R.timeslice_us,
                                       job->flags);
     if (!job->err) job->err = write_chunks(job, job->pinned, scratch);
@@ -192,8 +192,7 @@ typedef struct { dump_job *job; gvls_end_record *end; int err; } finish_job;
 
 static VALUE finish_dump_file(VALUE arg) {
     finish_job *finish = (finish_job *)arg;
-    finish->err = gvls_finish_file(finish->job->fd, finish->job->err, gvls_write_stacks_chunk, finish->end);
-    finish->job->fd = -1;
+    finish->err = gvls_finish_file(&finish->job->out, finish->job->err, gvls_write_stacks_chunk, finish->end);
     return Qnil;
 }
 
@@ -203,7 +202,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     if (!gvls_session_running(&ring_sink)) rb_raise(rb_eRuntimeError, "the flight recorder is not running");
     if (R.dumping) rb_raise(rb_eRuntimeError, "a dump is already being written");
     FilePathValue(path);
-    dump_job job = { .fd = gvls_open_trace_file(path), .flags = gvls_stacks_active() ? GVLS_FILE_STACKS : 0 };
+    dump_job job = { .out = gvls_open_trace_file(path), .flags = gvls_stacks_active() ? GVLS_FILE_STACKS : 0 };
     R.dumping = 1;
     pthread_mutex_lock(&T.lock);
     job.end_ns = gvls_now_ns();
@@ -227,9 +226,10 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     rb_set_errinfo(Qnil);
 
     gvls_end_record end = { job.end_ns - job.cutoff_ns, job.records, job.dropped };
+    gvls_session_machine(&end.cpus, &end.load_max_milli);
     finish_job finish = { &job, &end, 0 };
     rb_protect(finish_dump_file, (VALUE)&finish, &finish_state);
-    if (job.fd >= 0) close(job.fd);  // finishing raised before it closed the file
+    gvls_out_close(&job.out);  // finishing raised before it closed the file (else: fd -1, nothing to do)
 
     // The pinned chunks are older than anything kept since: they go back in front.
     pthread_mutex_lock(&T.lock);
@@ -252,6 +252,7 @@ static VALUE flight_dump(VALUE self, VALUE path) {
     if (finish_state || finish.err) unlink(RSTRING_PTR(path));
     if (state) { rb_set_errinfo(errinfo); rb_jump_tag(state); }
     if (finish_state) rb_jump_tag(finish_state);
+    if (finish.err == GVLS_ERR_NOT_OURS) rb_syserr_fail_str(EBADF, rb_sprintf("%"PRIsVALUE": %s", path, gvls_write_strerror(finish.err)));
     if (finish.err) { errno = finish.err; rb_sys_fail_str(path); }
     return rb_ary_new_from_args(4, ULL2NUM(job.events), ULL2NUM(job.dropped), ULL2NUM(end.end_ns), ULL2NUM(job.records));
 }

@@ -215,7 +215,7 @@ static void append_string(VALUE buffer, VALUE string, uint32_t *bytes) {
     rb_str_buf_cat(buffer, RSTRING_PTR(string), RSTRING_LEN(string));
 }
 
-int gvls_write_stacks_chunk(int fd) {
+int gvls_write_stacks_chunk(const gvls_out *out) {
     if (!gvls_stacks_active()) return 0;
     // Snapshot: everything the records written so far refer to is at or below these counts.
     gvls_stacks_header header = {
@@ -244,8 +244,8 @@ int gvls_write_stacks_chunk(int fd) {
         }
     }
     gvls_chunk_header chunk = { GVLS_CHUNK_STACKS, (uint32_t)RSTRING_LEN(buffer) };
-    int err = gvls_write_all(fd, &chunk, sizeof(chunk));
-    if (!err) err = gvls_write_all(fd, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
+    int err = gvls_write_all(out, &chunk, sizeof(chunk));
+    if (!err) err = gvls_write_all(out, RSTRING_PTR(buffer), RSTRING_LEN(buffer));
     RB_GC_GUARD(buffer);
     RB_GC_GUARD(strings);
     return err;

@@ -10,6 +10,7 @@
 #include "gvlscope.h"
 #include "thread_state.h"
 #include "trace.h"
+#include "trace_framing.h"
 #include <stdatomic.h>
 
 typedef struct {
@@ -51,7 +52,7 @@ void gvls_stacks_free(void);
 // Whether tables exist (a trace with stacks runs or is stopping): its files carry GVLS_FILE_STACKS.
 int gvls_stacks_active(void);
 // The stacks chunk of what was interned so far; 0 or an errno. With the GVL (resolves labels).
-int gvls_write_stacks_chunk(int fd);
+int gvls_write_stacks_chunk(const gvls_out *out);
 // In a forked child: the parent's tables are not the child's (no Ruby calls but the tracepoint's).
 void gvls_stacks_after_fork(void);
 

@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/sysinfo.h>
+#endif
 
 #define T gvls_current_trace
 
@@ -17,7 +20,29 @@ static struct {
     const gvls_sink *sink;     // from start until the end of stop: a trace runs or is stopping
     int drain_running, drain_stop;
     pthread_t drain;
+    _Atomic uint32_t load_max_milli;  // the machine's highest 1-minute load seen: sample_load
+    uint64_t load_sampled_ns;         // by the drain thread, or by start/stop when it does not run
 } S;
+
+#define LOAD_EVERY_NS 1000000000ull
+
+// The machine's 1-minute load average, kept if the highest yet. Never from the hook: the drain
+// thread (at most once a second), start and stop. sysinfo(2): no descriptor, no allocation.
+static void sample_load(uint64_t now_ns) {
+    S.load_sampled_ns = now_ns;
+#ifdef __linux__
+    struct sysinfo info;
+    if (sysinfo(&info) != 0) return;
+    uint32_t milli = (uint32_t)(((uint64_t)info.loads[0] * 1000) >> SI_LOAD_SHIFT);
+    if (milli > atomic_load(&S.load_max_milli)) atomic_store(&S.load_max_milli, milli);
+#endif
+}
+
+void gvls_session_machine(uint32_t *cpus, uint32_t *load_max_milli) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    *cpus = online > 0 ? (uint32_t)online : 0;
+    *load_max_milli = atomic_load(&S.load_max_milli);
+}
 
 // Takes the queue under T.lock, hands each batch to the sink without it (a file sink blocks in
 // write(2)), puts back in the pool what the sink returns. Stops once asked and the queue is
@@ -34,6 +59,8 @@ static void *drain_main(void *arg) {
         }
         pthread_mutex_unlock(&T.lock);
         gvls_chunk *done = sink->consume(batch);
+        uint64_t now_ns = gvls_now_ns();
+        if (now_ns - S.load_sampled_ns >= LOAD_EVERY_NS) sample_load(now_ns);
         pthread_mutex_lock(&T.lock);
         for (gvls_chunk *chunk = done, *next; chunk; chunk = next) {
             next = chunk->next;
@@ -83,6 +110,8 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     if (stacks && gvls_stacks_start()) return ENOMEM;
     gvls_trace_buffers_reset(max_chunks);
     T.start_ns = start_ns;
+    atomic_store(&S.load_max_milli, 0);
+    sample_load(start_ns);
     S.drain_stop = 0;
     int err = pthread_create(&S.drain, NULL, drain_main, (void *)sink);
     if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
@@ -130,6 +159,7 @@ VALUE gvls_session_stop(void) {
     }
     VALUE errinfo = state ? rb_errinfo() : Qnil;
     rb_set_errinfo(Qnil);
+    sample_load(gvls_now_ns());  // the drain thread is gone: the end record gets the load up to now
     VALUE result = rb_protect(finish_sink, ULL2NUM(end_ns), &finish_state);
     if (finish_state) S.sink->after_fork();  // what finishing would have let go of: the fd, the ring
     gvls_trace_buffers_free();

@@ -36,6 +36,9 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
 int gvls_session_running(const gvls_sink *sink);
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
+// The machine, for a trace's end record: CPUs online now, and the highest 1-minute load average
+// seen since the trace started (sampled at start, by the drain thread, at stop); 0 = unknown.
+void gvls_session_machine(uint32_t *cpus, uint32_t *load_max_milli);
 // Test-only: sleeps gvls_session_test_nogvl_delay_us (set by debug.c, 0 otherwise) in the no-GVL
 // waits of stop and dump. Here, not in debug.c: nothing but the Init file uses the test-only file.
 extern unsigned gvls_session_test_nogvl_delay_us;

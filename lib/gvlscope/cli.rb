@@ -383,16 +383,25 @@ module GVLScope
     # Installs the forwarding traps (before the spawn: a signal that comes first is passed on as
     # soon as the program exists); returns a lambda that takes the program's pid, or nil once it
     # has been waited for, which restores the previous handlers.
+    # A signal gvlscope run inherited as ignored (nohup's HUP, INT and QUIT of a script's background
+    # job) stays ignored and is not forwarded: a handler of ours would not survive the exec, and
+    # the program would start with the default action (death) where it would have ignored it.
     def forward_signals
       child = nil
       pending = []
+      ignored = []
       previous = FORWARDED_SIGNALS.to_h do |name|
         handler = trap(name) do
+          next if ignored.include?(name) # in the instant before it was ignored again: ignored
           next if TERMINAL_SIGNALS.include?(name) && terminal_foreground? # the program got it too
 
           child ? Process.kill(name, child) : pending << name
         rescue Errno::ESRCH
           nil # the program is exiting
+        end
+        if handler == "IGNORE"
+          ignored << name
+          trap(name, "IGNORE")
         end
         [name, handler]
       end

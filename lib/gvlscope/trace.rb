@@ -37,6 +37,7 @@ module GVLScope
       path = String(path)
       Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list, stacks)
       @trace_path = path
+      @trace_options = { buffer_bytes: buffer_bytes, stacks: stacks }
       self
     end
 
@@ -70,6 +71,9 @@ module GVLScope
       end
       summary
     end
+
+    # NAME-2.gvl for app.gvl (suffix 2): the name of a process's next trace when its first is taken.
+    def suffixed_path(path, suffix) = path.sub(/(\.gvl)?\z/, "-#{suffix}\\1")
 
     # The scheduler's timeslice in microseconds: 100 ms, or RUBY_THREAD_TIMESLICE (ms) on 3.4+.
     def timeslice_us

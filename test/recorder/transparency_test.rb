@@ -97,12 +97,26 @@ class TransparencyTest < Minitest::Test
       Process.wait(talker)
       puts text
     RUBY
-    "sub_ruby_and_exec" => Program.new(traces: 4, complete: 3, source: <<~'RUBY'),
+    # exec ends the trace of the image it replaces complete (issue 37: readable only with --partial).
+    "sub_ruby_and_exec" => Program.new(traces: 4, complete: 4, source: <<~'RUBY'),
       $stdout.sync = true
       system(RbConfig.ruby, "-e", "puts 'sub-Ruby'; exit 2")
       puts "system: #{$?.exitstatus}"
       puts IO.popen([RbConfig.ruby, "-e", "print 'popen'"], &:read)
       exec(RbConfig.ruby, "-e", "puts 'after exec'; $stderr.puts 'exec stderr'; exit 6")
+    RUBY
+    # An exec that fails: the program goes on, traced into a file of its own; Puma's USR2 hot
+    # restart execs through Kernel.exec.
+    "failed_exec" => Program.new(traces: 3, source: <<~'RUBY'),
+      $stdout.sync = true
+      Thread.new { sleep 0.001 }.join
+      begin
+        exec("./no-such-program")
+      rescue SystemCallError => e
+        puts e.class
+      end
+      Thread.new { sleep 0.001 }.join
+      Kernel.exec(RbConfig.ruby, "-e", "Thread.new { sleep 0.001 }.join; puts 'after exec'")
     RUBY
     "trap" => Program.new(source: <<~'RUBY'),
       $stdout.sync = true
@@ -164,6 +178,33 @@ class TransparencyTest < Minitest::Test
     assert_equal "ready\nat_exit\n", out
     assert_equal Signal.list["TERM"], status.termsig, "#{status.inspect}: #{err}"
     assert_match(/full report: gvlscope report /, err)
+  end
+
+  # Signals inherited as ignored stay ignored: `nohup` ignores HUP, and a shell script's background
+  # job starts with INT and QUIT ignored. A traced program must start with exactly the dispositions
+  # it would have had (issue 37: under `nohup gvlscope run` it died of HUP, a background Puma of
+  # QUIT). The program prints its ignored and caught signals, then sends HUP, INT and QUIT to its
+  # whole process group (a hangup, as the terminal sends it): nobody dies, traced or not.
+  def test_signals_inherited_as_ignored_stay_ignored
+    Dir.mktmpdir("gvlscope-transparency") do |dir|
+      File.write(File.join(dir, "app.rb"), <<~'RUBY')
+        $stdout.sync = true
+        puts File.readlines("/proc/self/status").grep(/\ASig(Ign|Cgt):/)
+        %w[HUP INT QUIT].each { |name| Process.kill(name, 0) }
+        sleep 0.2
+        puts "survived"
+      RUBY
+      ignoring = ["sh", "-c", 'trap "" HUP INT QUIT; exec "$@"', "sh"]
+      plain = Open3.capture3(ENV_OF_BOTH, *ignoring, RbConfig.ruby, "app.rb", chdir: dir, pgroup: true)
+      traced = Open3.capture3(ENV_OF_BOTH, *ignoring, RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "--no-report",
+                              "-o", File.join(dir, "t-%p.gvl"), "--", RbConfig.ruby, "app.rb", chdir: dir, pgroup: true)
+      assert_match(/^SigIgn:.*\nSigCgt:.*\nsurvived\n\z/, plain[0])
+      ignored = plain[0][/^SigIgn:\s*(\h+)/, 1].to_i(16)
+      %w[HUP INT QUIT].each { |name| assert ignored[Signal.list[name] - 1] == 1, "#{name} not ignored: #{plain[0]}" }
+      assert_equal [plain[0], plain[1], plain[2].exitstatus], [traced[0], traced[1], traced[2].exitstatus],
+                   "gvlscope run changed what the program inherited (#{traced[2].inspect})"
+      assert_equal 1, Dir[File.join(dir, "t-*.gvl")].size
+    end
   end
 
   # In a terminal, Ctrl-C (INT), Ctrl-\ (QUIT) and a hangup (HUP) reach the whole foreground process

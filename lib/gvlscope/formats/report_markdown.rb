@@ -39,7 +39,8 @@ module GVLScope
                        report.all_rows.size, report.timeslice_ns / 1_000_000, notes)
         second = format("GVL held **%.1f%%** of the time%s; threads waited **%s** for it in all.", 100 * held,
                         text(per_ractor), Units.ms(report.wait_ns))
-        "## GVL report: #{code(file.path)}\n\n#{text(first)} #{second}"
+        overload = ReportText.overload_note(file)
+        "## GVL report: #{code(file.path)}\n\n#{text(first)} #{second}#{" #{overload}." if overload}"
       end
 
       def findings

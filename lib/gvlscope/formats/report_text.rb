@@ -68,7 +68,18 @@ module GVLScope
                  file.size, report.all_rows.size, report.timeslice_ns / 1_000_000, notes),
           format("GVL held %.1f%% of the time%s; threads waited %s for it in all",
                  100 * held, per_ractor, Units.ms(report.wait_ns)),
-        ]
+          ReportText.overload_note(file),
+        ].compact
+      end
+
+      # Holds are wall time: on a machine with more runnable threads than CPUs they include the time
+      # the OS kept the holder off a CPU. nil unless the trace says its machine was overloaded.
+      def self.overload_note(file)
+        machine = file.machine
+        return unless machine&.overloaded?
+
+        format("The machine was overloaded (load %.1f on %d CPUs): holds include time the OS kept the holder " \
+               "off a CPU", machine.load, machine.cpus)
       end
 
       # What every report's header says beside the numbers (the Markdown report too): the trace's

@@ -51,11 +51,9 @@ module GVLScope
     def output_paths
       template = output_template
       first = template.gsub("%p", Process.pid.to_s)
-      own = template.include?("%p") ? first : suffixed(first, Process.pid)
-      [first, own, *(2..9).map { |n| suffixed(own, n) }].uniq
+      own = template.include?("%p") ? first : GVLScope.suffixed_path(first, Process.pid)
+      [first, own, *(2..9).map { |n| GVLScope.suffixed_path(own, n) }].uniq
     end
-
-    def suffixed(path, suffix) = path.sub(/(\.gvl)?\z/, "-#{suffix}\\1")
 
     # Starts the trace at the first of +paths+ not taken yet; returns that path.
     def claim(paths)
@@ -92,8 +90,11 @@ module GVLScope
       return start_metrics if metrics_only?
       return unless trace?
 
-      path = start_trace
-      # Listed at start, not at stop: a process that ends by exit!, exec or a signal leaves a trace too.
+      listed(start_trace)
+    end
+
+    # Listed at start, not at stop: a process that ends by exit! or a signal leaves a trace too.
+    def listed(path)
       append(File.join(run_dir, "traces"), path) if run_dir && path
     end
 
@@ -122,6 +123,16 @@ module GVLScope
     # In the daemon: its own trace, as a forked child's (not listed: `gvlscope run` has reported
     # by then). Its live socket is live_server.rb's (LiveDaemonHook).
     def start_in_daemon = (start_trace if @tracing_before_daemon)
+
+    # exec: this image's trace ends here, complete (the new image, a Ruby with the same RUBYOPT,
+    # starts its own: the same name with "-2", or "-<pid>" with an -o without %p).
+    def before_exec
+      @tracing_before_exec = trace? && !metrics_only? && GVLScope.tracing?
+      stop if @tracing_before_exec
+    end
+
+    # The exec failed and the program goes on: so does its trace, in the next free name.
+    def after_failed_exec = (listed(start_trace) if @tracing_before_exec)
 
     # Opens the live socket; under `gvlscope run`/`top` its pid and path go to RUN_DIR/live, where
     # they learn which process to read.
@@ -163,4 +174,6 @@ end
 GVLScope.after_fork { GVLScope::Autorun.start }
 GVLScope.before_daemon { GVLScope::Autorun.before_daemon }
 GVLScope.after_daemon { GVLScope::Autorun.start_in_daemon }
+GVLScope.before_exec { GVLScope::Autorun.before_exec }
+GVLScope.after_failed_exec { GVLScope::Autorun.after_failed_exec }
 GVLScope::Autorun.start

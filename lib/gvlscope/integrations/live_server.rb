@@ -5,6 +5,7 @@ require "json"
 require_relative "../metrics"
 require_relative "../fork"
 require_relative "at_exit"
+require_relative "own_descriptor"
 require_relative "../live/paths"
 require_relative "../live/snapshot"
 require_relative "../version"
@@ -94,7 +95,7 @@ module GVLScope
     def start
       Metrics.enable
       remove_stale_sockets
-      @server = listen
+      @server = OwnDescriptor.hide(listen)
       @thread = Thread.new do
         Thread.current.name = "gvlscope live"
         Thread.current.report_on_exception = false
@@ -111,9 +112,9 @@ module GVLScope
     def stop
       return unless @pid == Process.pid
 
-      @server&.close unless @server&.closed?
+      OwnDescriptor.close(@server) if @server
       @thread&.join(1)
-      @clients&.each_key { |io| io.close unless io.closed? }
+      @clients&.each_key { |io| OwnDescriptor.close(io) }
       File.unlink(@path) if File.socket?(@path)
     rescue SystemCallError, IOError
       nil
@@ -121,8 +122,8 @@ module GVLScope
 
     # The parent's socket stays; only this process's copy of the descriptor goes.
     def close_inherited
-      @server&.close unless @server&.closed?
-      @clients&.each_key { |io| io.close unless io.closed? }
+      OwnDescriptor.close(@server) if @server
+      @clients&.each_key { |io| OwnDescriptor.close(io) }
     rescue IOError
       nil
     end
@@ -180,6 +181,7 @@ module GVLScope
       @accept_paused_until = nil
       @accept_backoff = ACCEPT_BACKOFF.begin
       loop do
+        break unless only_ours
         accepting = @accept_paused_until.nil? || @accept_paused_until <= now
         # A client with an answer not all taken is not read: what it sends waits in its socket.
         readers = @clients.each_value.select { |c| c.output.empty? && !c.closing }.map(&:io)
@@ -187,6 +189,8 @@ module GVLScope
         writers = @clients.each_value.reject { |c| c.output.empty? }.map(&:io)
         wake = [*@clients.each_value.map { |c| deadline(c) }, (@accept_paused_until unless accepting)].compact.min
         ready = IO.select(readers, writers, nil, wake && [wake - now, 0].max)
+        break unless only_ours # the program may have taken a number while we waited
+
         if ready
           ready[1].each { |io| written(@clients[io]) if @clients[io] }
           ready[0].each { |io| io == @server ? accept : receive(@clients[io]) if io == @server || @clients[io] }
@@ -195,6 +199,19 @@ module GVLScope
       end
     rescue IOError, SystemCallError
       nil # the listener was closed (stop, or a fork dropped it)
+    end
+
+    # Lets go of every client whose descriptor the program closed (and maybe reused), without
+    # closing it; false if the listener's went too (serving stops: nothing of ours is left to read).
+    def only_ours
+      @clients.keys.reject { |io| OwnDescriptor.ours?(io) }.each do |io|
+        @clients.delete(io)
+        OwnDescriptor.close(io)
+      end
+      return true if OwnDescriptor.ours?(@server)
+
+      OwnDescriptor.close(@server)
+      false
     end
 
     def accept
@@ -211,6 +228,7 @@ module GVLScope
       end
       return if io == :wait_readable
 
+      io = OwnDescriptor.hide(io)
       @accept_backoff = ACCEPT_BACKOFF.begin
       peer_pid, uid = peer_credentials(io)
       connection = Connection.new(io, +"".b, +"".b, false, now, nil, nil, peer_pid, 0)
@@ -370,7 +388,7 @@ module GVLScope
 
     def drop(connection)
       @clients.delete(connection.io)
-      connection.io.close unless connection.io.closed?
+      OwnDescriptor.close(connection.io)
     end
   end
 

@@ -3,6 +3,7 @@
 require "socket"
 require "ipaddr"
 require_relative "../errors"
+require_relative "own_descriptor"
 
 module GVLScope
   # The smallest HTTP server that Prometheus can scrape: GET /metrics, on a loopback address only
@@ -26,7 +27,7 @@ module GVLScope
       raise Error, "gvlscope: prometheus_host must be a loopback address, got #{host.inspect}" unless loopback?(host)
 
       @body = body
-      @server = TCPServer.new(host, port)
+      @server = OwnDescriptor.hide(TCPServer.new(host, port))
     rescue Errno::EADDRINUSE
       raise Error, "gvlscope: cannot serve /metrics on #{host}:#{port}: the port is in use", cause: nil
     rescue SystemCallError, SocketError => e
@@ -47,11 +48,11 @@ module GVLScope
 
     # In a forked child that does not serve: drop the inherited socket, leave the parent's open.
     def close_inherited
-      @server.close unless @server.closed?
+      OwnDescriptor.close(@server)
     end
 
     def stop
-      @server.close unless @server.closed?
+      OwnDescriptor.close(@server)
       @thread&.join(2)
     end
 
@@ -66,8 +67,10 @@ module GVLScope
     def accept_loop
       backoff = ACCEPT_BACKOFF.begin
       until @server.closed?
+        break OwnDescriptor.close(@server) unless OwnDescriptor.ours?(@server) # the program closed it: done
+
         begin
-          client = @server.accept
+          client = OwnDescriptor.hide(@server.accept)
         rescue IOError
           break # closed by stop
         rescue SystemCallError
@@ -91,8 +94,8 @@ module GVLScope
         @clients.delete(stalled)
         [stalled, @clients.size < MAX_CLIENTS && (@clients[client] = true)]
       end
-      evicted&.close # its thread's wait ends with IOError (outside the lock: that thread takes it to leave)
-      return client.close unless admitted
+      OwnDescriptor.close(evicted) if evicted # its thread's wait ends with IOError (outside the lock: that thread takes it to leave)
+      return OwnDescriptor.close(client) unless admitted
 
       Thread.new do
         Thread.current.name = "gvlscope metrics client"
@@ -100,15 +103,17 @@ module GVLScope
       rescue StandardError
         nil # a client that hangs up, stalls or sends garbage must not stop the server
       ensure
-        client.close
+        OwnDescriptor.close(client)
         @clients_lock.synchronize { @clients.delete(client) }
       end
     rescue ThreadError # no thread to be had now: this client goes unanswered, the next may not
-      client.close
+      OwnDescriptor.close(client)
       @clients_lock.synchronize { @clients.delete(client) }
     end
 
     def serve(client, deadline)
+      return unless OwnDescriptor.ours?(client)
+
       request = read_request(client, deadline) or return
       @clients_lock.synchronize { @clients[client] &&= false } # being answered: not to be evicted
       method, target = request.lines.first.to_s.split(" ", 3)
@@ -145,6 +150,8 @@ module GVLScope
     def seconds_left(deadline) = [deadline - now, 0].max
 
     def respond(client, deadline, status, type, body)
+      return unless OwnDescriptor.ours?(client) # the program closed it (and may have its number now)
+
       data = "HTTP/1.1 #{status}\r\nContent-Type: #{type}\r\nContent-Length: #{body.bytesize}\r\n" \
              "Connection: close\r\n\r\n".b + body.b
       until data.empty?

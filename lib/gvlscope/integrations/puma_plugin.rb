@@ -9,6 +9,7 @@ require_relative "../units"
 require_relative "../breakdown"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
+require_relative "own_descriptor"
 require_relative "stats_line"
 
 module GVLScope
@@ -115,10 +116,11 @@ module GVLScope
 
     # Cluster mode, in the master, before any worker forks: open the reporting channel.
     def before_workers
-      @inbox, @outbox = UNIXSocket.pair(:DGRAM)
+      @inbox, @outbox = UNIXSocket.pair(:DGRAM).map { |io| OwnDescriptor.hide(io) }
       @receiver = Thread.new do
         Thread.current.name = "gvlscope workers"
         loop do
+          break OwnDescriptor.close(@inbox) unless OwnDescriptor.ours?(@inbox) # never read the program's
           message, _, flags = @inbox.recvmsg(MAX_DATAGRAM_BYTES)
           receive(message, truncated: flags.anybits?(Socket::MSG_TRUNC))
         end
@@ -131,7 +133,7 @@ module GVLScope
     def serve_here(index)
       if @clustered
         @metrics_server&.close_inherited
-        @inbox&.close
+        OwnDescriptor.close(@inbox) if @inbox
       end
       Metrics.enable
       start_flight_recorder
@@ -209,6 +211,8 @@ module GVLScope
 
     # Totals are totals, not increments: a lost datagram only leaves the master a second behind.
     def send_totals(snapshot)
+      return unless OwnDescriptor.ours?(@outbox) # never write into a descriptor the program took
+
       @outbox.send(Marshal.dump([@index, Process.pid, Totals.of(snapshot).to_a, @unsent]), 0)
       breakdown_datagrams(Breakdown.snapshot) { |message| @outbox.send(message, 0) }
     rescue IOError, SystemCallError

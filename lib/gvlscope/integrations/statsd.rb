@@ -6,6 +6,7 @@ require_relative "../breakdown"
 require_relative "../units"
 require_relative "../fork"
 require_relative "request_hooks"
+require_relative "own_descriptor"
 
 module GVLScope
   # GVL numbers to StatsD or DogStatsD (Datadog's agent) over UDP: a background thread sends,
@@ -260,6 +261,7 @@ module GVLScope
     end
 
     def send_packet(packet)
+      close_socket if @socket && !OwnDescriptor.ours?(@socket) # the program closed it: a socket of our own again
       socket = @socket ||= connect
       # Non-blocking: a full socket buffer drops this datagram rather than stall anything.
       if socket.sendmsg_nonblock(packet, 0, exception: false) == :wait_writable
@@ -281,14 +283,14 @@ module GVLScope
       address = Addrinfo.udp(@host, @port)
       socket = UDPSocket.new(address.afamily)
       socket.connect(address.ip_address, @port)
-      socket
+      OwnDescriptor.hide(socket)
     rescue StandardError
       socket&.close
       raise
     end
 
     def close_socket
-      @socket&.close
+      OwnDescriptor.close(@socket) if @socket
     rescue IOError
       nil
     ensure

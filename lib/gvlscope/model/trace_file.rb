@@ -49,6 +49,7 @@ module GVLScope
       EVENTS_HEADER_BYTES = 24
       THREAD_RECORD_BYTES = 16
       END_BYTES = 24
+      MACHINE_BYTES = 8 # appended to the end record: u32 cpus, u32 highest 1-minute load x 1000
       # No time in a trace is 2^62 ns (146 years) or more: a larger one is corruption, and refused
       # before it reaches the 64 log2 buckets of every histogram.
       MAX_TIME_NS = 2**62
@@ -73,7 +74,15 @@ module GVLScope
       #   stack(id)   the stack (frozen Array of Frame), nil if the file has no table for it
       #   stack_counts { sites:, samples:, dropped:, unreadable: } as the recorder counted them
       attr_reader :path, :pid, :start_realtime_ns, :timeslice_ns, :times, :kinds, :threads, :natives,
-                  :thread_info, :native_tids, :end_ns, :dropped, :warnings, :site_ids, :raw_samples, :stack_counts
+                  :thread_info, :native_tids, :end_ns, :dropped, :warnings, :site_ids, :raw_samples, :stack_counts,
+                  :machine
+
+      # The machine while it recorded (the end record of traces written since it carries them; nil
+      # before): CPUs online, the highest 1-minute load average seen.
+      Machine = Struct.new(:cpus, :load) do
+        # More runnable threads than CPUs: holds (wall time) include time the OS kept the holder off a CPU.
+        def overloaded? = load > cpus
+      end
 
       def self.read(path)
         new(path).tap(&:read)
@@ -103,6 +112,7 @@ module GVLScope
         @raw_samples = []
         @stacks = {}
         @stack_counts = nil
+        @machine = nil
       end
 
       # True when the trace recorded code locations (release sites and holder samples).
@@ -418,6 +428,10 @@ module GVLScope
         corrupt!(offset, "end record of #{bytes} bytes, not #{END_BYTES}") if bytes < END_BYTES
         @end_ns, _events, @end_dropped = data.unpack("Q<Q<Q<", offset: offset + 8 - @base)
         corrupt!(offset, "the trace ends at #{@end_ns} ns (over 146 years)") if @end_ns >= MAX_TIME_NS
+        return if bytes < END_BYTES + MACHINE_BYTES
+
+        cpus, load_milli = data.unpack("L<L<", offset: offset + 8 + END_BYTES - @base)
+        @machine = Machine.new(cpus, load_milli / 1000.0) if cpus.positive? # load 0: unknown, or an idle machine
       end
 
       # One line naming the file and where in it: a corrupt trace, not gvlscope's failure.
