@@ -245,6 +245,19 @@ uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint
     return total;
 }
 
+uint64_t gvls_metrics_wait_began_within(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns) {
+    wait_log_copy log;
+    read_wait_log(slot, &log);
+    uint64_t earliest = 0;
+    uint64_t logged = log.waits < GVLS_WAIT_LOG ? log.waits : GVLS_WAIT_LOG;
+    for (uint64_t k = 0; k < logged; k++) {
+        unsigned i = (unsigned)(log.waits - 1 - k) & (GVLS_WAIT_LOG - 1);
+        if (log.start[i] < from_ns) break;  // newest first: the older ones began earlier still
+        if (log.start[i] <= to_ns) earliest = log.start[i];
+    }
+    return earliest;
+}
+
 // The caller is the slot's own thread, holding the GVL: no hook writes this slot meanwhile (a
 // thread's events run on it); the seqlock is for the readers on other threads.
 void gvls_metrics_request_started(gvls_thread *slot) {
