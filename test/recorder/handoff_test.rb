@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "open3"
 require "socket"
 require "tmpdir"
 require "gvlscope/rack"
@@ -321,6 +322,26 @@ class HandoffTest < Minitest::Test
       thread = timeline.threads.values.find { |t| t.label.start_with?(name) } or flunk "no #{name} in #{timeline.threads.values.map(&:label)}"
       thread.intervals.drop_while { |i| i.state != :idle }.drop_while { |i| i.state == :idle }
     end
+  end
+
+  # A Puma without ThreadPool#<<(client) (none of 6-8; a future one may change it): one line at
+  # boot says the numbers leave the wait before the app out, and nothing is prepended.
+  def test_a_puma_without_the_hand_off_method_says_so_once_at_boot
+    program = <<~'RUBY'
+      module Puma
+        class Server; end
+        module Const; PUMA_VERSION = "9.0.0"; end
+        class ThreadPool; def push(work) = work; end
+      end
+      require "gvlscope/rack"
+      2.times { GVLScope::Rack.new(->(_env) { [200, {}, []] }) }
+      print Puma::ThreadPool.ancestors.first == Puma::ThreadPool
+    RUBY
+    out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
+    assert status.success?, err
+    assert_equal "true", out
+    assert_equal ["gvlscope: Puma 9.0.0 has no ThreadPool#<<(client): gvl-wait counts only the wait inside the app, " \
+                  "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
   end
 
   def test_work_without_a_hand_off_keeps_the_threads_own_rule

@@ -35,12 +35,19 @@ module GVLScope
 
     module_function
 
+    # :installed, :absent (no Puma loaded), :unsupported (a Puma without ThreadPool#<<(client):
+    # the first call gives the block the line that says so).
     def install_puma
       return @puma if @puma
-      return :absent unless defined?(::Puma::ThreadPool)
+      return :absent unless defined?(::Puma::Server)
 
-      pool = ::Puma::ThreadPool
-      return @puma = :unsupported unless pool.method_defined?(:<<) && pool.instance_method(:<<).arity == 1
+      pool = defined?(::Puma::ThreadPool) && ::Puma::ThreadPool
+      unless pool && pool.method_defined?(:<<) && pool.instance_method(:<<).arity == 1
+        version = defined?(::Puma::Const::PUMA_VERSION) ? ::Puma::Const::PUMA_VERSION : "(version unknown)"
+        yield "gvlscope: Puma #{version} has no ThreadPool#<<(client): gvl-wait counts only the wait inside " \
+              "the app, not the wait before it (no queue entry; docs/web.md)" if block_given?
+        return @puma = :unsupported
+      end
 
       pool.prepend(PumaThreadPool)
       Native.handoff_claim_in_rack = true
