@@ -82,6 +82,7 @@ PROGRAM = <<~'RUBY'
     peer.write("GET / HTTP/1.1\r\n\r\n") # bytes received: the kernel's arrival
     sleep 0.01 # a block: the thread's wait for the request, whose wake is its arrival
     call = -> { pool << client; app.call(env.dup) }
+  end
   1000.times { call.call }
   GC.start
   calls.times { call.call }

@@ -150,6 +150,9 @@ static void claim(int fd) {
     if (!slot) return;
     gvls_handoff *ticket = ticket_of(slot, 0);
     if (ticket) ticket->set = 0;  // an earlier connection's, never started (the reactor took it back)
+    // A request starts on this thread: if it hands a connection on later (a next request buffered
+    // and no free thread), the arrival is sought from here on, not in its wait for work.
+    arrival_and_mark(slot, NULL);
     if (fd < 0) return;
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (!s->handoff_ns || s->fd != fd || !(ticket = ticket_of(slot, 1))) return;
