@@ -106,21 +106,25 @@ static uint64_t kernel_data_arrival(int fd, uint64_t now_ns) {
 }
 
 // When the work handed over now arrived. The kernel knows when a TCP connection's bytes came, to
-// a jiffy; the thread's wake for them is exact, and began a wait for the GVL (its wait log has
-// the wake as that wait's start): the earliest wait that began within a jiffy of the kernel's time
-// is the wake, else (the thread was busy when they came, and its next select returned at once)
-// the kernel's time. A wake for work the thread did not get (a connection another Puma worker
-// accepted, the reactor's wakeup pipe, a timeout) is never taken for the arrival, so a wait that
-// ended before the request's bytes arrived is never charged to it (lost accepts in cluster mode,
-// a connection silent before its first request). Without the kernel's word (a Unix socket): the
-// longest block since the thread's last hand-off (a select), else now.
+// a jiffy either way; the thread's wake for them is exact, and began a wait for the GVL (its wait
+// log has the wake as that wait's start). The latest wait that began within a jiffy of the
+// kernel's time is taken for the wake (an earlier one in that window may be the previous
+// request's, or the reactor's wakeup pipe: a few ms too early, and a quick kept-alive request
+// would be charged more than its client waited); with none (the thread was busy when they came,
+// and its next select returned at once), the kernel's time a jiffy late: a lower bound, never
+// more than the client saw. A wake for work the thread did not get (a connection another Puma
+// worker accepted, a timeout) is never taken for the arrival, so a wait that ended before the
+// request's bytes arrived is never charged to it (lost accepts in cluster mode, a connection
+// silent before its first request). Without the kernel's word (a Unix socket): the longest block
+// since the thread's last hand-off (a select), else now.
 static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns) {
     uint64_t woke_ns = arrival_and_mark(slot, NULL);
     uint64_t data_ns = kernel_data_arrival(fd, now_ns);
     if (!data_ns) return woke_ns ? woke_ns : now_ns;
     uint64_t from_ns = data_ns > KERNEL_SLACK_NS ? data_ns - KERNEL_SLACK_NS : 0;
-    uint64_t wake_ns = gvls_metrics_wait_began_within(slot, from_ns, data_ns + KERNEL_SLACK_NS);
-    return wake_ns ? wake_ns : data_ns;
+    uint64_t wake_ns = gvls_metrics_own_wait_began_within(slot, from_ns, data_ns + KERNEL_SLACK_NS);
+    if (wake_ns) return wake_ns;
+    return data_ns + KERNEL_SLACK_NS < now_ns ? data_ns + KERNEL_SLACK_NS : now_ns;
 }
 
 // On the thread that hands the work over: it arrived at arrival_of, and this thread's GVL wait
@@ -131,18 +135,16 @@ static void stamp_now(int fd) {
     uint64_t now_ns = gvls_now_ns();
     uint64_t arrival_ns = arrival_of(slot, fd, now_ns);
     int exact;
-    uint64_t carried_ns = gvls_metrics_wait_since(slot, arrival_ns, now_ns, &exact, NULL);
+    uint64_t carried_ns = gvls_metrics_own_wait_since(slot, arrival_ns, now_ns, &exact, NULL);
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (s->handoff_ns && s->fd != fd) stamps_overwritten++;
     if (!s->handoff_ns) gvls_handoff_pending++;
     *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .handoff_ns = now_ns, .exact = exact, .carried_wait_ns = carried_ns };
 }
 
-static uint64_t idle_now(const gvls_thread *slot, uint64_t now_ns) {
-    uint64_t counters[GVLS_COUNTERS_NOW];
-    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
-    return counters[2];
-}
+// The caller's own idle time: it runs, so no idle is in progress, and no hook writes its slot
+// meanwhile (CRuby runs a thread's events on it).
+static uint64_t own_idle(const gvls_thread *slot) { return slot->metrics.idle_ns; }
 
 // On the thread that will serve the work: its own wait from the hand-off on counts too.
 static void claim(int fd) {
@@ -158,11 +160,11 @@ static void claim(int fd) {
     if (!s->handoff_ns || s->fd != fd || !(ticket = ticket_of(slot, 1))) return;
     uint64_t now_ns = gvls_now_ns(), wait_now;
     int exact;
-    uint64_t since = gvls_metrics_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
+    uint64_t since = gvls_metrics_own_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
     *ticket = (gvls_handoff){
         .set = 1, .exact = exact && s->exact, .arrival_ns = s->arrival_ns, .carried_wait_ns = s->carried_wait_ns,
         .handoff_ns = s->handoff_ns, .wait_base_ns = wait_now > since ? wait_now - since : 0,
-        .idle_base_ns = idle_now(slot, now_ns),
+        .idle_base_ns = own_idle(slot),
     };
     s->handoff_ns = 0;
     gvls_handoff_pending--;
@@ -234,7 +236,7 @@ static VALUE handoff_fetch_end(VALUE self, VALUE work) {
     if (!arrival_ns || !(ticket = ticket_of(slot, 1))) return work;
     *ticket = (gvls_handoff){
         .set = 1, .exact = 1, .arrival_ns = arrival_ns, .carried_wait_ns = 0, .handoff_ns = arrival_ns,
-        .wait_base_ns = wait_at_arrival, .idle_base_ns = idle_now(slot, gvls_now_ns()),
+        .wait_base_ns = wait_at_arrival, .idle_base_ns = own_idle(slot),
     };
     return work;
 }
