@@ -175,7 +175,7 @@ module WaitTruth
       def percentile(values, q) = values.empty? ? nil : values.sort[[(values.size * q).ceil - 1, 0].max]
 
       HEADER = ["server", "C", "load", "requests", "kind", "n", "delayed", "added p50", "added p90", ">= 0.8",
-                "coverage p50", "Σ ratio", "gvl-wait p50", "gvl-wait p99", "broken"].freeze
+                "coverage p50", "Σ ratio", "unnamed p50", "gvl-wait p50", "gvl-wait p99", "broken"].freeze
 
       # The baseline of a kind: wrk's quick requests go on kept-alive connections.
       def alone_ms(run, kind) = run.alone_ms.fetch(kind == "wrk-quick" ? "keepalive" : kind, nil)
@@ -196,13 +196,34 @@ module WaitTruth
         waits = samples.map { |s| s.parts.fetch("gvl-wait", 0.0) }
         broken = samples.count { |s| !WaitTruth.broken_invariants(s.parts, s.latency_ms).empty? }
         ratio = added.sum.positive? ? delayed.sum { |s| WaitTruth.named_wait_ms(s.parts) } / added.sum : nil
+        unnamed = delayed.map { |s| unnamed_queue_ms(s.parts) }
         [run.server, run.concurrency.zero? ? "alone #{ALONE_CONCURRENCY}" : run.concurrency.to_s, run.load_average,
          run.concurrency.zero? ? "quick" : "mixed", kind, samples.size.to_s, delayed.size.to_s,
          ms(percentile(added, 0.5)), ms(percentile(added, 0.9)),
          delayed.empty? ? "-" : "#{coverage.count { |c| c >= TARGET }}/#{delayed.size}",
          coverage.empty? ? "-" : format("%.2f", percentile(coverage, 0.5)), ratio ? format("%.2f", ratio) : "-",
+         ms(percentile(unnamed, 0.5)),
          format("%.2f", percentile(waits, 0.5) || Float::NAN), format("%.1f", percentile(waits, 0.99) || Float::NAN),
          "#{broken}/#{samples.size}"]
+      end
+
+      # The part of queue that no entry names: neither the GVL's nor a free thread's (the server's
+      # own Ruby, and time the machine kept its threads off a core).
+      def unnamed_queue_ms(parts) = parts.fetch("queue", 0.0) - parts.fetch("queue-gvl", 0.0) - parts.fetch("queue-threads", 0.0)
+
+      # The delayed probes whose coverage is under TARGET (at most +limit+ per run), with their parts.
+      def missed(run, out, limit: 3)
+        return if run.concurrency.zero?
+
+        found = run.samples.select do |s|
+          alone = alone_ms(run, s.extra[:kind])
+          PROBE_KINDS.include?(s.extra[:kind]) && alone && s.latency_ms - alone >= DELAYED_MS &&
+            WaitTruth.named_wait_ms(s.parts) < TARGET * (s.latency_ms - alone)
+        end
+        found.first(limit).each do |s|
+          out.puts "  missed (#{run.server} C=#{run.concurrency}, #{s.extra[:kind]}): client #{ms(s.latency_ms)} ms, alone " \
+                   "#{ms(alone_ms(run, s.extra[:kind]))} ms, #{s.parts.map { |n, v| "#{n} #{ms(v)}" }.join(', ')}"
+        end
       end
 
       # Each broken response (at most +limit+ per run): its kind, latency and parts.
@@ -261,11 +282,13 @@ module WaitTruth
           out.puts "== #{server}: #{description} (#{format('%.0f', WaitTruth.clock - started)} s); alone ms: " \
                    "#{runs.first.alone_ms.map { |kind, v| "#{kind} #{Table.ms(v)}" }.join(', ')}"
           runs.each { |run| Table.broken(run, out) }
+          runs.each { |run| Table.missed(run, out) }
           runs.flat_map { |run| Table.rows(run) }
         end
       end
       out.puts "== summary (added: client latency - the kind's median alone, ms; delayed: added >= #{DELAYED_MS} ms; " \
-               "coverage: (gvl-wait + queue-threads) / added; broken: responses breaking an invariant)"
+               "coverage: (gvl-wait + queue-threads) / added; unnamed: queue - queue-gvl - queue-threads; " \
+               "broken: responses breaking an invariant)"
       WaitTruth::Table.print_rows(Table::HEADER, rows, out)
     rescue RuntimeError => e
       abort "wait_truth_load: #{e.message}"
