@@ -7,10 +7,12 @@
 # them on a plain Rack path ("/"), a path with an id ("/users/42", the template is built each time)
 # and a Rails request (the router's env keys and a controller set by the app). server_timing: false
 # in all, to leave the header's cost out (bench/web_instructions.rb has it).
-# SETUPS=handoff_off,handoff: what following a connection from Puma's server thread costs (Handoffs:
-# a Ruby method prepended to Server#new_client stamps the thread's GVL counters, GVLScope::Rack
-# finds the stamp by env["puma.socket"]), each call a new connection handed over, then its request;
-# handoff_off does the same without Handoffs.
+# SETUPS=handoff_off,handoff: what following a request from the thread that readied it costs
+# (Handoffs: a Ruby method prepended to Puma's ThreadPool#<< stamps its arrival, from the kernel's
+# TCP clock, and the thread's GVL wait since; GVLScope::Rack finds the stamp by env["puma.socket"]),
+# each call a request of one keep-alive TCP connection handed to the pool, then run: what every
+# request under Puma pays; handoff_off does the same without Handoffs. (Instructions in user space:
+# the kernel's work for the one getsockopt is not counted; Puma makes the same call per request.)
 #
 #   bundle exec ruby -Ilib bench/routes_instructions.rb        (CALLS=20000; needs valgrind)
 #   SETUPS=bare,no_routes,recorder,header,everything   the rest of the middleware's work (docs/performance.md,
@@ -67,14 +69,19 @@ PROGRAM = <<~'RUBY'
   if setup.start_with?("handoff") # as under Puma: the server thread hands each connection over, then its request runs
     require "gvlscope/integrations/handoffs"
     require "socket"
-    server = Class.new { def new_client(io, _listener) = io }.new
+    pool = Class.new { def <<(client) = client }.new
+    client = Class.new { def initialize(io) = @io = io }.new(nil) # Puma::Client keeps its connection in @io
     if setup == "handoff"
-      server.class.prepend(GVLScope::Handoffs::PumaServer)
+      pool.class.prepend(GVLScope::Handoffs::PumaThreadPool)
       GVLScope::Native.handoff_claim_in_rack = true
     end
-    env["puma.socket"], = UNIXSocket.pair
-    sleep 0.01 # a block: the server thread's wait for the connection, where its arrival is taken
-    call = -> { server.new_client(env["puma.socket"], nil); app.call(env.dup) }
+    listener = TCPServer.new("127.0.0.1", 0)
+    peer = TCPSocket.new("127.0.0.1", listener.addr[1])
+    env["puma.socket"] = listener.accept
+    client.instance_variable_set(:@io, env["puma.socket"])
+    peer.write("GET / HTTP/1.1\r\n\r\n") # bytes received: the kernel's arrival
+    sleep 0.01 # a block: the thread's wait for the request, whose wake is its arrival
+    call = -> { pool << client; app.call(env.dup) }
   end
   1000.times { call.call }
   GC.start

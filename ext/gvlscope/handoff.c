@@ -1,9 +1,12 @@
-// Hand-offs: the wait a request or job met before it reached the code that times it. A Puma server
-// thread wakes in IO.select when a connection arrives, waits for the GVL, accepts and hands the
-// connection to a pool thread, which wakes, waits for the GVL again (and takes locks: each a release
-// and a wait) before the app starts; a Sidekiq processor's fetch returns a job, then waits behind the
-// job logger's lock and log write before the middleware runs. The client saw all of it. Each step
-// stamps what it knows (the thread's GVL counters, which the hook keeps) and the thread that starts
+// Hand-offs: the wait a request or job met before it reached the code that times it. A Puma
+// request reaches a pool thread from one of three threads, each through ThreadPool#<<: the server
+// thread (a new connection: IO.select woke, the thread waited for the GVL, accepted), the reactor
+// (a keep-alive connection's next request, or a slow first one: NIO's select woke, the thread
+// waited for the GVL, read it) or a pool thread whose connection had a next request buffered and
+// no thread free to keep it. The pool thread that takes it wakes and waits for the GVL again before
+// the app starts. A Sidekiq processor's fetch returns a job, then waits behind the job logger's
+// lock and log write before the middleware runs. The client saw all of it. Each hand-off stamps
+// what it knows (when the work arrived, the thread's GVL wait since) and the thread that starts
 // the request or job takes the stamp (its ticket) into its RequestTiming's pickup wait.
 //
 // All of this runs in Ruby methods with the GVL held, on the main Ractor's threads: the GVL orders
@@ -14,6 +17,9 @@
 #include "metrics.h"
 #include "metrics_event.h"
 #include <ruby/io.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include "thread_state.h"
@@ -69,10 +75,10 @@ static gvls_thread *current_slot(void) {
     return gvls_thread_for(rb_thread_current());
 }
 
-// Where the thread's work arrived: when its longest block since its last mark ended (a server
-// thread in IO.select; not the nonblocking accept or read after it, which also release the GVL),
-// and its wait_ns then. Then a new mark: the next connection's wait starts after this one's.
-// Returns 0 if nothing blocked since the last mark (or since counting began).
+// Where a thread's work arrived: when its longest block since its last mark ended (a server's
+// select, a job runner's BRPOP read that returned the job; not the calls that returned at once
+// around it: a nonblocking read, a log write), and its wait_ns then. Then a new mark: the next
+// hand-off's wait starts after this one's. Returns 0 if nothing blocked since the last mark.
 static uint64_t arrival_and_mark(gvls_thread *slot, uint64_t *wait_at_arrival) {
     uint64_t arrival_ns = slot->metrics.mark_longest_idle_woke_ns;
     if (wait_at_arrival) *wait_at_arrival = slot->metrics.mark_longest_idle_wait_ns;
@@ -83,28 +89,62 @@ static uint64_t arrival_and_mark(gvls_thread *slot, uint64_t *wait_at_arrival) {
     return arrival_ns;
 }
 
-// On the thread that readied the work: it arrived when this thread's wait for it ended, and the
-// thread's GVL wait since then is the work's too.
+// The kernel's clock for a TCP connection's bytes counts jiffies (HZ 250 on Debian's kernels:
+// 4 ms; 1,000 elsewhere: 1 ms). Two readings of it are this far apart at most.
+#define KERNEL_SLACK_NS 4000000ull
+
+// When the last bytes to reach a TCP socket arrived (its request), by the kernel: now minus
+// tcpi_last_data_recv (ms); at accept with nothing received yet, when the connection was
+// established. 0 for any other descriptor (a Unix socket, a pipe), or if the kernel does not say.
+static uint64_t kernel_data_arrival(int fd, uint64_t now_ns) {
+    struct tcp_info info;
+    socklen_t len = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < offsetof(struct tcp_info, tcpi_last_data_recv) + sizeof(info.tcpi_last_data_recv))
+        return 0;
+    uint64_t ago_ns = (uint64_t)info.tcpi_last_data_recv * 1000000ull;
+    return now_ns > ago_ns ? now_ns - ago_ns : 0;
+}
+
+// When the work handed over now arrived. The kernel knows when a TCP connection's bytes came, to
+// a jiffy either way; the thread's wake for them is exact, and began a wait for the GVL (its wait
+// log has the wake as that wait's start). The latest wait that began within a jiffy of the
+// kernel's time is taken for the wake (an earlier one in that window may be the previous
+// request's, or the reactor's wakeup pipe: a few ms too early, and a quick kept-alive request
+// would be charged more than its client waited); with none (the thread was busy when they came,
+// and its next select returned at once), the kernel's time a jiffy late: a lower bound, never
+// more than the client saw. A wake for work the thread did not get (a connection another Puma
+// worker accepted, a timeout) is never taken for the arrival, so a wait that ended before the
+// request's bytes arrived is never charged to it (lost accepts in cluster mode, a connection
+// silent before its first request). Without the kernel's word (a Unix socket): the longest block
+// since the thread's last hand-off (a select), else now.
+static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns) {
+    uint64_t woke_ns = arrival_and_mark(slot, NULL);
+    uint64_t data_ns = kernel_data_arrival(fd, now_ns);
+    if (!data_ns) return woke_ns ? woke_ns : now_ns;
+    uint64_t from_ns = data_ns > KERNEL_SLACK_NS ? data_ns - KERNEL_SLACK_NS : 0;
+    uint64_t wake_ns = gvls_metrics_own_wait_began_within(slot, from_ns, data_ns + KERNEL_SLACK_NS);
+    if (wake_ns) return wake_ns;
+    return data_ns + KERNEL_SLACK_NS < now_ns ? data_ns + KERNEL_SLACK_NS : now_ns;
+}
+
+// On the thread that hands the work over: it arrived at arrival_of, and this thread's GVL wait
+// since then is the work's too (read from its wait log: no wait of it is in progress, it runs).
 static void stamp_now(int fd) {
     gvls_thread *slot = current_slot();
     if (!slot || fd < 0 || !atomic_load(&gvls_metrics.enabled)) return;
-    uint64_t wait_at_arrival, counters[GVLS_COUNTERS_NOW];
-    uint64_t arrival_ns = arrival_and_mark(slot, &wait_at_arrival);
-    if (!arrival_ns) return;
     uint64_t now_ns = gvls_now_ns();
-    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
+    uint64_t arrival_ns = arrival_of(slot, fd, now_ns);
+    int exact;
+    uint64_t carried_ns = gvls_metrics_own_wait_since(slot, arrival_ns, now_ns, &exact, NULL);
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (s->handoff_ns && s->fd != fd) stamps_overwritten++;
     if (!s->handoff_ns) gvls_handoff_pending++;
-    *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .handoff_ns = now_ns, .exact = 1,
-                  .carried_wait_ns = counters[1] > wait_at_arrival ? counters[1] - wait_at_arrival : 0 };
+    *s = (stamp){ .fd = fd, .arrival_ns = arrival_ns, .handoff_ns = now_ns, .exact = exact, .carried_wait_ns = carried_ns };
 }
 
-static uint64_t idle_now(const gvls_thread *slot, uint64_t now_ns) {
-    uint64_t counters[GVLS_COUNTERS_NOW];
-    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
-    return counters[2];
-}
+// The caller's own idle time: it runs, so no idle is in progress, and no hook writes its slot
+// meanwhile (CRuby runs a thread's events on it).
+static uint64_t own_idle(const gvls_thread *slot) { return slot->metrics.idle_ns; }
 
 // On the thread that will serve the work: its own wait from the hand-off on counts too.
 static void claim(int fd) {
@@ -112,15 +152,19 @@ static void claim(int fd) {
     if (!slot) return;
     gvls_handoff *ticket = ticket_of(slot, 0);
     if (ticket) ticket->set = 0;  // an earlier connection's, never started (the reactor took it back)
+    // A request starts on this thread: if it hands a connection on later (a next request buffered
+    // and no free thread), the arrival is sought from here on, not in its wait for work.
+    arrival_and_mark(slot, NULL);
     if (fd < 0) return;
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (!s->handoff_ns || s->fd != fd || !(ticket = ticket_of(slot, 1))) return;
     uint64_t now_ns = gvls_now_ns(), wait_now;
     int exact;
-    uint64_t since = gvls_metrics_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
+    uint64_t since = gvls_metrics_own_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
     *ticket = (gvls_handoff){
         .set = 1, .exact = exact && s->exact, .arrival_ns = s->arrival_ns, .carried_wait_ns = s->carried_wait_ns,
-        .wait_base_ns = wait_now > since ? wait_now - since : 0, .idle_base_ns = idle_now(slot, now_ns),
+        .handoff_ns = s->handoff_ns, .wait_base_ns = wait_now > since ? wait_now - since : 0,
+        .idle_base_ns = own_idle(slot),
     };
     s->handoff_ns = 0;
     gvls_handoff_pending--;
@@ -142,9 +186,12 @@ static int fd_of(VALUE io) {
 // In Ruby there, not C: a C method's rb_call_super looks the method up anew at each call
 // (~650 instructions), where Ruby's super is cached.
 
-// Native.handoff_stamp(io): the calling thread hands io's connection over (Puma's server thread in
-// Server#new_client). Returns nil.
-static VALUE handoff_stamp(VALUE self, VALUE io) {
+// Native.handoff_stamp(work): the calling thread hands work over (Puma's ThreadPool#<<): a
+// Puma::Client, whose @io is the connection, or the IO itself. Returns nil.
+static ID id_ivar_io;
+
+static VALUE handoff_stamp(VALUE self, VALUE work) {
+    VALUE io = RB_TYPE_P(work, T_FILE) ? work : rb_attr_get(work, id_ivar_io);
     stamp_now(fd_of(io));
     return Qnil;
 }
@@ -188,8 +235,8 @@ static VALUE handoff_fetch_end(VALUE self, VALUE work) {
     // Nothing blocked in the fetch: no wake to start from (or no memory for the ticket).
     if (!arrival_ns || !(ticket = ticket_of(slot, 1))) return work;
     *ticket = (gvls_handoff){
-        .set = 1, .exact = 1, .arrival_ns = arrival_ns, .carried_wait_ns = 0,
-        .wait_base_ns = wait_at_arrival, .idle_base_ns = idle_now(slot, gvls_now_ns()),
+        .set = 1, .exact = 1, .arrival_ns = arrival_ns, .carried_wait_ns = 0, .handoff_ns = arrival_ns,
+        .wait_base_ns = wait_at_arrival, .idle_base_ns = own_idle(slot),
     };
     return work;
 }
@@ -213,6 +260,7 @@ void gvls_handoff_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "handoff_stats", handoff_stats, 0);
     rb_define_singleton_method(mNative, "handoff_claim_in_rack=", handoff_set_rack, 1);
     // Interned: the very object Puma's frozen literal key is, so the env Hash compares by identity.
+    id_ivar_io = rb_intern("@io");
     key_puma_socket = rb_str_to_interned_str(rb_utf8_str_new_cstr("puma.socket"));
     rb_gc_register_mark_object(key_puma_socket);
 }

@@ -13,6 +13,7 @@ typedef struct gvls_handoff {
     int exact;                // every wait of the window was still in the threads' wait logs
     uint64_t arrival_ns;      // when the work reached the process, as far as the threads know
     uint64_t carried_wait_ns; // GVL wait from arrival until the hand-off, on the thread that handed it over
+    uint64_t handoff_ns;      // when that thread handed it over (a job fetch: when it arrived)
     uint64_t wait_base_ns;    // this thread's wait_ns at the hand-off (its wait since counts too)
     uint64_t idle_base_ns;    // its idle_ns when it took the work: blocked on the way from then on
 } gvls_handoff;

@@ -219,30 +219,58 @@ static void read_wait_log(const gvls_thread *slot, wait_log_copy *out) {
     }
 }
 
+// The wait log's sums, on a copy (another thread's slot) or in place (the caller's own).
+static uint64_t log_wait_since(uint8_t state, uint64_t since_ns, uint64_t waits, uint64_t wait_ns,
+                               const uint64_t *start, const uint64_t *end, uint64_t from_ns, uint64_t now_ns,
+                               int *exact, uint64_t *wait_ns_now) {
+    uint64_t total = 0;
+    // A wait in progress: READY came, RESUMED not yet.
+    if (state == GVLS_STATE_WAIT) {
+        uint64_t begun = since_epoch(since_ns) > from_ns ? since_epoch(since_ns) : from_ns;
+        if (now_ns > begun) total += now_ns - begun;
+        if (wait_ns_now) *wait_ns_now = wait_ns + elapsed(since_ns, now_ns);
+    } else if (wait_ns_now) {
+        *wait_ns_now = wait_ns;
+    }
+    uint64_t logged = waits < GVLS_WAIT_LOG ? waits : GVLS_WAIT_LOG;
+    int reached = 0;  // a logged wait ended at or before from_ns: everything after it is counted
+    for (uint64_t k = 0; k < logged; k++) {
+        unsigned i = (unsigned)(waits - 1 - k) & (GVLS_WAIT_LOG - 1);
+        if (end[i] <= from_ns) { reached = 1; break; }
+        total += end[i] - (start[i] > from_ns ? start[i] : from_ns);
+    }
+    // Every wait since counting began was logged, or the log goes back past from_ns.
+    if (exact) *exact = reached || waits <= GVLS_WAIT_LOG;
+    return total;
+}
+
 uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
                                  uint64_t *wait_ns_now) {
     wait_log_copy log;
     read_wait_log(slot, &log);
-    uint64_t total = 0;
-    // A wait in progress: READY came, RESUMED not yet.
-    if (log.state == GVLS_STATE_WAIT) {
-        uint64_t start = since_epoch(log.since_ns) > from_ns ? since_epoch(log.since_ns) : from_ns;
-        if (now_ns > start) total += now_ns - start;
-        if (wait_ns_now) *wait_ns_now = log.wait_ns + elapsed(log.since_ns, now_ns);
-    } else if (wait_ns_now) {
-        *wait_ns_now = log.wait_ns;
+    return log_wait_since(log.state, log.since_ns, log.waits, log.wait_ns, log.start, log.end, from_ns, now_ns,
+                          exact, wait_ns_now);
+}
+
+// The caller's own slot, with the GVL: no hook writes it meanwhile (CRuby runs a thread's events on
+// that thread), so the log is read in place, without the copy and its retries (hand-offs: every
+// request under Puma).
+uint64_t gvls_metrics_own_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
+                                     uint64_t *wait_ns_now) {
+    const gvls_thread_metrics *m = &slot->metrics;
+    return log_wait_since(m->state, m->since_ns, m->waits, m->wait_ns, m->wait_log_start, m->wait_log_end,
+                          from_ns, now_ns, exact, wait_ns_now);
+}
+
+uint64_t gvls_metrics_own_wait_began_within(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns) {
+    const gvls_thread_metrics *m = &slot->metrics;
+    uint64_t logged = m->waits < GVLS_WAIT_LOG ? m->waits : GVLS_WAIT_LOG;
+    for (uint64_t k = 0; k < logged; k++) {  // newest first
+        unsigned i = (unsigned)(m->waits - 1 - k) & (GVLS_WAIT_LOG - 1);
+        if (m->wait_log_start[i] < from_ns) return 0;
+        if (m->wait_log_start[i] <= to_ns) return m->wait_log_start[i];
     }
-    uint64_t logged = log.waits < GVLS_WAIT_LOG ? log.waits : GVLS_WAIT_LOG;
-    int reached = 0;  // a logged wait ended at or before from_ns: everything after it is counted
-    for (uint64_t k = 0; k < logged; k++) {
-        unsigned i = (unsigned)(log.waits - 1 - k) & (GVLS_WAIT_LOG - 1);
-        if (log.end[i] <= from_ns) { reached = 1; break; }
-        uint64_t start = log.start[i] > from_ns ? log.start[i] : from_ns;
-        total += log.end[i] - start;
-    }
-    // Every wait since counting began was logged, or the log goes back past from_ns.
-    if (exact) *exact = reached || log.waits <= GVLS_WAIT_LOG;
-    return total;
+    return 0;
 }
 
 // The caller is the slot's own thread, holding the GVL: no hook writes this slot meanwhile (a

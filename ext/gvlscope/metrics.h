@@ -24,6 +24,12 @@ void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_
 // result is then a lower bound). wait_ns_now (may be NULL): its wait_ns, counted up to now_ns.
 uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
                                  uint64_t *wait_ns_now);
+// The same for the caller's own slot (the thread calling, with the GVL), read in place.
+uint64_t gvls_metrics_own_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
+                                     uint64_t *wait_ns_now);
+// The start of the latest of the caller's own slot's logged waits that began in [from_ns, to_ns],
+// 0 if none: a wait after a blocking release begins when the thread woke (a select's return).
+uint64_t gvls_metrics_own_wait_began_within(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns);
 // A request or job starts on the calling thread, whose slot this is (request_timing.c): the waits
 // pending for IO it started before (metrics_event.h) are not the request's, and are dropped.
 void gvls_metrics_request_started(gvls_thread *slot);

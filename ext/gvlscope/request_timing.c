@@ -22,6 +22,7 @@ typedef struct {
     uint64_t arrival_ns;      // when the work reached the process (a hand-off's stamp), 0 if unknown
     int pickup_exact;         // pickup_wait_ns counts every wait since arrival_ns (else: at least that)
     uint64_t blocked_before_start_ns;  // idle between taking the work and starting it (locks, IO on the way)
+    uint64_t thread_wait_ns;  // handed over while this thread still ran its previous request: waited for a free thread
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
 } request_timing;
@@ -60,7 +61,7 @@ static uint64_t minus(uint64_t later, uint64_t earlier) { return later > earlier
 // Where each thread's last request ended (its metrics' wait_ns then), by its slot's index: this
 // file's, not a field of the slot (the thread state is below its consumers). C methods of this
 // extension run on the main Ractor only, with its GVL: the table needs no lock.
-typedef struct { int known; uint64_t wait_ns; } request_end;
+typedef struct { int known; uint64_t wait_ns, ended_ns; } request_end;
 static request_end *ends;
 static size_t ends_capa;
 
@@ -108,7 +109,15 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             // the GVL beside CPU-bound work). The GVL's counters cannot tell whose wait a lock's is,
             // so it is also kept apart (blocked_before_start_ns), an upper bound on that part.
             timing->blocked_before_start_ns = minus(timing->before[IDLE], ticket.idle_base_ns);
-            timing->pickup_wait_ns = ticket.carried_wait_ns + minus(timing->before[WAIT], ticket.wait_base_ns) +
+            // Handed over while this thread still ran its previous request (every pool thread
+            // busy): its waits until that request ended were that request's, counted there; from
+            // the hand-off to then, the work waited for a free thread.
+            uint64_t own_base_ns = ticket.wait_base_ns;
+            if (end && end->known && end->ended_ns > ticket.handoff_ns) {
+                if (end->wait_ns > own_base_ns) own_base_ns = end->wait_ns;
+                timing->thread_wait_ns = end->ended_ns - ticket.handoff_ns;
+            }
+            timing->pickup_wait_ns = ticket.carried_wait_ns + minus(timing->before[WAIT], own_base_ns) +
                                      timing->blocked_before_start_ns;
             timing->arrival_ns = ticket.arrival_ns;
             timing->pickup_exact = ticket.exact;
@@ -172,6 +181,7 @@ static void finish(request_timing *timing) {
     request_end *end = slot ? end_of(slot, 1) : NULL;
     if (end) {
         end->wait_ns = timing->before[WAIT] + timing->delta[WAIT] - timing->pickup_wait_ns;
+        end->ended_ns = now_ns;
         end->known = 1;
     }
     timing->finished = 1;  // not frozen: freezing moves the object to another shape, ~150 instructions
@@ -213,6 +223,13 @@ static VALUE timing_queue_ns(VALUE self) {
 static VALUE timing_blocked_before_start_ns(VALUE self) {
     request_timing *timing = timing_of(self);
     return timing->arrival_ns ? ULL2NUM(timing->blocked_before_start_ns) : Qnil;
+}
+
+// From the hand-off until a thread was free to take the work (every pool thread busy with a
+// request), nil when no hand-off told it.
+static VALUE timing_queue_thread_ns(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->arrival_ns ? ULL2NUM(timing->thread_wait_ns) : Qnil;
 }
 
 // Whether pickup_wait_ns saw every wait since the arrival (false: more waits than the threads'
@@ -284,7 +301,7 @@ static VALUE timing_server_timing(VALUE self) {
     uint64_t values[COUNTERS];
     if (timing->finished) memcpy(values, timing->delta, sizeof(values));
     else deltas_now(timing, gvls_now_ns(), values);
-    char text[200];  // 5 names (45 chars) + 5 numbers of at most 21 + 5 chars
+    char text[320];  // 7 names (95 chars) + 7 numbers of at most 21 + 7 separators
     char *end = text;
     end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
     end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
@@ -293,8 +310,16 @@ static VALUE timing_server_timing(VALUE self) {
     if (gc_us) end = put_ms(put_text(end, ", gc;dur="), gc_us);
     // From the work's arrival to the app (a hand-off told it), when it took a millisecond or more:
     // the client's time before the app, of which gvl-wait has the GVL's part.
+    // Its named parts follow it: the GVL's (waited for it on the way: part of gvl-wait too) and a
+    // free thread's (every pool thread was busy); the rest is the server's own Ruby and time the
+    // machine kept the threads off a core (docs/web.md, "queue").
     uint64_t queue_ns = timing->arrival_ns ? minus(timing->started_ns, timing->arrival_ns) : 0;
-    if (queue_ns >= 1000000) end = put_ms(put_text(end, ", queue;dur="), rounded_us(queue_ns));
+    if (queue_ns >= 1000000) {
+        end = put_ms(put_text(end, ", queue;dur="), rounded_us(queue_ns));
+        end = put_ms(put_text(end, ", queue-gvl;dur="), rounded_us(timing->pickup_wait_ns));
+        uint64_t thread_us = rounded_us(timing->thread_wait_ns);
+        if (thread_us) end = put_ms(put_text(end, ", queue-threads;dur="), thread_us);
+    }
     return rb_usascii_str_new(text, end - text);
 }
 
@@ -367,6 +392,7 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
     rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
     rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);
+    rb_define_method(cTiming, "queue_thread_ns", timing_queue_thread_ns, 0);
     rb_define_method(cTiming, "blocked_before_start_ns", timing_blocked_before_start_ns, 0);
     rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);

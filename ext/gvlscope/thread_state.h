@@ -32,8 +32,8 @@ typedef struct gvls_thread_metrics {
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
     // The longest idle since the thread's last hand-off mark (handoff.c), and when it ended: a
-    // server thread's wait in IO.select for the next connection, a job runner's wait for a job,
-    // not the calls that returned at once around them (a nonblocking accept or read, a log write).
+    // server thread's wait in a select for the next request, a job runner's wait for a job, not
+    // the calls that returned at once around them (a nonblocking accept or read, a log write).
     uint64_t mark_longest_idle_ns, mark_longest_idle_woke_ns, mark_longest_idle_wait_ns;  // (wait_ns then)
     // IO in flight during a GVL wait: calls that returned at once (a write, a read that found no
     // data yet: READY within GVLS_QUICK_RELEASE_NS of SUSPENDED), the waits for the GVL after them,

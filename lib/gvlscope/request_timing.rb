@@ -27,6 +27,7 @@ module GVLScope
     def pickup_wait_ms = pickup_wait_ns / 1e6
     def duration_ms = duration_ns / 1e6
     def queue_ms = (ns = queue_ns) && ns / 1e6
+    def queue_thread_ms = (ns = queue_thread_ns) && ns / 1e6
 
     def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
 
@@ -41,6 +42,8 @@ module GVLScope
 
       words << format(", which it reached %.1f ms before; %.1f ms of the wait blocked on the way " \
                       "(locks, log writes: GVL wait by their holders, at most)", queue, blocked_before_start_ms)
+      threads = queue_thread_ms
+      words << format("; it waited %.1f ms for a free thread", threads) if threads&.positive?
       words << "; at least that much wait: more waits than the threads' logs hold" unless pickup_exact?
       words
     end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "open3"
 require "socket"
 require "tmpdir"
 require "gvlscope/rack"
@@ -13,19 +14,24 @@ require "gvlscope/integrations/handoffs"
 class HandoffTest < Minitest::Test
   include GVLScopeTestHelper
 
-  # Puma's shape (Server#new_client on the server thread, #process_client on a pool thread), the
-  # methods Handoffs prepends to.
-  FakeClient = Struct.new(:io)
+  # Puma's shape: the thread that readied a connection (the server thread, the reactor) hands it to
+  # the pool with ThreadPool#<<, the method Handoffs prepends to; a pool thread serves it.
+  class FakeClient # Puma::Client keeps its connection in @io
+    attr_reader :io
+
+    def initialize(io) = @io = io
+  end
 
   # GVLScope::Rack finds a request's stamp by env["puma.socket"], as Puma sets it.
-  class FakeServer
-    prepend GVLScope::Handoffs::PumaServer
+  class FakePool
+    prepend GVLScope::Handoffs::PumaThreadPool
 
     APP = GVLScope::Rack.new(->(env) { [200, {}, [env["gvlscope"]]] }, route: false)
 
-    def new_client(io, _listener) = FakeClient.new(io)
-    def reactor_wakeup(client) = client
-    def process_client(client) = APP.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => client.io })[2][0]
+    def initialize = @todo = Queue.new
+    def <<(client) = @todo << client
+    def pop = @todo.pop
+    def serve(client) = APP.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => client.io })[2][0]
   end
 
   def setup
@@ -46,10 +52,9 @@ class HandoffTest < Minitest::Test
   # and starts the request. The old rule counted the wait since the last wake only (after the
   # lock); the request's wait is all of the path's waits.
   def test_the_pickup_wait_is_every_wait_on_the_way_from_the_arrival
-    server = FakeServer.new
+    server = FakePool.new
     wake_r, wake_w = IO.pipe
     conn, other = UNIXSocket.pair
-    handed = Queue.new
     lock = Mutex.new
     at_lock = false
     stop = false
@@ -60,7 +65,7 @@ class HandoffTest < Minitest::Test
     acceptor = Thread.new do
       IO.select([wake_r])
       wake_r.read_nonblock(1)
-      handed << server.new_client(conn, nil)
+      server << FakeClient.new(conn)
     end
     acceptor.name = "acceptor"
     holder = Thread.new do
@@ -70,10 +75,10 @@ class HandoffTest < Minitest::Test
       end
     end
     pool = Thread.new do
-      client = handed.pop
+      client = server.pop
       at_lock = true
       lock.synchronize { nil }
-      server.process_client(client)
+      server.serve(client)
     end
     pool.name = "pool"
     sleep 0.05 until [acceptor, pool].all? { |t| t.status == "sleep" }
@@ -100,6 +105,159 @@ class HandoffTest < Minitest::Test
   ensure
     stop = true
     [wake_r, wake_w, conn, other].each { |io| io&.close unless io&.closed? }
+  end
+
+  # Threads beside the hog wake for things that are not this request (a wakeup pipe: Puma's reactor
+  # when a connection is added, or a lost accept in cluster mode), each time wait for the GVL and
+  # go back to select; then the request's bytes arrive on a TCP connection. Only the waits after
+  # the wake its bytes caused are its own. (The old rule took the longest block since the last
+  # hand-off, the first, and charged every wait since.)
+  def test_wakes_for_other_work_are_not_charged_to_the_request
+    server = FakePool.new
+    listener = TCPServer.new("127.0.0.1", 0)
+    client = TCPSocket.new("127.0.0.1", listener.addr[1])
+    conn = listener.accept
+    wake_r, wake_w = IO.pipe
+    lost = Queue.new
+    stop = false
+    path = File.join(@dir, "lost.gvl")
+    GVLScope.start(path, stacks: false)
+    hog = Thread.new { x = 0; x += 1 until stop } # rubocop:disable Style/Semicolon
+    reactor = Thread.new do
+      loop do
+        ready, = IO.select([wake_r, conn])
+        next lost << wake_r.read_nonblock(1) unless ready.include?(conn)
+
+        conn.read_nonblock(100)
+        break server << FakeClient.new(conn)
+      end
+    end
+    reactor.name = "reactor"
+    pool = Thread.new { server.serve(server.pop) }
+    pool.name = "pool"
+    sleep 0.05 until [reactor, pool].all? { |t| t.status == "sleep" }
+    sleep 0.3 # the reactor's first block is its longest
+    3.times do
+      wake_w.write("x")
+      lost.pop
+      sleep 0.001 until reactor.status == "sleep"
+    end
+    sleep 0.02
+    sent_at = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+    client.write("GET / HTTP/1.1\r\n\r\n")
+    timing = pool.value
+    since_sent = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - sent_at
+    stop = true
+    hog.join
+    GVLScope.stop
+
+    # The reactor's waits after the block the bytes ended (its last block of 10 ms or more), the
+    # pool thread's after its queue woke it.
+    reactor_intervals, pool_intervals = after_first_block(path, "reactor", "pool")
+    last_select = reactor_intervals.rindex { |i| i.state == :idle && i.duration_ns >= 10_000_000 }
+    after_data = reactor_intervals.drop(last_select + 1)
+    lost_waits = reactor_intervals.take(last_select).select { |i| i.state == :wait }.sum(&:duration_ns)
+    assert_operator lost_waits, :>, 100_000_000, "the lost wakes waited beside the hog: #{reactor_intervals.map(&:state)}"
+    expected = (after_data + pool_intervals).select { |i| i.state == :wait }.sum(&:duration_ns)
+    assert_in_delta expected, timing.wait_ns, 2_000 * (after_data.size + pool_intervals.size), "trace's waits vs the request's"
+    # Physical bounds: charged only from when its bytes arrived.
+    assert_operator timing.queue_ns, :<=, since_sent
+    assert_operator timing.pickup_wait_ns, :<=, timing.queue_ns
+    assert timing.pickup_exact?
+  ensure
+    stop = true
+    [wake_r, wake_w, client, conn, listener].each { |io| io&.close unless io&.closed? }
+  end
+
+  # A connection accepted and handed over, silent at first: the pool thread finds no request and
+  # gives it to the reactor, which hands it over again when its bytes come. The request is charged
+  # from then, never for its silence, nor for the waits of other requests meanwhile.
+  def test_a_silent_connection_is_charged_from_its_bytes
+    server = FakePool.new
+    listener = TCPServer.new("127.0.0.1", 0)
+    client = TCPSocket.new("127.0.0.1", listener.addr[1])
+    stop = false
+    hog = Thread.new { x = 0; x += 1 until stop } # rubocop:disable Style/Semicolon
+    acceptor = Thread.new do
+      IO.select([listener])
+      server << FakeClient.new(listener.accept_nonblock)
+    end
+    silent = Queue.new
+    first = Thread.new do
+      client_conn = server.pop
+      ready, = IO.select([client_conn.io], nil, nil, 0)
+      silent << client_conn unless ready # no request yet: to the reactor
+    end
+    reactor = Thread.new do
+      handed = silent.pop
+      IO.select([handed.io])
+      handed.io.read_nonblock(100)
+      server << handed
+    end
+    pool = Thread.new { server.serve(server.pop) }
+    [acceptor, first].each(&:join)
+    sleep 0.5 # silent; the hog and the threads' waits go on
+    sent_at = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+    client.write("GET / HTTP/1.1\r\n\r\n")
+    timing = pool.value
+    since_sent = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond) - sent_at
+    reactor.join
+    assert_operator timing.queue_ns, :<=, since_sent
+    assert_operator timing.wait_ns, :<=, since_sent
+    assert_operator timing.pickup_wait_ns, :<=, timing.queue_ns
+  ensure
+    stop = true
+    hog&.join
+    [client, listener].each { |io| io&.close unless io&.closed? }
+  end
+
+  # One pool thread, busy with a request beside the hog when the next connection is handed over:
+  # the second request waited for a free thread (queue_thread_ns), and the GVL waits of the first
+  # request, counted there, are not counted again in the second's pickup.
+  def test_a_request_handed_to_a_busy_thread_waits_for_it_and_is_not_charged_its_waits
+    server = FakePool.new
+    listener = TCPServer.new("127.0.0.1", 0)
+    clients = []
+    stop = false
+    handed_second = false
+    # CPU beside the hog (it waits) until the second connection is handed over, and 0.2 s more.
+    slow_app = GVLScope::Rack.new(lambda { |env|
+      deadline = nil
+      until deadline && Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.2 if handed_second
+      end
+      [200, {}, [env["gvlscope"]]]
+    }, route: false)
+    hog = Thread.new { x = 0; x += 1 until stop } # rubocop:disable Style/Semicolon
+    acceptor = Thread.new do
+      2.times do
+        IO.select([listener])
+        server << FakeClient.new(listener.accept_nonblock)
+      end
+      handed_second = true
+    end
+    pool = Thread.new do
+      first = server.pop
+      one = slow_app.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => first.io })[2][0]
+      [one, server.serve(server.pop)]
+    end
+    clients << TCPSocket.new("127.0.0.1", listener.addr[1])
+    clients[0].write("GET / HTTP/1.1\r\n\r\n")
+    clients << TCPSocket.new("127.0.0.1", listener.addr[1])
+    clients[1].write("GET / HTTP/1.1\r\n\r\n")
+    one, two = pool.value
+    acceptor.join
+    refute_nil two.queue_thread_ns
+    assert_operator two.queue_thread_ns, :>, 0, "handed over while the only thread ran the first request"
+    assert_operator two.queue_thread_ns, :<=, two.queue_ns
+    # The first request waited beside the hog; the second's pickup is only what came after it.
+    assert_operator one.wait_ns, :>, 100_000_000
+    assert_operator two.pickup_wait_ns + two.queue_thread_ns, :<=, two.queue_ns
+    assert_match(/queue-threads;dur=/, two.server_timing)
+  ensure
+    stop = true
+    hog&.join
+    [*clients, listener].each { |io| io&.close unless io&.closed? }
   end
 
   # Sidekiq's shape: the processor fetches its job (a blocking pop, as BRPOP), then takes the job
@@ -166,6 +324,26 @@ class HandoffTest < Minitest::Test
     end
   end
 
+  # A Puma without ThreadPool#<<(client) (none of 6-8; a future one may change it): one line at
+  # boot says the numbers leave the wait before the app out, and nothing is prepended.
+  def test_a_puma_without_the_hand_off_method_says_so_once_at_boot
+    program = <<~'RUBY'
+      module Puma
+        class Server; end
+        module Const; PUMA_VERSION = "9.0.0"; end
+        class ThreadPool; def push(work) = work; end
+      end
+      require "gvlscope/rack"
+      2.times { GVLScope::Rack.new(->(_env) { [200, {}, []] }) }
+      print Puma::ThreadPool.ancestors.first == Puma::ThreadPool
+    RUBY
+    out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
+    assert status.success?, err
+    assert_equal "true", out
+    assert_equal ["gvlscope: Puma 9.0.0 has no ThreadPool#<<(client): gvl-wait counts only the wait inside the app, " \
+                  "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
+  end
+
   def test_work_without_a_hand_off_keeps_the_threads_own_rule
     timing = Thread.new { GVLScope::RequestTiming.start.finish! }.value
     assert_nil timing.queue_ns
@@ -176,8 +354,8 @@ class HandoffTest < Minitest::Test
   # A stamp for another descriptor, or none, is no hand-off: a pool thread given a connection that
   # nobody stamped (an SSL socket, a test double) counts as before.
   def test_a_client_without_a_stamp_is_no_hand_off
-    server = FakeServer.new
-    timing = Thread.new { server.process_client(FakeClient.new(Object.new)) }.value
+    server = FakePool.new
+    timing = Thread.new { server.serve(FakeClient.new(Object.new)) }.value
     assert_nil timing.queue_ns
   end
 end

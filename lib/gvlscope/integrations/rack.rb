@@ -79,8 +79,10 @@ module GVLScope
       # hook that is shared with everything else gvlscope does.
       @requests = Native::RackRequests.new(@sample, @server_timing, routes, @after_response)
       Metrics.enable
-      Handoffs.install_puma # the wait before the app: Puma's accept and pool threads
       @warning = RequestHooks::Warning.new { |line| @logger ? @logger.warn(line) : warn(line) }
+      # The wait before the app: Puma's threads that ready a request for the pool. A Puma without
+      # the method says so once per process, at boot: its numbers leave that wait out.
+      Handoffs.install_puma { |line| @warning.warn(line) }
     end
 
     def call(env)
