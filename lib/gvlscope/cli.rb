@@ -518,7 +518,7 @@ module GVLScope
       return unless window && held_to < window.last
 
       say "gvlscope: warning: --window #{Units.seconds(window.first)}..#{Units.seconds(window.last)} holds more than " \
-          "#{Formats::ReportHTML::BUDGET.detail_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
+          "#{Formats::ReportHTML::BUDGET.window_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
           "up to #{Units.seconds(held_to)}"
     end
 
