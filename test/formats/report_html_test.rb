@@ -334,6 +334,24 @@ class ReportHTMLTest < Minitest::Test
     assert_includes dom, "(the range held more than a page takes: it has every one up to #{format('%.6g', first.last.start_ns / 1e6)} ms)"
   end
 
+  # The page's intervals cost no object each: a page of 200,000 intervals (a 600,000-event trace,
+  # 20 findings) allocates a few thousand objects in all, where it made three per interval and a
+  # String per number of its times (2.5M-event trace: 10 s and 548 MB for the page, text 0.8 s).
+  def test_the_pages_intervals_cost_no_object_each
+    require_relative "../support/synthetic_trace"
+    trace = File.join(@dir, "big.gvl")
+    SyntheticTrace.write(trace, events: 600_000)
+    report = with_findings(GVLScope::Analysis::Report.new(GVLScope::Model::Scan.open(trace, bins: 2000)), 20, 5_000_000)
+    report.findings
+    GC.start
+    before = GC.stat(:total_allocated_objects)
+    page = GVLScope::Formats::ReportHTML.new(report).to_s
+    allocated = GC.stat(:total_allocated_objects) - before
+    intervals = JSON.parse(page[/^const REPORT = (.*);$/, 1])["timeline"]["intervals"]
+    assert_operator allocated, :<, 50_000, "objects for a page of #{intervals} intervals"
+    assert_equal GVLScope::Formats::ReportHTML::BUDGET.detail_intervals, intervals
+  end
+
   # The page of a 100M-event trace of 2,000 threads stays under 25 MB: at most Budget#lanes lanes
   # (the busiest and those findings name) and one for the rest, the findings' windows filled up
   # to Budget#detail_intervals, the table cut, and it renders: lanes, and a finding's intervals.
