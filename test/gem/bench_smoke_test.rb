@@ -34,6 +34,7 @@ class BenchSmokeTest < Minitest::Test
     "sidekiq_instructions" => [%w[bench/sidekiq_instructions.rb], { "JOBS" => "20", "CALLS" => "100", "ROUNDS" => "1" },
                                /^\| job \| plain \| with GVLScope::Sidekiq/],
     "report_html" => [%w[bench/report_html.rb], { "THREADS" => "20", "EVENTS" => "100000", "RUNS" => "1" }, /^Chromium \(headless, 1 runs\)/],
+    "autorun_boot" => [%w[bench/autorun_boot.rb], { "RUNS" => "2" }, /^autorun, --metrics-only +[\d.]+ ms CPU/],
   }.freeze
   CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions].freeze
 

@@ -46,9 +46,9 @@ module GVLScope
       RELEASE_SITES = 10 # rows of the release-site table
 
       # What the page may hold. The defaults keep it under ~21 MB for any trace: an interval takes
-      # 3-4 bytes (ReportHTML#lane), 11 at most, so a --window page's 1,000,000 take 15 MB at most in base64; an
-      # overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201 lanes); the
-      # table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
+      # 3-4 bytes (ReportHTML#lane), 11 at most, so a --window page's 1,000,000 take 15 MB at most
+      # in base64; an overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201
+      # lanes); the table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
       # embed_all_intervals: a trace of at most this many events has all its intervals on the page
       # detail_intervals:    otherwise, the intervals of all the windows around findings, together
       #                      (the pass keeps up to 3 times as many, ~48 bytes each: within twice the
