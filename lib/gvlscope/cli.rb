@@ -11,8 +11,8 @@ require_relative "units"
 require_relative "integrations/launch"
 
 module GVLScope
-  # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
-  # itself works on any Ruby.
+  # The `gvlscope` command (exe/gvlscope checks the Ruby first: supported_ruby.rb). Traces are
+  # read by the report engine, the recorder's sibling extension.
   class CLI
     USAGE = <<~TEXT
       Usage: gvlscope COMMAND [options]
