@@ -11,6 +11,8 @@
 #   BEFORE=/path/to/old/checkout bundle exec ruby bench/report.rb   # the same commands of another
 #                                                           # checkout, on the same traces
 #   ONLY=report,json bundle exec ruby bench/report.rb      # some of the commands
+#   FINDINGS=20 ONLY=report,html bundle exec ruby bench/report.rb   # 20 made-up findings in each report
+#                                                           # (bench/support/made_up_findings.rb): the HTML's windows
 #
 # SOURCE=synthetic (the default) writes the traces with test/support/synthetic_trace.rb: 4
 # threads handing the GVL to each other every ~2 us (the hand-off thrash), with release sites, GC
@@ -75,7 +77,8 @@ def measure(root, arguments)
   outputs = arguments.grep(%r{\A#{Regexp.escape(TMP)}/bench\.})
   FileUtils.rm_f(outputs)
   stats = File.join(TMP, "bench-time.txt")
-  ok = system(TIME, "-o", stats, "-f", "%e %U %S %M", RbConfig.ruby, File.join(root, "exe", "gvlscope"), *arguments,
+  findings = ENV["FINDINGS"] ? ["-I", File.join(root, "lib"), "-r", File.join(ROOT, "bench/support/made_up_findings.rb")] : []
+  ok = system(TIME, "-o", stats, "-f", "%e %U %S %M", RbConfig.ruby, *findings, File.join(root, "exe", "gvlscope"), *arguments,
               out: File::NULL, err: File::NULL)
   wall, user, system_s, rss_kb = File.read(stats).split.last(4).map(&:to_f)
   size = outputs.sum { |path| File.exist?(path) ? File.size(path) : 0 }

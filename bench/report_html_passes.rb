@@ -86,7 +86,9 @@ pages.each do |html, extra|
   GC.start
   wall, cpu, passes = run(arguments, scans)
   data = JSON.parse(File.read(html)[/^const REPORT = (.*);$/, 1])
+  # The process's peak RSS so far: the first page's is its command's (this process made the trace first, if it had to).
+  peak_mb = File.read("/proc/self/status")[/^VmHWM:\s+(\d+)/, 1].to_i / 1024
   puts format("gvlscope %-70s %.2f s wall, %.2f s CPU, %d engine passes (the main one included), page %.1f MB, " \
-              "%d intervals in %d windows", arguments.join(" ").gsub("#{ROOT}/", ""), wall, cpu, passes,
-              File.size(html) / 1e6, data["timeline"]["intervals"], data["timeline"]["windows"].size)
+              "%d intervals in %d windows; peak RSS so far %d MB", arguments.join(" ").gsub("#{ROOT}/", ""), wall, cpu, passes,
+              File.size(html) / 1e6, data["timeline"]["intervals"], data["timeline"]["windows"].size, peak_mb)
 end

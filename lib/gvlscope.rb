@@ -8,6 +8,7 @@
 # `use GVLScope::Rack` in a config.ru needs nothing more than what Bundler.require does.
 require_relative "gvlscope/one_copy"
 return if GVLScope::OneCopy.elsewhere?(__dir__, "gvlscope") # a second copy of the gem: see one_copy.rb
+require_relative "gvlscope/supported_ruby" # an older Ruby: one line, before anything else loads
 require_relative "gvlscope/native"
 require_relative "gvlscope/trace"
 require_relative "gvlscope/metrics"

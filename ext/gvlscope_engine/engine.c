@@ -422,6 +422,31 @@ static VALUE pass_windows(VALUE self) {
     return windows;
 }
 
+// Per window, its intervals as columns: [serials, state codes, reason codes, starts, ends], five
+// Arrays of Integers (no object per interval: the HTML report's windows hold up to its whole
+// budget). Each window's intervals are freed as its columns are made: a second call finds none.
+static VALUE pass_window_columns(VALUE self) {
+    eng_engine *engine = get_engine(self);
+    VALUE windows = rb_ary_new_capa((long)engine->window_count);
+    for (size_t w = 0; w < engine->window_count; w++) {
+        eng_vec *found = &engine->windows[w].found;
+        long size = (long)found->size;
+        VALUE serials = rb_ary_new_capa(size), states = rb_ary_new_capa(size), reasons = rb_ary_new_capa(size),
+              starts = rb_ary_new_capa(size), ends = rb_ary_new_capa(size);
+        for (size_t i = 0; i < found->size; i++) {
+            eng_interval *interval = &VEC_AT(*found, eng_found, i).interval;
+            rb_ary_push(serials, serial_of(engine, interval->thread));
+            rb_ary_push(states, INT2FIX(interval->state));
+            rb_ary_push(reasons, INT2FIX(interval->reason));
+            rb_ary_push(starts, LL2NUM(interval->start));
+            rb_ary_push(ends, LL2NUM(interval->end));
+        }
+        vec_free(&engine->memory, found);
+        rb_ary_push(windows, rb_ary_new_from_args(5, serials, states, reasons, starts, ends));
+    }
+    return windows;
+}
+
 static VALUE pass_shared_natives(VALUE self) { return get_engine(self)->shared_natives ? Qtrue : Qfalse; }
 static VALUE pass_counter_entries(VALUE self) { return ULL2NUM(get_engine(self)->counter_entries); }
 
@@ -718,6 +743,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_method(cPass, "release_sites", pass_release_sites, 0);
     rb_define_method(cPass, "overview", pass_overview, 0);
     rb_define_method(cPass, "windows", pass_windows, 0);
+    rb_define_method(cPass, "window_columns", pass_window_columns, 0);
     rb_define_method(cPass, "shared_natives?", pass_shared_natives, 0);
     rb_define_method(cPass, "counter_entries", pass_counter_entries, 0);
     rb_define_method(cPass, "memory", pass_memory, 0);

@@ -1,7 +1,6 @@
 // Detail windows (Analysis::Report#detail; Scan#intervals asks for one window over everything):
 // each keeps the first +limit+ final intervals that meet it, in a max-heap; and when a pass that
 // only collects windows may stop.
-#include <stdlib.h>
 
 #include "pass_shared.h"
 
@@ -11,6 +10,21 @@ static bool found_less(const eng_found *a, const eng_found *b) {
     return a->listed < b->listed;
 }
 
+// Puts +found+ at the top of the max-heap of +size+ items and moves it down to its place.
+static void sift_down(void *data, size_t size, const eng_found *found) {
+    eng_found *items = (eng_found *)data;
+    size_t at = 0;
+    for (;;) {
+        size_t child = 2 * at + 1;
+        if (child >= size) break;
+        if (child + 1 < size && found_less(&items[child], &items[child + 1])) child++;
+        if (!found_less(found, &items[child])) break;
+        items[at] = items[child];
+        at = child;
+    }
+    items[at] = *found;
+}
+
 // A window keeps the +limit+ first intervals (by start, then thread order, then the thread's own
 // order) in a max-heap.
 void window_offer(eng_engine *engine, eng_window *window, const eng_found *found) {
@@ -18,6 +32,12 @@ void window_offer(eng_engine *engine, eng_window *window, const eng_found *found
     if (window->limit == 0) return;
     size_t at;
     if (heap->size < window->limit) {
+        if (heap->size == heap->capacity) { // grown to the limit at most: no room for twice the intervals kept
+            size_t capacity = heap->capacity ? heap->capacity * 2 : 16;
+            if (capacity > window->limit) capacity = (size_t)window->limit;
+            heap->data = eng_realloc(&engine->memory, heap->data, heap->capacity * heap->element, capacity * heap->element);
+            heap->capacity = capacity;
+        }
         vec_push(&engine->memory, heap);
         at = heap->size - 1;
         while (at > 0) {
@@ -30,29 +50,20 @@ void window_offer(eng_engine *engine, eng_window *window, const eng_found *found
         return;
     }
     if (!found_less(found, &VEC_AT(*heap, eng_found, 0))) return;
-    at = 0;
-    for (;;) {
-        size_t child = 2 * at + 1;
-        if (child >= heap->size) break;
-        if (child + 1 < heap->size && found_less(&VEC_AT(*heap, eng_found, child), &VEC_AT(*heap, eng_found, child + 1))) {
-            child++;
-        }
-        if (!found_less(found, &VEC_AT(*heap, eng_found, child))) break;
-        VEC_AT(*heap, eng_found, at) = VEC_AT(*heap, eng_found, child);
-        at = child;
-    }
-    VEC_AT(*heap, eng_found, at) = *found;
+    sift_down(heap->data, heap->size, found);
 }
 
-static int compare_found(const void *a, const void *b) {
-    if (found_less(a, b)) return -1;
-    return found_less(b, a) ? 1 : 0;
-}
-
+// Sorted in place from the max-heap (heapsort): no second copy of a window of a million, as
+// qsort's merge sort would make.
 void eng_windows_sorted(eng_engine *engine) {
     for (size_t i = 0; i < engine->window_count; i++) {
         eng_vec *found = &engine->windows[i].found;
-        if (found->size > 1) qsort(found->data, found->size, sizeof(eng_found), compare_found);
+        eng_found *items = (eng_found *)found->data;
+        for (size_t end = found->size; end > 1; end--) {
+            eng_found last = items[end - 1];
+            items[end - 1] = items[0];
+            sift_down(found->data, end - 1, &last);
+        }
     }
 }
 

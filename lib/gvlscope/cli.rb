@@ -12,8 +12,8 @@ require_relative "output_file"
 require_relative "integrations/launch"
 
 module GVLScope
-  # The `gvlscope` command. Reading traces needs no native code, so every command but tracing
-  # itself works on any Ruby.
+  # The `gvlscope` command (exe/gvlscope checks the Ruby first: supported_ruby.rb). Traces are
+  # read by the report engine, the recorder's sibling extension.
   class CLI
     USAGE = <<~TEXT
       Usage: gvlscope COMMAND [options]
@@ -546,7 +546,7 @@ module GVLScope
       return unless window && held_to < window.last
 
       say "gvlscope: warning: --window #{Units.seconds(window.first)}..#{Units.seconds(window.last)} holds more than " \
-          "#{Formats::ReportHTML::BUDGET.detail_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
+          "#{Formats::ReportHTML::BUDGET.window_intervals.to_s.gsub(/\B(?=(\d{3})+\z)/, ',')} intervals: the page has every one " \
           "up to #{Units.seconds(held_to)}"
     end
 
@@ -594,7 +594,8 @@ module GVLScope
       raise UsageError, "diff takes two inputs, A and B (got #{paths.size})" unless paths.size == 2
 
       require_relative "analysis/diff_inputs"
-      kinds = paths.map { |path| Analysis::DiffInputs.kind_of(path) }
+      require_relative "analysis/input_kind"
+      kinds = paths.map { |path| Analysis::InputKind.of(path) }
       if kinds.uniq.size > 1
         raise Error, "#{paths[0]} is #{Analysis::Diff::KINDS.fetch(kinds[0])} and #{paths[1]} " \
                      "#{Analysis::Diff::KINDS.fetch(kinds[1])}: diff compares two of a kind"
@@ -664,9 +665,18 @@ module GVLScope
       end
 
       choose = { threads: options[:threads] }
+      file = options[:snapshot]
       if (path = paths.first)
-        Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose)
-      elsif (file = options[:snapshot])
+        # A snapshot file given as FILE is read as one, as `diff` takes it.
+        require_relative "analysis/input_kind"
+        case Analysis::InputKind.of(path)
+        when "trace" then return Analysis::AdvisorInputs.from_report(report_of(timeline_of(path)), **choose)
+        when "snapshot" then file = path
+        else
+          raise Error, "#{path}: is a /metrics scrape: advise reads /metrics live, twice (--url URL --current-threads N)"
+        end
+      end
+      if file
         later, earlier = Analysis::AdvisorInputs.read_snapshot_file(file)
         Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}",
                                                            current_threads: options[:current_threads], **choose)

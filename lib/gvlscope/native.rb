@@ -1,19 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "version"
-require_relative "errors"
-
-module GVLScope
-  def self.check_ruby!(engine = RUBY_ENGINE, version = RUBY_VERSION)
-    return if engine == "ruby" && version_at_least?(version, MINIMUM_RUBY)
-
-    raise UnsupportedRuby,
-          "gvlscope needs CRuby >= #{MINIMUM_RUBY} (the GVL instrumentation API with STARTED/EXITED " \
-          "events and thread-specific storage); this is #{engine} #{version}. " \
-          "script/bootstrap in the gvlscope repository builds a suitable Ruby."
-  end
-  check_ruby!
-end
+require_relative "supported_ruby"
 
 # The C recorder (ext/gvlscope): GVLScope::Native and GVLScope::RequestTiming's counting.
 begin

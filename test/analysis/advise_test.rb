@@ -189,6 +189,22 @@ class AdviseTest < Minitest::Test
     end
   end
 
+  # A snapshot file given as FILE is read as a snapshot, as `diff` takes it (Analysis::InputKind),
+  # not as a gvl-tracing trace; a saved /metrics page gets one line naming the way advise reads it.
+  def test_advise_file_detects_a_snapshot_file_as_diff_does
+    snapshots = File.join(ROOT, "test/fixtures/diff/after.snapshots.json")
+    as_option, err, status = gvlscope("advise", "--snapshot", snapshots, "--cores", "1")
+    assert status.success?, err
+    as_file, err, status = gvlscope("advise", snapshots, "--cores", "1")
+    assert status.success?, err
+    assert_equal as_option, as_file
+
+    _out, err, status = gvlscope("advise", File.join(ROOT, "test/fixtures/diff/after.prom"))
+    assert_equal 1, status.exitstatus
+    assert_equal ["gvlscope: #{File.join(ROOT, 'test/fixtures/diff/after.prom')}: is a /metrics scrape: advise reads " \
+                  "/metrics live, twice (--url URL --current-threads N)"], err.lines(chomp: true)
+  end
+
   # Two routes as the lab's mixed mix reads per endpoint: 4.9 ms of Ruby and no IO, 1.6 ms of Ruby
   # and 9 ms of IO (cumulative sums of +count+ requests each).
   def two_routes(count)

@@ -112,6 +112,42 @@ class ProgressTest < Minitest::Test
     assert_match(/\A\rgvlscope: 1\d s  analysing\.\.\.\e\[K/, io.string)
   end
 
+  # What a reader tells the bar, in order: [:phase, label, total] and [:advance, bytes].
+  class Steps
+    attr_reader :steps, :label, :total_bytes
+
+    def initialize = @steps = []
+
+    def phase(label, total_bytes = nil)
+      @label = label
+      @total_bytes = total_bytes
+      @steps << [:phase, label, total_bytes]
+    end
+
+    def advance_to(bytes) = @steps << [:advance, bytes]
+  end
+
+  # `report --html`: the page's intervals are one more pass over the trace, made while the CLI's
+  # bar says "writing PATH". The bar shows that pass with its own label, moving, then "writing
+  # PATH" again (the page is still being made): never the main pass's label, stopped where the
+  # pass stopped, while the page is built.
+  def test_the_pages_pass_has_its_own_step_and_the_bar_returns_to_writing
+    require "gvlscope/analysis"
+    require "gvlscope/formats/report_html"
+    steps = Steps.new
+    scan = GVLScope::Model::Scan.open(FIXTURE, bins: GVLScope::Analysis::Overview::BINS, progress: steps)
+    report = GVLScope::Analysis::Report.new(scan)
+    steps.phase("writing r.html") # as the CLI does before the page
+    before = steps.steps.size
+    GVLScope::Formats::ReportHTML.new(report).to_s
+    during = steps.steps.drop(before)
+    size = File.size(FIXTURE)
+    assert_equal [:phase, "reading the timeline's intervals of #{FIXTURE}", size], during.first
+    assert_operator during.count { |step| step.first == :advance }, :>=, 1, "the pass tells how far it got"
+    assert_equal [:phase, "writing r.html", nil], during.last, "after the pass: the step it interrupted"
+    assert_equal 2, during.count { |step| step.first == :phase }
+  end
+
   # The real command: the same child Ruby with its stderr on a pseudo-terminal, then on a pipe.
   # The child shortens DELAY_S to 0 so that a quick command shows its bar.
   CLI = <<~RUBY

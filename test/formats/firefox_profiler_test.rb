@@ -13,6 +13,13 @@ class FirefoxProfilerTest < Minitest::Test
   include GVLScopeTestHelper
   include FirefoxProfilerViewer
 
+  # docs/format.md's offline route installs the version drawn here and opens the export with it.
+  def test_the_docs_offline_route_is_this_viewer
+    docs = File.read(File.join(ROOT, "docs/format.md"))
+    assert_includes docs, "gem install #{GEM} -v #{VERSION}"
+    assert_includes docs, "#{GEM} app.firefox.json"
+  end
+
   def test_the_firefox_profiler_draws_it
     Dir.mktmpdir("gvlscope-firefox") do |dir|
       path = File.join(dir, "hog.firefox.json")

@@ -36,6 +36,7 @@ class BenchSmokeTest < Minitest::Test
                                /^\| job \| plain \| with GVLScope::Sidekiq/],
     "fuzz_cli" => [%w[bench/fuzz_cli.rb], { "TRACES" => "3", "SNAPSHOTS" => "3" }, /^\| inputs \| mutated \| commands run/],
     "report_html" => [%w[bench/report_html.rb], { "THREADS" => "20", "EVENTS" => "100000", "RUNS" => "1" }, /^Chromium \(headless, 1 runs\)/],
+    "autorun_boot" => [%w[bench/autorun_boot.rb], { "RUNS" => "2" }, /^autorun, --metrics-only +[\d.]+ ms CPU/],
   }.freeze
   CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions].freeze
 

@@ -208,6 +208,28 @@ class DocsTest < Minitest::Test
     end
   end
 
+  # README.md and docs/metrics.md show `gvlscope run --metrics-only` with its output: the lines
+  # shown have the shape of what it prints today (digits aside), the process line, the totals and
+  # the per-thread table's header.
+  def test_metrics_only_is_shown_with_todays_output
+    Dir.mktmpdir("gvlscope-doc") do |dir|
+      _out, err, status = gvlscope("run", "--metrics-only", "--", RbConfig.ruby, "-e",
+                                   "2.times.map { Thread.new { 200_000.times { |i| i * i } } }.each(&:join)", chdir: dir)
+      assert status.success?, err
+      shape = ->(line) { line.gsub(/\d+(\.\d+)?/, "0").squeeze(" ").sub(/\(.*\)\z/, "(PROGRAM)") }
+      printed = err.lines(chomp: true)
+      expected = [printed[0], printed[1], printed.find { |line| line.start_with?("thread ") }].map(&shape)
+      %w[README.md docs/metrics.md].each do |doc|
+        text = File.read(File.join(ROOT, doc))
+        assert_includes text, "gvlscope run --metrics-only -- ", doc
+        shown = text[/^```\n(gvlscope: GVL metrics of pid .*?)^```$/m, 1]
+        refute_nil shown, "#{doc} shows no output of --metrics-only"
+        lines = shown.lines(chomp: true)
+        assert_equal expected, [lines[0], lines[1], lines.find { |line| line.start_with?("thread ") }].map(&shape), doc
+      end
+    end
+  end
+
   # Files the docs point to exist (a moved file leaves no dangling path behind).
   def test_paths_named_in_docs_exist
     DOCS.each do |doc|

@@ -2,11 +2,36 @@
 
 require "test_helper"
 require "tmpdir"
+require "fileutils"
 
 # The gem as users get it: gem build, gem install into an empty GEM_HOME (compiling the
 # extension from source), then require it from a plain Ruby.
 class GemPackageTest < Minitest::Test
   include GVLScopeTestHelper
+
+  # README.md's "Install" as written: its `gem build ... && gem install ./gvlscope-*.gem` line,
+  # run by a shell in the checkout (the .gem it leaves there is removed), then the command it installed.
+  def test_the_readme_install_line_installs_a_working_gvlscope
+    readme = File.read(File.join(ROOT, "README.md"))
+    line = readme[/^ {4}(gem build gvlscope\.gemspec && gem install .*)$/, 1]
+    refute_nil line, "README.md shows no `gem build gvlscope.gemspec && gem install ...` line"
+    Dir.mktmpdir("gvlscope-gem") do |dir|
+      home = File.join(dir, "home")
+      env = { "RUBYOPT" => nil, "BUNDLE_GEMFILE" => nil, "BUNDLER_SETUP" => nil, "GEM_HOME" => home, "GEM_PATH" => home,
+              "PATH" => "#{File.join(home, 'bin')}:#{File.dirname(RbConfig.ruby)}:#{ENV.fetch('PATH')}" }
+      built = File.join(ROOT, "gvlscope-#{GVLScope::VERSION}.gem")
+      refute File.exist?(built), "#{built} is there already: this test would remove it"
+      begin
+        out, status = Open3.capture2e(env, "sh", "-c", "#{line} --local --no-document", chdir: ROOT)
+        assert status.success?, "#{line}:\n#{out}"
+      ensure
+        FileUtils.rm_f(built)
+      end
+      out, err, status = Open3.capture3(env, "gvlscope", "report", File.join(ROOT, "test/fixtures/traces/hog.gvl"), chdir: dir)
+      assert status.success?, err
+      assert_match(/^Findings/, out)
+    end
+  end
 
   def test_built_gem_installs_into_a_fresh_gem_home_and_loads
     Dir.mktmpdir("gvlscope-gem") do |dir|

@@ -60,10 +60,11 @@ class LayoutTest < Minitest::Test
   def test_stages_have_their_folders
     top = Dir[File.join(LIB, "gvlscope/*.rb")].map { |f| File.basename(f, ".rb") }.sort
     # Beside the public require paths, the helpers every stage shares (units, vocabulary, printable
-    # names, a private directory's checks, the one-copy guard of the entry files, the rule of every
-    # file a command writes).
+    # names, a private directory's checks, the one-copy guard and the Ruby check of the entry files,
+    # the rule of every file a command writes).
     assert_equal %w[analysis autorun breakdown cli errors flight_recorder fork formats lab live metrics model native one_copy
-                    output_file printable private_dir probe progress rack request_timing sidekiq trace units version vocabulary], top
+                    output_file printable private_dir probe progress rack request_timing sidekiq supported_ruby trace units
+                    version vocabulary], top
     %w[model analysis analysis/rules formats integrations lab live].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end

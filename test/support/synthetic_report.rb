@@ -93,4 +93,5 @@ class SyntheticReport < GVLScope::Analysis::Report
 
   # #detail of each window, one by one.
   def details(windows, limit: 200_000) = windows.map { |start_ns, end_ns, own| detail(start_ns, end_ns, limit: own || limit) }
+  def details_columns(windows, limit: 200_000) = details(windows, limit: limit).map { |found| GVLScope::Model::IntervalColumns.of(found) }
 end

@@ -12,26 +12,6 @@ module GVLScope
     module DiffInputs
       module_function
 
-      HEAD_BYTES = 4096
-      SNAPSHOT_HEAD = /\A\s*\[?\s*\{\s*"version"\s*:\s*\d+\s*,\s*"source"\s*:/
-      SCRAPE_HEAD = /^(?:# (?:HELP|TYPE) )?gvlscope_\w+/
-
-      # "trace", "snapshot" or "scrape", from the file's first bytes; GVLScope::Error for a file
-      # that is missing, a directory or unreadable.
-      def kind_of(path)
-        raise Error, "#{path}: no such file" unless File.exist?(path)
-        raise Error, "#{path}: is a directory, not a trace, snapshot or scrape" if File.directory?(path)
-
-        head = File.open(path, "rb") { |io| io.read(HEAD_BYTES) }.to_s
-        text = head.dup.force_encoding(Encoding::UTF_8).scrub
-        return "snapshot" if text.match?(SNAPSHOT_HEAD)
-        return "scrape" if !text.lstrip.start_with?("[", "{") && text.match?(SCRAPE_HEAD) && !head.start_with?("GVLSCOPE")
-
-        "trace"
-      rescue SystemCallError => e
-        raise Error, "#{path}: cannot read it: #{e.message.sub(/ @ .*\z/m, '')}"
-      end
-
       # A Diff::Side of a trace's Report (read through Model::Scan by the CLI).
       def from_report(report, path)
         scan = report.timeline

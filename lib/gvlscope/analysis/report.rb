@@ -105,6 +105,14 @@ module GVLScope
       # pass over the trace.
       def details(windows, limit: 200_000) = @timeline.details(windows, limit: limit)
 
+      # #details as Model::IntervalColumns (no object per interval): from the engine when the
+      # timeline has them, else made of #details' intervals.
+      def details_columns(windows, limit: 200_000)
+        return @timeline.details_columns(windows, limit: limit) if @timeline.respond_to?(:details_columns)
+
+        details(windows, limit: limit).map { |found| Model::IntervalColumns.of(found) }
+      end
+
       def selected_threads
         threads = @timeline.threads.values
         @only_thread ? threads.select { |thread| Vocabulary.thread_named?(thread.label, @only_thread) } : threads

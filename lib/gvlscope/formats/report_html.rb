@@ -46,19 +46,22 @@ module GVLScope
       RELEASE_SITES = 10 # rows of the release-site table
 
       # What the page may hold. The defaults keep it under ~21 MB for any trace: an interval takes
-      # 3-4 bytes (ReportHTML#lane), 11 at most, so 1,000,000 take 15 MB at most in base64; an
-      # overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201 lanes); the
-      # table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
+      # 3-4 bytes (ReportHTML#lane), 11 at most, so a --window page's 1,000,000 take 15 MB at most
+      # in base64; an overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201
+      # lanes); the table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
       # embed_all_intervals: a trace of at most this many events has all its intervals on the page
       # detail_intervals:    otherwise, the intervals of all the windows around findings, together
+      #                      (the pass keeps up to 3 times as many, ~48 bytes each: within twice the
+      #                      text report's memory and time, docs/performance.md)
+      # window_intervals:    a --window page's, the one range asked for
       # windows:             the findings that get a window (the first, in the report's order)
       # lanes:               threads drawn one per lane; the rest share one lane
       # findings:            findings listed (each with title, fix and its window)
       # table_rows:          rows of the thread table
-      Budget = Struct.new(:embed_all_intervals, :detail_intervals, :windows, :lanes, :bins, :findings, :table_rows,
-                          keyword_init: true)
-      BUDGET = Budget.new(embed_all_intervals: 1_000_000, detail_intervals: 1_000_000, windows: 20, lanes: 200,
-                          bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
+      Budget = Struct.new(:embed_all_intervals, :detail_intervals, :window_intervals, :windows, :lanes, :bins, :findings,
+                          :table_rows, keyword_init: true)
+      BUDGET = Budget.new(embed_all_intervals: 200_000, detail_intervals: 200_000, window_intervals: 1_000_000, windows: 20,
+                          lanes: 200, bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
       SHARE_ONE = 0xFFFF # an overview bin's share of a state, in 1/65535 of the bin (uint16)
       # The data's characters that HTML reads inside <script>: "</script>" ends it and "<!--<script>"
       # keeps the script open to the end of the page (the viewer never starts); U+2028/2029 end a line in older
@@ -76,7 +79,7 @@ module GVLScope
       end
 
       # Once written, with a +window+: [from_ns, to_ns] the page holds every interval of; to_ns is
-      # earlier than asked when the range held more than Budget#detail_intervals.
+      # earlier than asked when the range held more than Budget#window_intervals.
       attr_reader :window_held
 
       def write(io)
@@ -139,9 +142,9 @@ module GVLScope
         busiest = nil
         if mode == "all"
           windows = [[0, report.duration_ns]]
-          intervals = report.detail(0, report.duration_ns, limit: @budget.embed_all_intervals)
+          intervals = [fetch([[0, report.duration_ns, @budget.embed_all_intervals]]).first]
         elsif @window
-          pieces = details([[*@window, @budget.detail_intervals]])
+          pieces = details([[*@window, @budget.window_intervals]])
           @window_held = pieces.first.take(2)
           windows, intervals = join(pieces)
         else
@@ -149,9 +152,9 @@ module GVLScope
           pieces << busiest if busiest
           windows, intervals = join(pieces)
         end
-        by_thread = intervals.group_by(&:thread)
+        by_thread = lane_intervals(intervals, unit_ns)
         lanes = shown.map do |row|
-          lane(row, by_thread.fetch(row.serial, []), unit_ns, mode == "windows" ? overview : nil)
+          lane(row, by_thread[row.serial], mode == "windows" ? overview : nil)
         end
         if others_bins
           lanes << { label: "#{others.size} other threads (average)", serial: nil, ractor: nil, count: 0, others: others.size,
@@ -162,7 +165,7 @@ module GVLScope
           timeline: {
             mode: mode, events: events, intervals: lanes.sum { |lane| lane[:count] }, windows: windows,
             busiest: busiest&.take(2), binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size,
-            lanesShown: shown.size, asked: @window, detailLimit: BUDGET.detail_intervals, # what --window takes
+            lanesShown: shown.size, asked: @window, detailLimit: BUDGET.window_intervals, # what --window takes
           },
         }
       end
@@ -178,48 +181,45 @@ module GVLScope
         rows.partition { |row| kept.include?(row) }
       end
 
-      # The intervals around the findings and where the threads waited most: one pass of the engine
-      # over the trace for all the windows (Report#details), and one more only when windows were
-      # cut short before their focus ended, all of them together. Returns the findings' windows and
-      # the busiest one (or nil) as [from_ns, to_ns, intervals in time order], [from, to) the time
-      # each holds every interval of.
+      # The intervals around the findings and where the threads waited most, all in one pass of the
+      # engine over the trace (Report#details_columns). Returns the findings' windows and the
+      # busiest one (or nil) as [from_ns, to_ns, intervals in time order], [from, to) the time each
+      # holds every interval of.
       #
       # Around each finding's focus, a window (Budget#windows at most, those that meet merged), each
       # with an equal share of Budget#detail_intervals: the focus and twice its length on each side
       # (1 ms at least); if its share ends before the focus does, the focus and half its length on
-      # each side (what the finding's link shows), fetched in the second pass; if still too many,
+      # each side (what the finding's link shows), fetched in the same pass; if still too many,
       # from its start up to the last interval that fits.
       #
-      # What they leave (a window fetched again counts its whole share) goes to where the threads
-      # waited most (#busiest_span). That window is fetched in the first pass at its longest, as if
-      # the findings took nothing, and cut to what they leave once their counts are known: the
-      # intervals of a shorter window inside it are among those of the longer one.
+      # What they leave goes to where the threads waited most (#busiest_span). That window is
+      # fetched at its longest, as if the findings took nothing, and cut to what they leave once
+      # their counts are known: the intervals of a shorter window inside it are among those of the
+      # longer one.
       def finding_and_busiest_details(findings, overview, shown, others_bins)
         wanted = finding_windows(findings)
         share = wanted.empty? ? 0 : [@budget.detail_intervals / wanted.size, 1].max
         centre = busiest_centre(overview, shown, others_bins)
         widest = busiest_span(centre, @budget.detail_intervals, [], overview)
-        first = details(wanted.map { |from, to, _focus_from, _focus_to| [from, to, share] } +
-                        (widest ? [[*widest, @budget.detail_intervals]] : []))
-        widest_piece = first.pop if widest
         duration = @subject.duration_ns
-        again = {}
-        pieces = wanted.zip(first).each_with_index.map do |((_from, _to, focus_from, focus_to), piece), index|
-          next piece if piece[1] >= focus_to
-
-          half = (focus_to - focus_from) / 2 # cut short before the end of a focus: the focus with less around it
-          again[index] = [[focus_from - half, 0].max, [focus_to + half, duration].min, share]
-          nil
+        narrower = wanted.map do |_from, _to, focus_from, focus_to|
+          half = (focus_to - focus_from) / 2
+          [[focus_from - half, 0].max, [focus_to + half, duration].min, share]
         end
-        first = nil # the intervals of the windows fetched again are garbage now
-        # Cut before the second pass: the rest of the longest window is garbage too.
+        # The narrower windows too, though most go unused: one pass costs more than their intervals.
+        found = details(wanted.map { |from, to, _focus_from, _focus_to| [from, to, share] } + narrower +
+                        (widest ? [[*widest, @budget.detail_intervals]] : []))
+        widest_piece = found.pop if widest
+        narrower_pieces = found.pop(narrower.size)
+        pieces = wanted.zip(found, narrower_pieces).map do |(_from, _to, _focus_from, focus_to), piece, narrower_piece|
+          piece[1] >= focus_to ? piece : narrower_piece # cut short before the end of its focus: the focus with less around it
+        end
+        found = narrower_pieces = nil # the windows not taken are garbage now
         busiest = if widest_piece
-                    remaining = @budget.detail_intervals - pieces.sum { |piece| piece ? piece[2].size : share }
-                    span = busiest_span(centre, remaining, pieces.each_with_index.map { |piece, index| piece || again[index] }, overview)
+                    remaining = @budget.detail_intervals - pieces.sum { |piece| piece[2].size }
+                    span = busiest_span(centre, remaining, pieces, overview)
                     span && inside(widest_piece, *span, remaining)
                   end
-        widest_piece = nil
-        again.keys.zip(details(again.values)).each { |index, piece| pieces[index] = piece }
         [pieces, busiest]
       end
 
@@ -277,8 +277,13 @@ module GVLScope
       def inside(piece, from, to, limit)
         return nil if [to, piece[1]].min <= from
 
-        found = piece[2].select { |interval| interval.start_ns < to && (interval.end_ns > from || interval.start_ns >= from) }
-                        .first(limit)
+        all = piece[2]
+        before_to = all.first_starting_at(to)
+        from_on = [all.first_starting_at(from), before_to].min
+        # Those that start before +from+ meet it when they end after it; all that start from it on do.
+        taken = (0...from_on).select { |index| all.ends[index] > from }.first(limit)
+        taken.concat((from_on...[before_to, from_on + limit - taken.size].min).to_a)
+        found = all.pick(taken)
         [from, end_of([to, piece[1]].min, found, limit), found]
       end
 
@@ -287,25 +292,30 @@ module GVLScope
       def details(requests)
         return [] if requests.empty?
 
-        @subject.details(requests, limit: nil).zip(requests).map do |found, (from, to, limit)|
+        fetch(requests).zip(requests).map do |found, (from, to, limit)|
           [from, end_of(to, found, limit), found]
         end
       end
 
+      # The intervals of each [from, to, limit] as Model::IntervalColumns: no object per interval,
+      # for a budget of a million.
+      def fetch(requests) = @subject.details_columns(requests, limit: nil)
+
       # A window's end, moved back to the start of its last interval when it had +limit+ (every
       # interval that starts before it is there).
-      def end_of(to, found, limit) = found.any? && found.size >= limit ? found.last.start_ns : to
+      def end_of(to, found, limit) = found.size.positive? && found.size >= limit ? found.starts.last : to
 
-      # The windows in time order ([from, to] each) and their intervals in time order, each once:
-      # a long interval that reaches into the window before was taken with it.
+      # The windows in time order ([from, to] each) and their intervals (IntervalColumns, one per
+      # window) in time order, each once: a long interval that reaches into the window before was
+      # taken with it.
       def join(pieces)
         windows = []
         intervals = []
         pieces.sort_by(&:first).each do |from, to, found|
           covered_before = windows.last&.last
-          found = found.drop_while { |interval| interval.start_ns < covered_before } if covered_before
+          found = found.pick(found.first_starting_at(covered_before)..) if covered_before
           windows << [from, to]
-          intervals.concat(found)
+          intervals << found
         end
         [windows, intervals]
       end
@@ -371,29 +381,50 @@ module GVLScope
         HistogramText.report_sections(h[:hold_ns], h[:wait_ns], h[:waiters_at_acquire])
       end
 
-      # A thread's lane: its intervals on the page and its overview bins. The intervals are two
-      # base64 strings: the state codes (uint8), and the times in unitNs as BER integers (pack "w":
-      # 7 bits a byte), for each interval the gap since the end of the one before (0 but between
-      # windows) then its length: 3 to 4 bytes an interval where three uint32 would take 9.
-      def lane(row, intervals, unit_ns, overview)
-        codes = Array.new(intervals.size)
-        times = Array.new(2 * intervals.size)
-        last_end = 0
-        # One pass, integer division only: a lane may hold a million intervals.
-        intervals.each_with_index do |interval, index|
-          state = interval.state
-          codes[index] = state == :idle ? IDLE_CODES.fetch(interval.reason) : CODES.fetch(state)
-          start = interval.start_ns / unit_ns
-          finish = interval.end_ns / unit_ns
-          times[2 * index] = start - last_end
-          times[2 * index + 1] = finish - start
-          last_end = finish
+      # Each thread's intervals on the page, from the windows' IntervalColumns (in time order):
+      # serial => [state codes, times], the codes (uint8) of CODES and the times in unitNs, for
+      # each interval the gap since the end of the one before (0 but between windows) then its
+      # length. One pass, integer division only: the page may hold a million intervals.
+      def lane_intervals(pieces, unit_ns)
+        lanes = Hash.new { |all, serial| all[serial] = [[], [], 0] } # codes, times, the last one's end
+        pieces.each do |found|
+          serials, states, reasons, starts, ends = found.to_a
+          found.size.times do |index|
+            lane = lanes[serials[index]]
+            state = states[index]
+            lane[0] << (state == :idle ? IDLE_CODES.fetch(reasons[index]) : CODES.fetch(state))
+            start = starts[index] / unit_ns
+            finish = ends[index] / unit_ns
+            lane[1] << start - lane[2] << finish - start
+            lane[2] = finish
+          end
         end
+        lanes
+      end
+
+      # A thread's lane: its intervals on the page ([codes, times] of #lane_intervals, or nil)
+      # and its overview bins. The intervals are two base64 strings: the codes, and the times as
+      # BER integers (pack "w": 7 bits a byte): 3 to 4 bytes an interval where three uint32 would take 9.
+      def lane(row, (codes, times), overview)
+        codes ||= []
         {
           label: Vocabulary.thread_display_name(row.label, row.created_at), serial: row.serial, ractor: row.ractor_id,
-          count: intervals.size, others: 0, codes: [codes.pack("C*")].pack("m0"), times: [times.pack("w*")].pack("m0"),
+          count: codes.size, others: 0, codes: [codes.pack("C*")].pack("m0"), times: [ber(times.to_a)].pack("m0"),
           bins: overview && bins(overview.lane(row.serial), overview.bin_ns)
         }
+      end
+
+      # +values+ (Integers >= 0) as BER integers, the bytes of pack("w*"), which makes a String per
+      # value: the page's times are millions of them, nearly all of one or two bytes.
+      def ber(values)
+        bytes = String.new(capacity: 2 * values.size, encoding: Encoding::BINARY)
+        values.each do |value|
+          if value < 0x80 then bytes << value
+          elsif value < 0x4000 then bytes << (0x80 | (value >> 7)) << (value & 0x7F)
+          else bytes << [value].pack("w")
+          end
+        end
+        bytes
       end
 
       # Overview bins (run, wait, idle, gc ns per bin) as shares of +full_ns+, uint16 little-endian

@@ -15,6 +15,29 @@ module GVLScope
       def duration_ns = end_ns - start_ns
     end
 
+    # Intervals as columns, Arrays of one length in time order (by start): each interval's thread
+    # serial, state, reason (as Interval's), start and end. The HTML report's windows (up to its
+    # whole budget of intervals) in this form cost no object per interval. Scan#details_columns
+    # makes them from the engine; .of from Intervals.
+    IntervalColumns = Struct.new(:serials, :states, :reasons, :starts, :ends) do
+      def self.of(intervals)
+        new(intervals.map(&:thread), intervals.map(&:state), intervals.map(&:reason), intervals.map(&:start_ns),
+            intervals.map(&:end_ns))
+      end
+
+      def size = starts.size
+
+      # The intervals at +indexes+ (a Range, or an Array in the order wanted).
+      def pick(indexes)
+        return self.class.new(*to_a.map { |column| column[indexes] || [] }) if indexes.is_a?(Range)
+
+        self.class.new(*to_a.map { |column| indexes.map { |index| column[index] } })
+      end
+
+      # The index of the first interval that starts at or after +time_ns+ (size if none).
+      def first_starting_at(time_ns) = starts.bsearch_index { |start| start >= time_ns } || size
+    end
+
     # A thread of a trace: its serial, its ThreadInfo, and its intervals (Scan: collected by a
     # pass of their own, on first use).
     ThreadTimeline = Struct.new(:serial, :info, :intervals) do

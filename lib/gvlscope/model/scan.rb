@@ -179,6 +179,14 @@ module GVLScope
 
       def detail(start_ns, end_ns, limit:) = details([[start_ns, end_ns]], limit: limit).first
 
+      # #details as IntervalColumns, one per window: the same intervals in the same order, with no
+      # object per interval (the HTML report's windows).
+      def details_columns(windows, limit:)
+        window_pass(windows, limit).window_columns.map do |serials, states, reasons, starts, ends|
+          IntervalColumns.new(serials, states.map! { |code| STATES[code] }, reasons.map! { |code| REASONS[code] }, starts, ends)
+        end
+      end
+
       # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
       # trace's threads, not its events).
       def peak_bytes = @index.memory[1] + any_pass.memory[1]
@@ -232,8 +240,17 @@ module GVLScope
       def thread(serial) = LazyThread.new(serial, @file.thread_info[serial] || ThreadInfo.new(serial: serial, ractor_id: 0), self)
 
       # [[serial, state, reason, start, end, native, site, index in its thread], ...] per window.
-      def window_rows(windows, limit)
-        run_pass(windows: windows.map { |start_ns, end_ns, own| [start_ns, end_ns, own || limit] }, windows_only: true).windows
+      def window_rows(windows, limit) = window_pass(windows, limit).windows
+
+      # A pass that collects the intervals of +windows+ only ([start_ns, end_ns] or [start_ns, end_ns,
+      # own limit]). Asked for in the middle of other work (the HTML report's, while the CLI's bar
+      # says "writing"): the bar shows this pass, then that work again, never a pass that is over.
+      def window_pass(windows, limit)
+        resumed = [@progress.label, @progress.total_bytes] if @progress.respond_to?(:label) && @progress.respond_to?(:phase)
+        run_pass(windows: windows.map { |start_ns, end_ns, own| [start_ns, end_ns, own || limit] }, windows_only: true,
+                 label: "reading the timeline's intervals of")
+      ensure
+        @progress.phase(*resumed) if resumed
       end
 
       def interval(serial, state, reason, start_ns, end_ns, native, site, _listed)
@@ -274,7 +291,8 @@ module GVLScope
         index
       end
 
-      def run_pass(bins: nil, blame: false, code: false, spill: false, windows: nil, windows_only: false, stats: true)
+      def run_pass(bins: nil, blame: false, code: false, spill: false, windows: nil, windows_only: false, stats: true,
+                   label: "analysing")
         pass = Engine::Pass.create(
           @index,
           { timeslice_ns: @file.timeslice_ns, duration_ns: duration_ns, stack_causes: stack_causes,
@@ -283,7 +301,7 @@ module GVLScope
             windows_only: windows_only, median_budget: @exact_medians, stats: stats }
         )
         @passes += 1
-        phase("analysing #{@file.path}")
+        phase("#{label} #{@file.path}")
         step(pass)
         pass
       end

@@ -10,6 +10,7 @@
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
 require_relative "../../gvlscope/one_copy"
 return if GVLScope::OneCopy.elsewhere?(File.expand_path("../..", __dir__), "puma/plugin/gvlscope") # a second copy of the gem: see one_copy.rb
+require_relative "../../gvlscope/supported_ruby" # an older Ruby: one line, before anything else loads
 require "puma/dsl"
 require "puma/plugin"
 require "gvlscope/integrations/puma_plugin"
