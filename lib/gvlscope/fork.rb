@@ -39,6 +39,8 @@ module GVLScope
     # to Kernel would change the frame label of every Kernel method (`Kernel.sleep` for
     # `Kernel#sleep`) in release sites and in any other profiler of the program.
     def self.wrap_kernel
+      # Quietly: under `ruby -w` a redefinition warns, on the program's stderr.
+      verbose, $VERBOSE = $VERBOSE, nil
       instance = Kernel.instance_method(:exec)
       Kernel.define_method(:exec) do |*args, **options|
         GVLScope.__send__(:exec_traced) { instance.bind_call(self, *args, **options) }
@@ -48,6 +50,8 @@ module GVLScope
       Kernel.define_singleton_method(:exec) do |*args, **options|
         GVLScope.__send__(:exec_traced) { singleton.call(*args, **options) }
       end
+    ensure
+      $VERBOSE = verbose
     end
   end
 
