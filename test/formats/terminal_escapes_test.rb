@@ -12,10 +12,16 @@ class TerminalEscapesTest < Minitest::Test
   # OSC 0 (title), CSI 2J (clear), OSC 52 (clipboard), and C1 CSI.
   HOSTILE = "\e]0;pwned\a\e[2J\e]52;c;cHduZWQ=\a\u009b2J"
   SHOWN = '\e]0;pwned\a\e[2J\e]52;c;cHduZWQ=\a\u009B2J'
-  CONTROL = /[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]/
+  # The right-to-left override (U+202E) turns what follows around ("Trojan Source"); the other
+  # bidi controls embed or isolate text the same way.
+  BIDI_NAME = "invoice\u202Efdp.exe\u2066x\u2069"
+  BIDI_SHOWN = 'invoice\u202Efdp.exe\u2066x\u2069'
+  CONTROL = /[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/
 
   def test_control_characters_are_shown_as_escapes
     assert_equal SHOWN, GVLScope::Printable.text(HOSTILE)
+    assert_equal BIDI_SHOWN, GVLScope::Printable.text(BIDI_NAME)
+    assert_equal 'a\u200Fb\u061Cc\u202Ad', GVLScope::Printable.text("a\u200Fb\u061Cc\u202Ad")
     assert_equal 'a\nb\tc', GVLScope::Printable.text("a\nb\tc")
     assert_equal "a\nb\tc\\e", GVLScope::Printable.message("a\nb\tc\e")
     assert_equal "\u00e9t\u00e9 \u2603 \uFFFD", GVLScope::Printable.text("\u00e9t\u00e9 \u2603 \xff".b)
@@ -35,6 +41,21 @@ class TerminalEscapesTest < Minitest::Test
         assert_printable(out, "#{command}'s output")
         assert_printable(err, "#{command}'s errors")
         assert_includes out, SHOWN[0, 30], "#{command} shows the thread's name, escaped (a long label is cut in its middle)"
+      end
+    end
+  end
+
+  # A bidi override in a thread's name reaches every text output of a trace escaped: the report,
+  # the summary, the Markdown report and the diff.
+  def test_a_bidi_override_in_a_thread_name_in_every_text_output
+    Dir.mktmpdir("gvlscope-escapes") do |dir|
+      trace = File.join(dir, "t.gvl")
+      trace_program(trace, "GVLWorkloads.cpu_beside_reader(#{BIDI_NAME.inspect}, 4)")
+      [["report", trace], ["summary", trace], ["report", trace, "--format", "markdown"], ["diff", trace, trace]].each do |args|
+        out, err, status = gvlscope(*args)
+        assert status.success?, err
+        assert_printable(out, "#{args.join(' ')}'s output")
+        assert_includes out, BIDI_SHOWN, "#{args.join(' ')} shows the thread's name, escaped"
       end
     end
   end
