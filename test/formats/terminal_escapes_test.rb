@@ -2,6 +2,7 @@
 
 require_relative "../test_helper"
 require "tmpdir"
+require "json"
 require "gvlscope/printable"
 
 # A thread name, a path or an argument holding terminal control sequences (window title, screen
@@ -56,6 +57,29 @@ class TerminalEscapesTest < Minitest::Test
         assert status.success?, err
         assert_printable(out, "#{args.join(' ')}'s output")
         assert_includes out, BIDI_SHOWN, "#{args.join(' ')} shows the thread's name, escaped"
+      end
+    end
+  end
+
+  # The same in a snapshot file (`top --once --json`, edited or not): its names are shown as a
+  # trace's are, by diff and advise.
+  def test_a_bidi_override_in_a_snapshot_files_names
+    require "gvlscope/live"
+    row = GVLScope::Live::Snapshot::ThreadRow.from_h(
+      { "serial" => 1, "label" => BIDI_NAME, "ractor_id" => 1, "state" => "run", "run_ns" => 900_000_000,
+        "wait_ns" => 0, "idle_ns" => 100_000_000, "code" => { "at" => "`x#{HOSTILE}` (a.rb:1)" } }
+    )
+    snapshot = GVLScope::Live::Snapshot.new(source: "socket", pid: 1, time_ns: 1, wall_ns: 1_000_000_000,
+                                            held_ns: 900_000_000, wait_ns: 0, threads: [row])
+    Dir.mktmpdir("gvlscope-escapes") do |dir|
+      path = File.join(dir, "snap.json")
+      File.write(path, JSON.generate(snapshot.to_h))
+      [["diff", path, path], ["advise", "--snapshot", path]].each do |args|
+        out, err, status = gvlscope(*args)
+        assert status.success?, err
+        assert_printable(out, "#{args.first}'s output")
+        # (advise names the pool without its numbers: "\u#E")
+        assert_includes out, 'invoice\u', "#{args.first} shows the thread's name, escaped"
       end
     end
   end

@@ -280,10 +280,12 @@ module GVLScope
           values = THREAD_FIELDS.to_h { |key| [key.to_s, row[key.to_s]] }
           values["serial"] = number(row, "serial", within: field)
           values["ractor_id"] = number(row, "ractor_id", within: field)
-          values["label"] = text(row, "label", within: field)
+          # (a file's names reach a terminal as a trace's do: control characters escaped)
+          values["label"] = text(row, "label", within: field)&.then { |label| Printable.text(label) }
           values["state"] = text(row, "state", within: field)
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
+          values["code"] = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
           THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
           ThreadRow.from_h(values)
         end
