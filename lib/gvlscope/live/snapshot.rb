@@ -5,6 +5,7 @@ require "set"
 require_relative "../errors"
 require_relative "../units"
 require_relative "../printable"
+require_relative "../vocabulary"
 require_relative "rules"
 
 module GVLScope
@@ -367,14 +368,14 @@ module GVLScope
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
 
-      # "Object#spin (app.rb:4)": the innermost frame in a source file, relative to the working
-      # directory when under it; nil for a thread without Ruby frames (or the caller itself).
+      # "Object#spin (app.rb:4)": the innermost frame in a source file, its path shortened as a
+      # trace's are (Vocabulary.short_site); nil for a thread without Ruby frames (or the caller itself).
       def self.code_location(thread, cwd = "#{Dir.pwd}/")
         return nil if thread == Thread.current
 
         frames = thread.backtrace_locations(0, FRAMES_LOOKED_AT) or return nil
         frame = frames.find { |f| f.path && !f.path.start_with?("<internal:") } || frames.first or return nil
-        Printable.text("#{frame.label} (#{frame.path.to_s.delete_prefix(cwd)}:#{frame.lineno})")
+        Printable.text("#{Vocabulary.code_label(frame.label)} (#{Vocabulary.short_site(frame.path.to_s, cwd)}:#{frame.lineno})")
       rescue StandardError
         nil
       end
