@@ -130,11 +130,13 @@ module GVLScope
         victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
       end
 
-      # "'a', 'b', 'c' and 2 more" of +labels+.
-      def list(labels, shown: 3)
-        quoted = labels.first(shown).map { |label| quote(label) }
+      # "'a', 'b', 'c' and 2 more" of +labels+ (`gvlscope top`'s findings name threads so too).
+      def self.list(labels, shown: 3)
+        quoted = labels.first(shown).map { |label| "'#{label}'" }
         labels.size > shown ? "#{quoted.join(', ')} and #{labels.size - shown} more" : quoted.join(", ")
       end
+
+      def list(labels, shown: 3) = Rule.list(labels, shown: shown)
 
       # "The holder was in `Counter#spin` (lib/counter.rb:8) 97% of the time" from the holder
       # samples of +rows+ (CodeLocations rows); nil without samples.
