@@ -272,4 +272,18 @@ class DiffTest < Minitest::Test
     assert_includes out, "--format"
     assert_includes cli("--help")[0], "diff A B"
   end
+
+  # Each Ractor has a GVL of its own: the recorded Ractor trace held them 3 %, 98 % and 97 % of the
+  # time. Every command shows a held share of one GVL (the busiest's, as the report's headline),
+  # never their sum (198 %): no percentage it prints passes 100.
+  def test_no_command_prints_a_share_above_100_percent
+    trace = File.join(ROOT, "test/fixtures/traces/ractor.gvl")
+    [["summary", trace], ["report", trace], ["diff", trace, trace], ["advise", trace]].each do |args|
+      out, err, status = gvlscope(*args)
+      assert status.success?, err
+      shares = out.scan(/(\d+(?:\.\d+)?) ?%/).map { |(number)| number.to_f }
+      refute_empty shares, args.first
+      assert_operator shares.max, :<=, 100, "#{args.first}: #{out}"
+    end
+  end
 end

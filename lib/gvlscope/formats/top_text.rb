@@ -58,7 +58,7 @@ module GVLScope
         [
           title,
           format("GVL held %5.1f%% %s   wait %s/s   waiting threads now %d, avg %.2f %s",
-                 100 * s.held_ratio, bar(s.held_ratio), seconds(s.wait_ns_per_s), s.waiting_threads, waiting_avg,
+                 100 * s.busiest_held_ratio, bar(s.busiest_held_ratio), seconds(s.wait_ns_per_s), s.waiting_threads, waiting_avg,
                  bar(waiting_avg / gauge_max)),
           format("acquisitions %d · releases: %d blocking, %d preempted, %d exit%s", s.acquisitions,
                  s.releases[:blocking], s.releases[:preempted], s.releases[:exit],

@@ -122,6 +122,9 @@ module GVLScope
       # for several Puma workers, their mean.
       def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
 
+      # The busiest Ractor's held share (one GVL's, at most 1), held_ratio without thread rows.
+      def busiest_held_ratio = threads.empty? ? held_ratio : held_ratio_by_ractor.values.max
+
       # { ractor_id => held share } from the thread rows (empty for a scrape).
       def held_ratio_by_ractor
         threads.group_by(&:ractor_id).transform_values do |rows|
