@@ -24,9 +24,12 @@ module GVLScope
       lock: "a Mutex, Queue or ConditionVariable",
       join: "Thread#join / #value, Process.wait, a child process",
       pass: "Thread.pass",
-      blocking: "another blocking call (a C extension without the GVL), or no release site recorded",
+      blocking: "another blocking call (a C extension without the GVL)",
       preempted: "the scheduler switched it out at the end of its timeslice",
       exit: "it exited",
+      # The recorder reads a release's site only while another thread waits for the GVL (and only
+      # in a trace with stacks): the rest is not known, not guessed.
+      unknown: "no release site recorded (one is recorded only while another thread waits for the GVL)",
     }.freeze
 
     # Why an idle thread was idle (docs/format.md, "Idle reasons"): the cause of the release before
