@@ -69,8 +69,11 @@ module GVLScope
         name = info&.name.to_s
         return false if info.nil? || info.main || name.empty?
 
-        row.label.b.match?(/\d/) || (@names ||= @rows.each_value.map { |other| @timeline.threads[other.serial]&.info&.name }.tally)[name] > 1
+        row.label.b.match?(/\d/) || names.fetch(name, 0) > 1
       end
+
+      # How many threads carry each name (nil: unnamed).
+      def names = @names ||= @rows.each_key.map { |serial| @timeline.threads[serial]&.info&.name }.tally
 
       # The ns +serial+ waited for the GVL while nobody held it (Blame::HAND_OFF).
       def hand_off_ns(serial) = @report.blame.all_waits.fetch(serial, nil)&.fetch(Blame::HAND_OFF, 0) || 0
