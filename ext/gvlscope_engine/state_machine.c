@@ -128,11 +128,12 @@ static void transition(eng_engine *engine, uint32_t at, uint8_t state, int64_t t
     counter_update(engine, time);
 }
 
-// Timeline#release: what ended the run, told at SUSPENDED.
+// Timeline#release: what ended the run, told at SUSPENDED. Without a site the cause is unknown
+// (the recorder takes one only while another thread waits): no guess at "blocking".
 static void release(eng_engine *engine, uint32_t at, uint32_t stack) {
     eng_thread *thread = THREAD(engine, at);
     bool site = stack != 0 && stack < engine->stack_limit && engine->stack_causes[stack] != 0;
-    uint8_t cause = site ? engine->stack_causes[stack] : R_BLOCKING;
+    uint8_t cause = site ? engine->stack_causes[stack] : R_UNKNOWN;
     thread->site_cause = site ? cause : R_NONE;
     eng_interval *run = run_interval(thread);
     if (!run) return;

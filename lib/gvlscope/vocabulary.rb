@@ -24,9 +24,12 @@ module GVLScope
       lock: "a Mutex, Queue or ConditionVariable",
       join: "Thread#join / #value, Process.wait, a child process",
       pass: "Thread.pass",
-      blocking: "another blocking call (a C extension without the GVL), or no release site recorded",
+      blocking: "another blocking call (a C extension without the GVL)",
       preempted: "the scheduler switched it out at the end of its timeslice",
       exit: "it exited",
+      # The recorder reads a release's site only while another thread waits for the GVL (and only
+      # in a trace with stacks): the rest is not known, not guessed.
+      unknown: "no release site recorded (one is recorded only while another thread waits for the GVL)",
     }.freeze
 
     # Why an idle thread was idle (docs/format.md, "Idle reasons"): the cause of the release before
@@ -103,15 +106,29 @@ module GVLScope
       label == wanted || label.match?(/\A#{Regexp.escape(wanted)} #\d+\z/)
     end
 
-    # Where a thread was created, shortened to what tells it apart: inside a gem from the gem's
-    # directory ("puma-8.0.2/lib/puma/thread_pool.rb:105"), inside Ruby's library from its
-    # version ("ruby/3.3.0/monitor.rb:201"), under the working directory relative to it; any
-    # other path whole.
+    # A source path (or "path:line": where a thread was created, a frame's file) shortened to
+    # what tells it apart: inside a gem from the gem's directory
+    # ("puma-8.0.2/lib/puma/thread_pool.rb:105"), inside Ruby's library from its version
+    # ("ruby/3.3.0/monitor.rb:201"), under the working directory relative to it; any other path
+    # whole. Thread labels and code locations both read paths through this.
     def short_site(site, cwd = working_directory)
       return site if site.nil?
 
       site[%r{/gems/([^/]+-[^/]+/.+)\z}, 1] || site[%r{/lib/(ruby/\d+\.\d+\.\d+/.+)\z}, 1] ||
         (cwd ? site.delete_prefix(cwd.end_with?("/") ? cwd : "#{cwd}/") : site)
+    end
+
+    # An object's inspect in a frame's label ("#<Rack::Builder:0x00007f3a…>"): a method defined in
+    # config.ru is a singleton method of Rack's builder object.
+    OBJECT_IN_LABEL = /#<([A-Z][\w:]*):0x\h+>\./
+
+    # A frame's label (rb_profile_frame_full_label) as outputs show it: a singleton method of an
+    # object as its class's method ("Rack::Builder#render_invoice"), other object addresses
+    # left out ("#<Class>#call"): an address differs from run to run and says nothing.
+    def code_label(label)
+      return label unless label&.include?(":0x")
+
+      label.gsub(OBJECT_IN_LABEL) { "#{Regexp.last_match(1)}#" }.gsub(/:0x\h+>/, ">")
     end
 
     def working_directory

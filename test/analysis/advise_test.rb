@@ -149,6 +149,49 @@ class AdviseTest < Minitest::Test
     assert_in_delta 0.125 / (0.125 + 0.9), advice.run_share, 1e-9
   end
 
+  # The percentages advise prints (a share of time, never a ratio of two holds: at most 100).
+  def percentages(text) = text.scan(/(\d+(?:\.\d+)?) ?%/).map { |(number)| number.to_f }
+
+  # One CPU-bound thread beside a pool of six that waits 89 % of its time: no thread count fixes
+  # that, and advise says so first, naming the thread and its code (as the report's Hog does).
+  def test_a_hog_beside_the_pool_is_named_before_any_count
+    wall = 10_000 * MS
+    rows = [["pricer", 9_990 * MS, 10 * MS, 0, 0]] + (1..6).map { |n| ["worker #{n}", 1 * MS, 8_880 * MS, 1_119 * MS, 0] }
+    hash = snapshot(rows, time_ns: wall, wall_ns: wall)
+    hash["threads"][0]["code"] = { "holding" => "`Pricer#spin` (pricer.rb:8)" }
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "snap.json")
+      File.write(path, JSON.generate(hash))
+      out, err, status = gvlscope("advise", "--snapshot", path, "--cores", "2")
+      assert status.success?, err
+      assert_equal "gvlscope advise: no thread count fixes this: 'pricer' held the GVL 99.9 % of the time, in " \
+                   "`Pricer#spin` (pricer.rb:8)", out.lines.first.chomp
+      assert_includes out, "  It is not one of the pool's threads: while it runs Ruby code, every other thread waits"
+      assert_includes out, "GVL held 100.0 % of the time: the pool 0.1 %, other threads 99.9 % (charged to the pool's work)"
+      assert_operator percentages(out).max, :<=, 100, out
+      json, err, status = gvlscope("advise", "--snapshot", path, "--cores", "2", "--json")
+      assert status.success?, err
+      assert_equal({ "label" => "pricer", "held_ns" => 9_990 * MS, "share" => 0.999, "code" => "`Pricer#spin` (pricer.rb:8)",
+                     "in_pool" => false }, JSON.parse(json)["hog"].except("reason"))
+    end
+  end
+
+  # The recorded hog (test/fixtures/traces/hog.gvl) with 'echo' as the pool: the hog is named
+  # with the code the trace sampled it in.
+  def test_a_hog_in_a_trace_is_named_with_its_code
+    out, err, status = gvlscope("advise", File.join(ROOT, "test/fixtures/traces/hog.gvl"), "--threads", "echo", "--cores", "2")
+    assert status.success?, err
+    assert_equal "gvlscope advise: no thread count fixes this: 'thread 2 (hog.rb:15)' held the GVL 98.8 % of the time, " \
+                 "in `Counter#spin` (hog.rb:8)", out.lines.first.chomp
+    assert_operator percentages(out).max, :<=, 100, out
+  end
+
+  # A pool that is one CPU-bound thread is the model's own case (one thread, a process per core):
+  # no hog beside it.
+  def test_a_lone_cpu_bound_pool_is_no_hog
+    assert_nil advise_on(pool_snapshot(threads: 1, run: 0.99, wait: 0.0, idle: 0.01)).workload.hog
+  end
+
   # --- per request (Breakdown entries) ---
 
   def breakdown(count:, run_ms:, wait_ms:, idle_ms:)

@@ -5,6 +5,7 @@ require "json"
 require "tmpdir"
 require "gvlscope/analysis"
 require "gvlscope/formats"
+require "support/scripted_timeline"
 
 # Code locations, on programs whose answers are known: each program is a file whose lines the
 # test knows (a "# <- name" marker), traced with stacks in a child Ruby. A CPU thread runs beside
@@ -218,5 +219,51 @@ class CodeLocationsTest < Minitest::Test
       refute_empty timeline.samples
       assert_equal "Counter#spin", GVLScope::Analysis::CodeLocations.new(timeline).holder_profile.first.frame.label
     end
+  end
+
+  # The recorded Puma trace (test/fixtures/traces/puma.gvl): its frames carry a method defined in
+  # config.ru as "#<Rack::Builder:0x00007f…>.burn" and gem paths whole
+  # ("/opt/…/gems/puma-8.0.2/lib/puma/client.rb"). Holders and release sites name code as the
+  # thread labels do: no object address, gem paths from the gem's directory.
+  def test_labels_and_paths_read_like_the_thread_labels
+    code = GVLScope::Analysis::CodeLocations.new(GVLScope::Model::Scan.open(File.join(ROOT, "test/fixtures/traces/puma.gvl")))
+    holders = code.holder_profile
+    sites = code.release_sites
+    assert_equal "`Rack::Builder#burn` (config.ru:8)", holders.first.name
+    assert_includes sites.map(&:name), "`IO#wait_readable` at puma-8.0.2/lib/puma/client.rb:287"
+    (holders + sites).each do |row|
+      refute_match(/0x\h/, row.frame.label)
+      refute row.frame.path.to_s.start_with?("/"), row.name
+    end
+    assert_equal "puma-8.0.2/lib/puma/thread_pool.rb:193", GVLScope::Vocabulary.short_site(
+      "/opt/gvlcache/gvlscope/ruby-3.3.8/lib/ruby/gems/3.3.0/gems/puma-8.0.2/lib/puma/thread_pool.rb:193"
+    )
+  end
+
+  # A block's label keeps "block in": the holder of thrash.gvl ran a block of <main>.
+  def test_a_block_keeps_its_label
+    code = GVLScope::Analysis::CodeLocations.new(GVLScope::Model::Scan.open(File.join(ROOT, "test/fixtures/traces/thrash.gvl")))
+    assert_equal "`block (4 levels) in <main>` (thrash.rb:9)", code.holder_profile.first.name
+  end
+
+  def test_code_labels_lose_object_addresses
+    v = GVLScope::Vocabulary
+    assert_equal "Rack::Builder#render_invoice", v.code_label("#<Rack::Builder:0x00007f3a12345678>.render_invoice")
+    assert_equal "block in Rack::Builder#render_invoice", v.code_label("block in #<Rack::Builder:0x00007f3a1234>.render_invoice")
+    assert_equal "#<Class>#call", v.code_label("#<Class:0x000055d0c0ffee00>#call")
+    assert_equal "Counter#spin", v.code_label("Counter#spin")
+  end
+
+  # A release the recorder took no site for (nobody waited, or a trace without stacks) has no
+  # known cause: "unknown", never a guess at "blocking" (pipe IO and sleep were shown as that).
+  def test_a_release_without_a_site_is_unknown
+    events = [[0, "io", :started], [0, "io", :ready], [0, "io", :resumed], [10, "io", :suspended], [20, "io", :ready],
+              [20, "io", :resumed], [30, "io", :suspended], [40, "io", :ready], [40, "io", :resumed], [45, "io", :exited]]
+    report = GVLScope::Analysis::Report.new(ScriptedTimeline.timeline(events, end_ms: 50))
+    assert_equal({ unknown: 2, exit: 1 }, report.all_rows.first.released_by)
+    text = GVLScope::Formats::ReportText.new(report).to_s
+    assert_match(/^io .* unknown 2, exit 1$/, text)
+    assert_includes text, "\n  unknown    no release site recorded (one is recorded only while another thread waits for the GVL)\n"
+    refute_includes text, "blocking"
   end
 end

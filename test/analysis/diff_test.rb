@@ -272,4 +272,33 @@ class DiffTest < Minitest::Test
     assert_includes out, "--format"
     assert_includes cli("--help")[0], "diff A B"
   end
+
+  # Each Ractor has a GVL of its own: the recorded Ractor trace held them 3 %, 98 % and 97 % of the
+  # time. Every command shows a held share of one GVL (the busiest's, as the report's headline),
+  # never their sum (198 %): no percentage it prints passes 100.
+  def test_no_command_prints_a_share_above_100_percent
+    trace = File.join(ROOT, "test/fixtures/traces/ractor.gvl")
+    [["summary", trace], ["report", trace], ["diff", trace, trace], ["advise", trace]].each do |args|
+      out, err, status = gvlscope(*args)
+      assert status.success?, err
+      shares = out.scan(/(\d+(?:\.\d+)?) ?%/).map { |(number)| number.to_f }
+      refute_empty shares, args.first
+      assert_operator shares.max, :<=, 100, "#{args.first}: #{out}"
+    end
+  end
+
+  # The live API's text (Metrics::Snapshot#to_s) says the same of two Ractors each holding its GVL
+  # 90 % of a second: 90 %, not 180 %.
+  def test_metrics_text_shows_a_share_of_one_gvl
+    require "gvlscope/metrics"
+    require "gvlscope/formats/metrics_text"
+    metrics = GVLScope::Metrics
+    row = ->(serial, ractor, run) { metrics::ThreadRow.new("r#{serial}", serial, ractor, :run, false, *metrics::COUNTERS.map { |c| c == :run_ns ? run : 0 }) }
+    snapshot = metrics::Snapshot.new(taken_ns: 1, wall_ns: 1_000_000_000, waiting_threads_by_ractor: {},
+                                     threads: [row.(1, 1, 900_000_000), row.(2, 2, 900_000_000)], exited: row.(0, nil, 0),
+                                     histograms: Array.new(3) { Array.new(64, 0) })
+    assert_equal "GVL held 90.0% of 1.000 s wall (Ractor 1: 90.0%, Ractor 2: 90.0%); 0 acquisitions; total wait 0.0 ms; " \
+                 "0 threads waiting now", GVLScope::Formats::MetricsText.new(snapshot).to_s.lines.first.chomp
+  end
 end
+

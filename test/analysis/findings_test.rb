@@ -191,16 +191,30 @@ class FindingRulesTest < Minitest::Test
   # A job preempted twice of its three releases is CPU-bound, but it held the GVL in one stretch
   # that ended in a pause (its thread went back to waiting for work): a long hold, not a hog.
   # A thread that ran until its exit stays a hog (test_cpu_bound_threads_taking_turns_...).
+  def cpu_bound_stretch(name)
+    [[0, name, :started], [0, name, :ready], [0, name, :resumed], [100, name, :suspended], [100, name, :ready],
+     [0, "srv", :started], [0, "srv", :ready], [100, "srv", :resumed], [101, "srv", :suspended],
+     [101, "srv", :ready], [101, name, :resumed], [200, name, :suspended], [200, name, :ready],
+     [200, "srv", :resumed], [201, "srv", :suspended], [201, name, :resumed], [230, name, :suspended]]
+  end
+
   def test_a_cpu_bound_job_that_ends_in_a_pause_is_a_long_hold_not_a_hog
-    events = [[0, "job", :started], [0, "job", :ready], [0, "job", :resumed], [100, "job", :suspended], [100, "job", :ready],
-              [0, "srv", :started], [0, "srv", :ready], [100, "srv", :resumed], [101, "srv", :suspended],
-              [101, "srv", :ready], [101, "job", :resumed], [200, "job", :suspended], [200, "job", :ready],
-              [200, "srv", :resumed], [201, "srv", :suspended], [201, "job", :resumed], [230, "job", :suspended]]
-    report = report(events, end_ms: 400)
+    report = report(cpu_bound_stretch("processor 1"), end_ms: 400)
     job = report.all_rows.first
     assert_equal [2, 3], [job.released_by[:preempted], job.released_by.values.sum] # CPU-bound
     assert_equal [:long_hold], report.findings.map(&:kind)
     assert_equal 199 * MS, report.findings.first.explains_wait_ns
+  end
+
+  # The same stretch on a thread that serves no requests (the main thread booting an app, a
+  # script's one thread: not a numbered worker nor one of several of a name) is a hog: "a request
+  # or job" would point at requests that are not there.
+  def test_a_stretch_outside_a_worker_thread_is_a_hog_not_a_long_hold
+    %w[main pricer].each do |name|
+      findings = report(cpu_bound_stretch(name), end_ms: 400).findings
+      assert_equal [:hog], findings.map(&:kind), name
+      assert_match(/\AHog: '#{name}' gave up the GVL at the end of its timeslice 2 of 3 times/, findings.first.title)
+    end
   end
 
   # The engine (Model::Scan) sums the same stretches from the same events as the plain Ruby
@@ -264,7 +278,8 @@ class ServerTraceFindingsTest < Minitest::Test
   end
 
   def test_a_puma_request_that_burns_cpu_leads_the_findings
-    assert_leads_with_long_hold("puma.gvl", /\.burn\z/, "config.ru", 8)
+    # (a method defined in config.ru is a singleton method of Rack's builder: labelled as its class's)
+    assert_leads_with_long_hold("puma.gvl", /\ARack::Builder#burn\z/, "config.ru", 8)
   end
 
   def test_a_sidekiq_job_that_burns_cpu_leads_the_findings

@@ -96,7 +96,8 @@ class ReportHTMLTest < Minitest::Test
     assert_includes frames.map(&:last), "GVLWorkloads.spin"
     # The release sites: the reader's IO#read, first or tied first.
     table = dom[%r{<table id="sites">.*?</table>}m]
-    assert_match(/IO#read at #{Regexp.escape(SPIN_FILE)}:\d+/, table)
+    # (its path as thread labels show paths: relative to the working directory, Vocabulary.short_site)
+    assert_match(/IO#read at #{Regexp.escape(GVLScope::Vocabulary.short_site(SPIN_FILE))}:\d+/, table)
     assert_operator table.scan("<tr>").size, :>=, 3
     refute dom.include?(NOT_RECORDED), "a trace with stacks says they were not recorded"
 

@@ -54,4 +54,43 @@ class TopLayoutTest < Minitest::Test
       assert_match(/ RUN +WAIT +IDLE +CODE\z/, header, "width #{width.inspect}")
     end
   end
+
+  # 'pricer' burns the CPU for a second; six workers that block on IO wait about a timeslice for
+  # each acquisition behind it.
+  def hog_and_six_workers
+    thread = ->(serial, label, **counts) do
+      GVLScope::Live::Snapshot::ThreadRow.new(
+        serial: serial, label: label, ractor_id: 1, state: :wait, exited: false, run_ns: 0, wait_ns: 0, idle_ns: 0, gc_ns: 0,
+        holds: 0, waits: 0, longest_hold_ns: 0, longest_wait_ns: 0, released_blocking: 0, released_preempted: 0,
+        released_exit: 0, code: nil, **counts
+      )
+    end
+    rows = [thread.(1, "pricer", run_ns: 990_000_000, holds: 10, released_preempted: 10)] +
+           (1..6).map { |n| thread.(n + 1, "worker #{n}", run_ns: 100_000, wait_ns: 900_000_000, waits: 9, released_blocking: 9) }
+    GVLScope::Live::Snapshot.new(source: "socket", pid: 1, time_ns: 1, wall_ns: 1_000_000_000, interval_ns: 1_000_000_000,
+                                 held_ns: 990_600_000, wait_ns: 5_400_000_000, threads: rows, timeslice_ns: 100_000_000)
+  end
+
+  # As the report groups convoys by holder (Rules::Convoy.by_holder), so does top: six workers
+  # behind 'pricer' are one convoy, not six lines that push the hog off the list.
+  def test_convoys_behind_one_holder_are_one_finding
+    findings = GVLScope::Live::Rules.findings(hog_and_six_workers)
+    assert_equal %w[hog convoy], findings.map { |finding| finding["kind"] }.first(2)
+    convoy = findings[1]
+    assert_equal "pricer", convoy["holder"]
+    assert_equal ["worker 1", "worker 2", "worker 3", "worker 4", "worker 5", "worker 6", "pricer"], convoy["threads"]
+    assert_equal "Convoy: 6 threads ('worker 1', 'worker 2', 'worker 3' and 3 more) waited for the GVL 100 ms per " \
+                 "acquisition on average (54 waits, 5400 ms in all, timeslice 100 ms) after their blocking calls; " \
+                 "'pricer' held the GVL 99% of the interval", convoy["title"]
+  end
+
+  # However many findings come after it, a hog stays on screen: it is what the others wait behind.
+  def test_a_hog_never_falls_off_the_findings
+    hog = ["12:00:01", { "kind" => "hog", "title" => FINDING }]
+    later = (1..8).map { |n| ["12:00:0#{n + 1}", { "kind" => "convoy", "title" => "Convoy: 'w#{n}'" }] }
+    frame = frame(nil).tap { |f| f.findings = [hog, *later] }
+    lines = GVLScope::Formats::TopText.new(frame).to_s.lines(chomp: true)
+    shown = lines.drop_while { |line| !line.start_with?("findings") }.drop(1).take_while { |line| !line.empty? }
+    assert_equal ["  12:00:01  #{FINDING}", *(4..8).map { |n| "  12:00:0#{n + 1}  Convoy: 'w#{n}'" }], shown
+  end
 end

@@ -168,11 +168,11 @@ class ReferenceTimeline
   end
 
   # At SUSPENDED: what ended the run. With a site, its top frame tells the cause (the READY
-  # after may still call it a preemption); without, it is :blocking and the idle reason comes
+  # after may still call it a preemption); without, it is :unknown and the idle reason comes
   # from GVL events alone.
   def release(cursor, stack_id)
     site = stack_id && @file.stack(stack_id)
-    cause = site ? Vocabulary.release_cause(site) : :blocking
+    cause = site ? Vocabulary.release_cause(site) : :unknown
     cursor.site_cause = site && cause
     run = cursor.run_interval or return
     run.site ||= site

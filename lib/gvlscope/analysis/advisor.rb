@@ -50,9 +50,10 @@ module GVLScope
       #                    at once, the thread waited for the GVL back, its read then blocked), or nil
       #   kinds:           the units by kind (routes, job classes: WorkKind, summed like the unit's
       #                    numbers) when there are two or more; the model then keeps them apart
+      #   hog:             a thread that held the GVL most of the time (Hog), or nil
       Workload = Struct.new(:source, :unit, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns,
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
-                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, :kinds,
+                            :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, :kinds, :hog,
                             keyword_init: true) do
         def held_ns = run_ns + gc_ns
         def total_ns = run_ns + gc_ns + wait_ns + idle_ns
@@ -88,6 +89,15 @@ module GVLScope
         end
       end
 
+      # A thread that held the GVL +share+ of the time (AdvisorInputs::HOG_SHARE or more; +held_ns+)
+      # while the pool worked, in +code+ when the input says where (or nil); +in_pool+ when it is one
+      # of the pool's. Every other thread waits up to a timeslice per turn behind it, at any count:
+      # the answer says so before the count.
+      Hog = Struct.new(:label, :held_ns, :share, :code, :in_pool, keyword_init: true) do
+        # "'pricer' held the GVL 99.9 % of the time, in `Pricer#spin` (pricer.rb:8)"
+        def to_s = "'#{label}' held the GVL #{format('%.1f %%', 100 * share)} of the time#{", in #{code}" if code}"
+      end
+
       # One kind of unit (a route, a job class): how many, and their times summed (ns);
       # io_overlap_wait_ns: theirs, or nil where the source does not count it per unit.
       WorkKind = Struct.new(:label, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :io_overlap_wait_ns, keyword_init: true) do
@@ -117,6 +127,17 @@ module GVLScope
 
         # The GVL wait per unit the model predicts at +threads+, in ns (per request) or nil.
         def wait_ns_at(threads) = per_request? ? point(threads).wait_per_demand * demand_ns : nil
+
+        # Why no thread count helps while workload.hog holds the GVL (nil without one): text and
+        # JSON say the same.
+        def hog_reason
+          hog = workload.hog or return nil
+          "#{hog.in_pool ? "It is one of the pool's threads" : "It is not one of the pool's threads"}: while it " \
+            "runs Ruby code, every other thread waits " \
+            "for it up to a timeslice per turn, however many threads the pool has; more threads only add " \
+            "waiting, fewer do not shorten it. Move that work to a Ractor or another process, or lower its " \
+            "Thread#priority (if it feeds a Queue, bound it with a SizedQueue), then measure again."
+        end
 
         # Why this many threads, in sentences (text and JSON show the same).
         def reasoning

@@ -13,10 +13,16 @@ module GVLScope
     module AdvisorInputs
       # A thread's numbers, whichever input they came from.
       # io_overlap_wait_ns: the part of wait_ns that IO the thread had started overlapped (Metrics).
-      Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, :io_overlap_wait_ns,
+      # code: where it held the GVL ("`Pricer#spin` (pricer.rb:8)"), when the input says (a trace
+      # with stacks, a snapshot with code locations), or nil.
+      Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, :io_overlap_wait_ns, :code,
                        keyword_init: true) do
         def held_ns = run_ns + gc_ns
       end
+
+      # A thread that held the GVL this share of the time or more decides how long the others wait
+      # for it, whatever their number (Rules::Hog's case): advise names it before any count.
+      HOG_SHARE = 0.5
 
       # The hook's bounds for io_overlap_wait_ns (ext/gvlscope/metrics_event.h; the report engine's
       # in ext/gvlscope_engine/pass.c; test/analysis/advise_test.rb checks they agree with Native's): a
@@ -58,10 +64,23 @@ module GVLScope
         [pool, name, rows - pool]
       end
 
+      # The thread that held the GVL HOG_SHARE of +wall_ns+ or more (an Advisor::Hog), or nil; not
+      # the pool itself when it is that one thread (a CPU-bound program: the model's own case).
+      def hog(rows, pool, wall_ns)
+        row = rows.max_by(&:held_ns)
+        return nil unless wall_ns.to_i.positive? && row && row.held_ns >= HOG_SHARE * wall_ns
+        return nil if pool == [row]
+
+        Advisor::Hog.new(label: row.label, held_ns: row.held_ns, share: [row.held_ns.fdiv(wall_ns), 1.0].min,
+                         code: row.code, in_pool: pool.include?(row))
+      end
+
       # The worker threads' numbers, added together; per request/job when +breakdown+ (entries
-      # with count, run_ns, wait_ns, idle_ns, gc_ns) has any.
-      def workload(rows, source:, pattern:, held_ratio:, window_ns:, breakdown: nil, notes: [])
+      # with count, run_ns, wait_ns, idle_ns, gc_ns) has any. +wall_ns+: the time the rows cover
+      # (for Advisor::Hog; the window when nil).
+      def workload(rows, source:, pattern:, held_ratio:, window_ns:, breakdown: nil, notes: [], wall_ns: window_ns)
         pool, name, others = pick_pool(rows, pattern, source)
+        hog = hog(rows, pool, wall_ns)
         other_held = others.sum(&:held_ns)
         pool_held = pool.sum(&:held_ns)
         entries = Array(breakdown).select { |entry| entry[:count].to_i.positive? }
@@ -77,7 +96,7 @@ module GVLScope
                                 excluded_idle_ns: pool.sum { |row| row.excluded_idle_ns.to_i }, other_held_ns: other_held,
                                 pool_held_ns: pool_held, threads: pool.size, pool: name, held_ratio: held_ratio,
                                 window_ns: window_ns, notes: notes, pool_labels: pool.map(&:label).uniq,
-                                io_overlap_wait_ns: overlap)
+                                io_overlap_wait_ns: overlap, hog: hog)
         else
           units = entries.map { |entry| entry[:kind].to_s }.uniq
           Advisor::Workload.new(source: source, unit: units == ["job"] ? :job : :request, count: sum.(:count),
@@ -85,7 +104,7 @@ module GVLScope
                                 excluded_idle_ns: 0, other_held_ns: other_held, pool_held_ns: pool_held,
                                 threads: pool.size, pool: name, held_ratio: held_ratio, window_ns: window_ns, notes: notes,
                                 pool_labels: pool.map(&:label).uniq, io_overlap_wait_ns: overlap,
-                                kinds: work_kinds(entries))
+                                kinds: work_kinds(entries), hog: hog)
         end
       end
 
@@ -106,15 +125,19 @@ module GVLScope
       # From a trace: the Report's per-thread rows, idle split by reason (a trace knows why a thread
       # was idle; lock/queue/join idle is waiting for work, not the work's IO).
       def from_report(report, threads: nil)
+        duration = report.duration_ns
         rows = report.all_rows.map do |row|
           excluded = row.idle_by_reason.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
+          # (the holder's code only for a thread that may be the hog: a profile per thread costs)
+          code = report.code_locations.holder_profile(thread: row.serial).first&.name if row.run_ns + row.gc_ns >= HOG_SHARE * duration
           Row.new(label: row.label, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns,
-                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: row.io_overlap_wait_ns)
+                  idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: row.io_overlap_wait_ns,
+                  code: code)
         end
-        duration = report.duration_ns
-        held = rows.sum(&:held_ns)
+        # (the busiest Ractor's share, as the report's: each Ractor has a GVL of its own)
+        held = report.held_ratio_by_ractor.values.max.to_f
         workload(rows, source: "trace #{File.basename(report.file.path.to_s)}", pattern: threads,
-                       held_ratio: duration.positive? ? held.fdiv(duration) : 0.0, window_ns: duration)
+                       held_ratio: held, window_ns: duration)
       end
 
       # From live snapshots (Live::Snapshot: a snapshot file, Live.fetch): +later+ alone (counts
@@ -134,10 +157,11 @@ module GVLScope
 
         rows = snapshot.threads.map do |row|
           Row.new(label: row.label.to_s, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns, idle_ns: row.idle_ns,
-                  excluded_idle_ns: 0, io_overlap_wait_ns: row.io_overlap_wait_ns.to_i)
+                  excluded_idle_ns: 0, io_overlap_wait_ns: row.io_overlap_wait_ns.to_i,
+                  code: row.code && (row.code["holding"] || row.code["at"]))
         end
         workload(rows, source: source, pattern: threads, held_ratio: snapshot.held_ratio, window_ns: window,
-                       breakdown: breakdown)
+                       breakdown: breakdown, wall_ns: snapshot.wall_ns)
       end
 
       # Linux: how long the threads of process +pid+ spent runnable but waiting for a CPU core (the

@@ -15,7 +15,9 @@ module GVLScope
     # - per waiter, where the holders were while it waited.
     # Frames are grouped by the code they name: the first frame of a stack in a source file (not a
     # C method, not Ruby's <internal:...> files), by method (a block counts as its method) and
-    # file; a group's line is the line seen most.
+    # file; a group's label ("block in" kept) and line are the ones seen most. Rows name code as
+    # every output shows it: labels without object addresses (Vocabulary.code_label), paths
+    # shortened as thread labels' are (Vocabulary.short_site).
     class CodeLocations
       # One row of the profile or of the site table: +frame+ (label, path, line), +weight+ (waiter
       # samples, or ns of wait that followed), +share+ of the total. A release site's frame is the
@@ -77,7 +79,7 @@ module GVLScope
         end
         total = rows.sum { |_, row| row[:weight] }.to_f
         rows.map do |(top, path, line, cause), row|
-          frame = Model::Frame.new(top, path, line)
+          frame = shown(top, path, line)
           Row.new(frame: frame, weight: row[:weight], share: total.positive? ? row[:weight] / total : 0.0,
                   count: row[:count], cause: cause, threads: row[:threads].keys)
         end.sort_by { |row| [-row.weight, -row.count] }
@@ -106,9 +108,9 @@ module GVLScope
       end
 
       # [[frame, weight, count (1 when left out)], ...] grouped by method and file, heaviest first;
-      # each group's line is the one with the most weight.
+      # each group's label and line are the ones with the most weight.
       def rank(weighted)
-        groups = Hash.new { |hash, key| hash[key] = [0, Hash.new(0), 0] }
+        groups = Hash.new { |hash, key| hash[key] = [0, Hash.new(0), 0, Hash.new(0)] }
         weighted.each do |frame, weight, count|
           next unless frame
 
@@ -116,13 +118,17 @@ module GVLScope
           group[0] += weight
           group[1][frame.line] += weight
           group[2] += count || 1
+          group[3][frame.label] += weight
         end
         total = groups.sum { |_, group| group[0] }.to_f
-        groups.map do |(label, path), (weight, lines, count)|
-          Row.new(frame: Model::Frame.new(label, path, lines.max_by(&:last).first), weight: weight,
+        groups.map do |(_, path), (weight, lines, count, labels)|
+          Row.new(frame: shown(labels.max_by(&:last).first, path, lines.max_by(&:last).first), weight: weight,
                   share: total.positive? ? weight / total : 0.0, count: count)
         end.sort_by { |row| -row.weight }
       end
+
+      # A frame as outputs name it.
+      def shown(label, path, line) = Model::Frame.new(Vocabulary.code_label(label), Vocabulary.short_site(path), line)
     end
   end
 end

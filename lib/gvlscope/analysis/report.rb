@@ -70,13 +70,7 @@ module GVLScope
       end
 
       # The share of wall time each Ractor's GVL was held (by a running or collecting thread).
-      def held_ratio_by_ractor
-        return {} unless duration_ns.positive?
-
-        all_rows.group_by(&:ractor_id).transform_values do |rows|
-          rows.sum { |row| row.run_ns + row.gc_ns } / duration_ns.to_f
-        end
-      end
+      def held_ratio_by_ractor = @stats.held_ratio_by_ractor(duration_ns)
 
       def wait_ns = rows.sum(&:wait_ns)
 

@@ -51,14 +51,29 @@ module GVLScope
       def releases(row) = row.released_by.sum { |cause, count| cause == :exit ? 0 : count }
 
       # A CPU-bound thread others waited a timeslice or more for: Rules::Hog's finding. Unless it
-      # held the GVL mostly in long hold streaks (ThreadStats::Row) that ended in a pause: it ran
-      # requests or jobs one after another, waiting for work between them, and Rules::LongHold
-      # names them.
+      # is a worker (#worker?) that held the GVL mostly in long hold streaks (ThreadStats::Row)
+      # that ended in a pause: it ran requests or jobs one after another, waiting for work between
+      # them, and Rules::LongHold names them.
       def hog?(row)
         cpu_bound?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns && !units_of_work?(row)
       end
 
-      def units_of_work?(row) = 2 * row.long_streak_held_ns >= row.run_ns + row.gc_ns
+      def units_of_work?(row) = worker?(row) && 2 * row.long_streak_held_ns >= row.run_ns + row.gc_ns
+
+      # A thread that runs requests or jobs: a trace knows no request, but servers run them on
+      # named, numbered threads of a pool (Puma's "puma srv tp 001", Sidekiq's "processor #7",
+      # "worker-3") or on several threads of one name. Never the main thread: it boots the app
+      # (Puma requiring gems) or runs the script, and its long stretch is a hog or a convoy's cause.
+      def worker?(row)
+        info = @timeline.threads[row.serial]&.info
+        name = info&.name.to_s
+        return false if info.nil? || info.main || name.empty?
+
+        row.label.b.match?(/\d/) || names.fetch(name, 0) > 1
+      end
+
+      # How many threads carry each name (nil: unnamed).
+      def names = @names ||= @rows.each_key.map { |serial| @timeline.threads[serial]&.info&.name }.tally
 
       # The ns +serial+ waited for the GVL while nobody held it (Blame::HAND_OFF).
       def hand_off_ns(serial) = @report.blame.all_waits.fetch(serial, nil)&.fetch(Blame::HAND_OFF, 0) || 0
@@ -118,11 +133,13 @@ module GVLScope
         victims.sort_by { |_, ns| -ns }.first(3).map { |serial, ns| "#{quote(@labels[serial])} #{ms(ns)}" }.join(", ")
       end
 
-      # "'a', 'b', 'c' and 2 more" of +labels+.
-      def list(labels, shown: 3)
-        quoted = labels.first(shown).map { |label| quote(label) }
+      # "'a', 'b', 'c' and 2 more" of +labels+ (`gvlscope top`'s findings name threads so too).
+      def self.list(labels, shown: 3)
+        quoted = labels.first(shown).map { |label| "'#{label}'" }
         labels.size > shown ? "#{quoted.join(', ')} and #{labels.size - shown} more" : quoted.join(", ")
       end
+
+      def list(labels, shown: 3) = Rule.list(labels, shown: shown)
 
       # "The holder was in `Counter#spin` (lib/counter.rb:8) 97% of the time" from the holder
       # samples of +rows+ (CodeLocations rows); nil without samples.

@@ -47,6 +47,14 @@ module GVLScope
         rows.sum { |row| row.run_ns + row.gc_ns }
       end
 
+      # The share of +duration_ns+ each Ractor's GVL was held (by a running or collecting thread):
+      # one GVL each, so each share is at most 1 where their sum is not.
+      def held_ratio_by_ractor(duration_ns)
+        return {} unless duration_ns.positive?
+
+        rows.group_by(&:ractor_id).transform_values { |same| same.sum { |row| row.run_ns + row.gc_ns } / duration_ns.to_f }
+      end
+
       private
 
       # The engine's sums (Engine::Pass#threads): nil for a thread of the thread table that never

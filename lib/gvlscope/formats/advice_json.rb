@@ -21,6 +21,8 @@ module GVLScope
           recommendation: { threads: advice.threads, processes: advice.processes, cores: advice.cores,
                             current_threads: advice.current_threads, current_processes: advice.current_processes,
                             limited_by: advice.limited_by.to_s },
+          hog: w.hog && { label: w.hog.label, held_ns: w.hog.held_ns, share: w.hog.share.round(6), code: w.hog.code,
+                          in_pool: w.hog.in_pool, reason: advice.hog_reason },
           measured: {
             source: w.source, unit: w.unit.to_s, count: w.count, window_ns: w.window_ns,
             pool: { name: w.pool, threads: w.threads },

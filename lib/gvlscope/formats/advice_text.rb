@@ -41,11 +41,17 @@ module GVLScope
 
       def plural(count, word) = Analysis::Advisor.count(count, word)
 
+      # The count; first, when a thread held the GVL most of the time, that no count fixes it.
       def headline(advice)
-        text = "gvlscope advise: #{plural(advice.threads, 'thread')} per process"
+        text = "#{plural(advice.threads, 'thread')} per process"
         text += advice.processes == advice.current_processes ? "" : ", #{plural(advice.processes, 'process')}"
-        ["#{text} (now #{plural(advice.current_threads, 'thread')} x #{plural(advice.current_processes, 'process')}, " \
-         "#{plural(advice.cores, 'core')})"]
+        count = "#{text} (now #{plural(advice.current_threads, 'thread')} x #{plural(advice.current_processes, 'process')}, " \
+                "#{plural(advice.cores, 'core')})"
+        hog = advice.workload.hog
+        return ["gvlscope advise: #{count}"] unless hog
+
+        ["gvlscope advise: no thread count fixes this: #{hog}", *wrap(advice.hog_reason, "  "), "",
+         *wrap("With its holds charged to the pool's work, the model's count: #{count}", "")]
       end
 
       def measured(advice)
@@ -65,7 +71,11 @@ module GVLScope
                           100.0 * w.excluded_idle_ns / (w.total_ns + w.excluded_idle_ns))
         end
         held = format("  GVL held %.1f %% of the time", 100 * w.held_ratio.to_f)
-        held += format("; other threads held it %.1f %% as long as the pool, charged to the pool's work", 100 * (w.charge - 1)) if w.charge > 1.0005
+        if w.charge > 1.0005
+          # Shares of the time, as the held share is (a ratio of holds can reach thousands of percent).
+          others = w.held_ratio.to_f * (1 - 1 / w.charge)
+          held += format(": the pool %.1f %%, other threads %.1f %% (charged to the pool's work)", 100 * (w.held_ratio.to_f - others), 100 * others)
+        end
         lines << held
         if w.cpu_wait_ns
           lines << format("  waiting for a CPU core (Linux run-queue wait): %.1f %% of the pool's time, inside run and idle above",

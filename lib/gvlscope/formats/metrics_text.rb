@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "histogram_text"
+require_relative "report_text"
 require_relative "../units"
 
 module GVLScope
@@ -11,8 +12,11 @@ module GVLScope
       def write(io)
         s = @subject
         lines = []
-        lines << format("GVL held %.1f%% of %.3f s wall; %d acquisitions; total wait %s; %d threads waiting now",
-                        100 * s.held_ratio, s.wall_ns / 1e9, s.acquisitions, ms(s.wait_ns), s.waiting_threads)
+        # (a share of one GVL, the busiest Ractor's, as the report says it)
+        by_ractor = s.held_ratio_by_ractor
+        held, per_ractor = by_ractor.empty? ? [s.held_ratio, ""] : ReportText.held_facts(by_ractor)
+        lines << format("GVL held %.1f%% of %.3f s wall%s; %d acquisitions; total wait %s; %d threads waiting now",
+                        100 * held, s.wall_ns / 1e9, per_ractor, s.acquisitions, ms(s.wait_ns), s.waiting_threads)
         lines << format("releases: %d blocking (or Thread.pass), %d preempted at the end of a timeslice, %d exit",
                         s.released_blocking, s.released_preempted, s.released_exit)
         lines << ""

@@ -90,9 +90,14 @@ module GVLScope
         notes = []
         notes << "#{file.dropped} events dropped" if file.dropped.positive?
         notes << "truncated" if file.truncated?
-        held = report.held_ratio_by_ractor
+        [notes.empty? ? "" : " (#{notes.join(', ')})", *held_facts(report.held_ratio_by_ractor)]
+      end
+
+      # [the busiest Ractor's held share, " (Ractor 1: 40.0%, ...)" or ""] of { ractor => share }:
+      # a share per GVL (all Ractors' together could pass 100%). The summary says the same.
+      def self.held_facts(held)
         per_ractor = held.size > 1 ? " (#{held.map { |id, r| format('Ractor %d: %.1f%%', id, 100 * r) }.join(', ')})" : ""
-        [notes.empty? ? "" : " (#{notes.join(', ')})", held.values.max.to_f, per_ractor]
+        [held.values.max.to_f, per_ractor]
       end
 
       private

@@ -2,6 +2,7 @@
 
 require_relative "format"
 require_relative "thread_table"
+require_relative "report_text"
 require_relative "../analysis/thread_stats"
 
 module GVLScope
@@ -15,7 +16,8 @@ module GVLScope
         lines = []
         lines << format("%s: %.3f s, %d events, %d threads%s", file.path, duration / 1e9, file.size, stats.rows.size,
                         file.dropped.positive? ? ", #{file.dropped} events dropped" : "")
-        lines << format("GVL held %.1f%% of the time", duration.positive? ? 100.0 * stats.held_ns / duration : 0)
+        held, per_ractor = ReportText.held_facts(stats.held_ratio_by_ractor(duration))
+        lines << format("GVL held %.1f%% of the time%s", 100 * held, per_ractor)
         lines << ""
         lines.concat(ThreadTable.lines(stats.rows), ThreadTable.legend(stats.rows))
         io << lines.join("\n") << "\n"

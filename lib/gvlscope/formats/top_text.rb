@@ -21,7 +21,7 @@ module GVLScope
       BAR = 20          # characters of the held and waiting gauges
       LABEL = 22..32    # characters of the thread column: its longest label within these
       TOP = 3           # threads named in the top holders and top waiters lines
-      FINDINGS = 6      # findings shown, newest last
+      FINDINGS = 6      # findings shown, newest last (hogs first kept: the cause others wait behind)
       CODE_MIN = 16     # below this many columns for CODE, the table leaves out RUN, WAIT and IDLE (ms)
 
       def write(out)
@@ -58,7 +58,7 @@ module GVLScope
         [
           title,
           format("GVL held %5.1f%% %s   wait %s/s   waiting threads now %d, avg %.2f %s",
-                 100 * s.held_ratio, bar(s.held_ratio), seconds(s.wait_ns_per_s), s.waiting_threads, waiting_avg,
+                 100 * s.busiest_held_ratio, bar(s.busiest_held_ratio), seconds(s.wait_ns_per_s), s.waiting_threads, waiting_avg,
                  bar(waiting_avg / gauge_max)),
           format("acquisitions %d · releases: %d blocking, %d preempted, %d exit%s", s.acquisitions,
                  s.releases[:blocking], s.releases[:preempted], s.releases[:exit],
@@ -146,10 +146,18 @@ module GVLScope
 
       def findings(frame)
         lines = ["findings (live rules hog, convoy, contention on each interval; newest last):"]
-        shown = frame.findings.last(FINDINGS)
+        shown = shown_findings(frame.findings)
         lines << "  none so far" if shown.empty?
         shown.each { |seen_at, finding| lines << "  #{seen_at}  #{finding['title']}" }
         lines
+      end
+
+      # The last FINDINGS of +findings+ ([seen_at, Hash], oldest first), in their order; a hog
+      # stays in them however many findings came after it (the newest FINDINGS hogs, if more).
+      def shown_findings(findings)
+        hogs, others = findings.partition { |_, finding| finding["kind"] == "hog" }
+        kept = hogs.last(FINDINGS) + others.last([FINDINGS - hogs.size, 0].max)
+        findings.select { |entry| kept.any? { |chosen| chosen.equal?(entry) } }
       end
 
       def share(ns)

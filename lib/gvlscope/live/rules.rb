@@ -11,14 +11,16 @@ module GVLScope
     # - hog:        a thread gave the GVL up mostly at the end of its timeslice (preempted) while
     #               other threads waited at least a timeslice in all (Rules::Hog, without blame:
     #               "others" are all the threads that waited in the interval);
-    # - convoy:     a thread that releases the GVL for blocking calls waited on average a quarter
+    # - convoy:     threads that release the GVL for blocking calls waited on average a quarter
     #               timeslice per acquisition (Rules::Convoy, from the per-thread mean rather than
-    #               each wait after a blocking call), next to the thread that held it most;
+    #               each wait after a blocking call), behind the thread that held it most: one
+    #               finding per holder (Rules::Convoy.by_holder, as the report groups them);
     # - contention: at a quarter of the acquisitions 4+ other threads were still waiting, and
     #               threads waited at least a quarter of the wall time (Rules::Contention, same
     #               thresholds, from the interval's histogram).
     #
-    # Each finding is a Hash: kind, thread, threads, title, fix (the report's words, shorter).
+    # Each finding is a Hash: kind, thread, threads, title, fix (the report's words, shorter); a
+    # convoy's also "holder".
     # The thresholds are the report's rules' own, read from them: one place to tune each.
     module Rules
       HOG = Analysis::Rules::Hog
@@ -29,8 +31,7 @@ module GVLScope
 
       def findings(snapshot)
         rows = snapshot.threads.reject { |row| own?(row) }
-        [*rows.filter_map { |row| hog(snapshot, row) }, *rows.filter_map { |row| convoy(snapshot, row) },
-         contention(snapshot)].compact
+        [*rows.filter_map { |row| hog(snapshot, row) }, *convoys(snapshot, rows), contention(snapshot)].compact
       end
 
       def hog(snapshot, row)
@@ -50,21 +51,32 @@ module GVLScope
                 "(SizedQueue), lower its Thread#priority, or move it to a Ractor or another process")
       end
 
-      def convoy(snapshot, row)
-        return if row.waits < CONVOY::MIN_WAITS || row.released_blocking < CONVOY::MIN_WAITS
-        return if row.wait_ns < row.waits * snapshot.timeslice_ns / 4
+      # One finding per holder, the waiters behind it together.
+      def convoys(snapshot, rows)
+        waiting = rows.select { |row| convoy?(snapshot, row) }
+        groups = CONVOY.by_holder(waiting) do |row|
+          snapshot.threads.reject { |other| other.serial == row.serial }.max_by(&:held_ns)
+        end
+        groups.filter_map { |holder, group| convoy(snapshot, group, holder) if holder&.held_ns&.positive? }
+      end
 
-        holder = snapshot.threads.reject { |other| other.serial == row.serial }.max_by(&:held_ns)
-        return unless holder&.held_ns&.positive?
+      def convoy?(snapshot, row)
+        row.waits >= CONVOY::MIN_WAITS && row.released_blocking >= CONVOY::MIN_WAITS &&
+          row.wait_ns >= row.waits * snapshot.timeslice_ns / 4
+      end
 
-        finding(:convoy, [row, holder],
-                format("Convoy: '%s' waited for the GVL %s per acquisition on average (%d waits, %s in all, " \
-                       "timeslice %s) after its blocking calls; '%s' held the GVL %d%% of the interval",
-                       row.label, ms(row.wait_ns / row.waits), row.waits, ms(row.wait_ns), ms(snapshot.timeslice_ns),
-                       holder.label, percent(holder.held_ns, snapshot)),
+      def convoy(snapshot, group, holder)
+        waits = group.sum(&:waits)
+        waited = group.sum(&:wait_ns)
+        who = group.size == 1 ? "'#{group.first.label}'" : "#{group.size} threads (#{Analysis::Rule.list(group.map(&:label))})"
+        finding(:convoy, [*group, holder],
+                format("Convoy: %s waited for the GVL %s per acquisition on average (%d waits, %s in all, " \
+                       "timeslice %s) after %s blocking calls; '%s' held the GVL %d%% of the interval",
+                       who, ms(waited / waits), waits, ms(waited), ms(snapshot.timeslice_ns),
+                       group.size == 1 ? "its" : "their", holder.label, percent(holder.held_ns, snapshot)),
                 "each blocking call gives the GVL away and getting it back costs up to a timeslice while " \
                 "'#{holder.label}' runs Ruby: move that CPU work to another process or a Ractor, or shorten " \
-                "the timeslice (RUBY_THREAD_TIMESLICE, Ruby 3.4+)")
+                "the timeslice (RUBY_THREAD_TIMESLICE, Ruby 3.4+)").merge("holder" => holder.label)
       end
 
       def contention(snapshot)

@@ -5,6 +5,7 @@ require "set"
 require_relative "../errors"
 require_relative "../units"
 require_relative "../printable"
+require_relative "../vocabulary"
 require_relative "rules"
 
 module GVLScope
@@ -120,6 +121,9 @@ module GVLScope
       # Ractors of a process together (it can exceed 1 with several Ractors: held_ratio_by_ractor);
       # for several Puma workers, their mean.
       def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+
+      # The busiest Ractor's held share (one GVL's, at most 1), held_ratio without thread rows.
+      def busiest_held_ratio = threads.empty? ? held_ratio : held_ratio_by_ractor.values.max
 
       # { ractor_id => held share } from the thread rows (empty for a scrape).
       def held_ratio_by_ractor
@@ -280,10 +284,12 @@ module GVLScope
           values = THREAD_FIELDS.to_h { |key| [key.to_s, row[key.to_s]] }
           values["serial"] = number(row, "serial", within: field)
           values["ractor_id"] = number(row, "ractor_id", within: field)
-          values["label"] = text(row, "label", within: field)
+          # (a file's names reach a terminal as a trace's do: control characters escaped)
+          values["label"] = text(row, "label", within: field)&.then { |label| Printable.text(label) }
           values["state"] = text(row, "state", within: field)
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
+          values["code"] = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
           THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
           ThreadRow.from_h(values)
         end
@@ -365,14 +371,14 @@ module GVLScope
 
       FRAMES_LOOKED_AT = 8 # a thread's innermost frames, enough to pass Ruby's own (<internal:...>)
 
-      # "Object#spin (app.rb:4)": the innermost frame in a source file, relative to the working
-      # directory when under it; nil for a thread without Ruby frames (or the caller itself).
+      # "Object#spin (app.rb:4)": the innermost frame in a source file, its path shortened as a
+      # trace's are (Vocabulary.short_site); nil for a thread without Ruby frames (or the caller itself).
       def self.code_location(thread, cwd = "#{Dir.pwd}/")
         return nil if thread == Thread.current
 
         frames = thread.backtrace_locations(0, FRAMES_LOOKED_AT) or return nil
         frame = frames.find { |f| f.path && !f.path.start_with?("<internal:") } || frames.first or return nil
-        Printable.text("#{frame.label} (#{frame.path.to_s.delete_prefix(cwd)}:#{frame.lineno})")
+        Printable.text("#{Vocabulary.code_label(frame.label)} (#{Vocabulary.short_site(frame.path.to_s, cwd)}:#{frame.lineno})")
       rescue StandardError
         nil
       end

@@ -212,7 +212,7 @@ module GVLScope
         interval = with_code(interval)
         clock = Time.now.strftime("%H:%M:%S")
         interval.findings.each do |finding|
-          key = [finding["kind"], finding["thread"]]
+          key = [finding["kind"], finding["holder"] || finding["thread"]] # a convoy is its holder's, whoever waits
           if (index = @seen[key])
             @findings[index] = [@findings[index][0], finding] # still there: the newest numbers
           else

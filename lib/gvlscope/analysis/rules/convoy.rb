@@ -15,9 +15,14 @@ module GVLScope
         SLOW_SHARE = 0.25
         CULPRIT_SHARE = 0.5
 
+        # Threads in a convoy as one group per holder (the block names a thread's holder, nil when
+        # none held the GVL for most of its waiting), in the threads' order: one finding each, here
+        # and in `gvlscope top` (Live::Rules), so six workers behind one hog are one line.
+        def self.by_holder(rows, &holder) = rows.group_by(&holder)
+
         def findings
           convoys = @rows.each_value.select { |row| convoy?(row) }
-          convoys.group_by { |row| culprit(row) }.map { |culprit, group| convoy(group, culprit) }
+          Convoy.by_holder(convoys) { |row| culprit(row) }.map { |culprit, group| convoy(group, culprit) }
         end
 
         private

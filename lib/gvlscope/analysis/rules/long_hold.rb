@@ -6,8 +6,9 @@ module GVLScope
   module Analysis
     module Rules
       # Long hold: a request or job that ran Ruby code for a timeslice or more (a long hold streak,
-      # ThreadStats::Row: its holds between pauses, across preemptions and short waits) while other
-      # threads waited a timeslice or more for its thread. A server's pool thread running a 300 ms
+      # ThreadStats::Row: its holds between pauses, across preemptions and short waits) on a
+      # worker thread (Rule#worker?: boot and plain scripts are no request) while other threads
+      # waited a timeslice or more for its thread. A server's pool thread running a 300 ms
       # request releases the GVL at blocking calls more often than it is preempted, so it is no Hog,
       # and each of its victims waits a few times only, so they are no Convoy: this names it. A
       # thread the Hog rule reports (Rule#hog?: CPU-bound, and not mostly in such streaks) stays
@@ -22,7 +23,7 @@ module GVLScope
         private
 
         def long_holder?(row)
-          row.long_streaks.positive? && !hog?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns
+          row.long_streaks.positive? && worker?(row) && !hog?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns
         end
 
         def profile(row) = (@profiles ||= {})[row.serial] ||= @report.code_locations.holder_profile(thread: row.serial)
