@@ -149,6 +149,8 @@ module GVLScope
                       "in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
                       label, queue, job["jid"], timing.wait_ms, timing.before_start_words("job"),
                       timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
+        latency = timing.queue_latency_ms
+        line << format("; queue latency %.1f ms (enqueued_at to the start)", latency) if latency
         LogWriter.shared.write(line, ::Sidekiq.logger) # the job hands the line over: no write, no logger lock
       end
 
@@ -249,6 +251,7 @@ module GVLScope
       return yield if setup.nil? || (setup.sampling && rand >= setup.sample) # Kernel#rand: reseeded after fork
 
       timing = RequestTiming.start
+      timing.enqueued_at = job["enqueued_at"] # its queue latency: Sidekiq's own stamp, to now (the start)
       begin
         yield
       ensure
