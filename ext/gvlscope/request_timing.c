@@ -213,15 +213,22 @@ static VALUE timing_queue_ns(VALUE self) {
 
 // timing.enqueued_at = job["enqueued_at"]: when the job was put in its queue, read as Sidekiq reads it
 // (Sidekiq::JobRecord#enqueued_at): an Integer is milliseconds since the epoch (Sidekiq 8), a Float
-// seconds (Sidekiq 7); anything else leaves the queue latency unknown. The latency runs from then
+// seconds (Sidekiq 7); anything else (or a time before 1970 or after 2262, which ns since the epoch
+// cannot hold) leaves the queue latency unknown. The latency runs from then
 // to this call (made right after the start), both on the wall clock: the pusher's host read the
 // first, so a pusher whose clock is ahead of ours would make it negative, and it counts 0 then.
 static VALUE timing_set_enqueued_at(VALUE self, VALUE enqueued_at) {
     request_timing *timing = timing_of(self);
-    int64_t enqueued_ns;
-    if (FIXNUM_P(enqueued_at)) enqueued_ns = (int64_t)FIX2LONG(enqueued_at) * 1000000;
-    else if (RB_FLOAT_TYPE_P(enqueued_at)) enqueued_ns = (int64_t)(RFLOAT_VALUE(enqueued_at) * 1e9);
-    else {
+    const int64_t max_ms = INT64_MAX / 1000000;
+    int64_t enqueued_ns = -1;
+    if (FIXNUM_P(enqueued_at)) {
+        long ms = FIX2LONG(enqueued_at);
+        if (ms >= 0 && ms < max_ms) enqueued_ns = (int64_t)ms * 1000000;
+    } else if (RB_FLOAT_TYPE_P(enqueued_at)) {
+        double seconds = RFLOAT_VALUE(enqueued_at);  // NaN fails both comparisons
+        if (seconds >= 0 && seconds < max_ms / 1000) enqueued_ns = (int64_t)(seconds * 1e9);
+    }
+    if (enqueued_ns < 0) {
         timing->queue_latency_known = 0;
         timing->queue_latency_ns = 0;
         return enqueued_at;

@@ -161,12 +161,14 @@ class SidekiqMiddlewareTest < Minitest::Test
     run_job(config, job("SkewedJob", "enqueued_at" => wall_ns.() / 1e9 + 60))
     run_job(config, job("UnstampedJob"))
     run_job(config, job("UnstampedJob", "enqueued_at" => "2026-11-28T08:00:00Z"))
+    [-1, 2**62, Float::NAN, Float::INFINITY, -0.5, 1e300].each { |stamp| run_job(config, job("BadStampJob", "enqueued_at" => stamp)) }
 
     float_ns = 1_000 # a Float of seconds since the epoch holds them to ~0.24 us
     assert_includes eight.first..eight.last, jobs[["EightJob", { queue: "default" }]].queue_latency_ns
     assert_includes (seven.first - float_ns)..(seven.last + float_ns), jobs[["SevenJob", { queue: "default" }]].queue_latency_ns
     assert_equal [2, 0], jobs[["SkewedJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
     assert_equal [2, 0], jobs[["UnstampedJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
+    assert_equal [6, 0], jobs[["BadStampJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
 
     assert GVLScope::LogWriter.shared.flush(30)
     latency_in_line = lambda do |label|

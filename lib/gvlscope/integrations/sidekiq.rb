@@ -17,8 +17,9 @@ require_relative "open_telemetry_spans"
 
 module GVLScope
   # Sidekiq server middleware: how the thread that ran each job spent its time — running Ruby
-  # (holding the GVL), waiting for the GVL, idle (IO, sleep, locks) and in GC — added up per job
-  # class and queue (GVLScope::Breakdown, which /metrics shows), with a log line for the jobs that
+  # (holding the GVL), waiting for the GVL, idle (IO, sleep, locks) and in GC, and how long the job
+  # sat in its queue before that (its queue latency, from Sidekiq's own enqueued_at) — added up per
+  # job class and queue (GVLScope::Breakdown, which /metrics shows), with a log line for the jobs that
   # waited too long and the process's GVL stats in Sidekiq's log every stats_every seconds.
   #
   #   require "gvlscope/sidekiq"
