@@ -60,7 +60,9 @@ CHAIN_PROGRAM = <<~'RUBY'
   config.server_middleware { |chain| chain.add trivial } if setup == "trivial"
   GVLScope::Sidekiq.startup(config)
   chain = config.server_middleware
-  job = { "class" => "NoopJob", "args" => [], "jid" => "0123456789abcdef01234567", "queue" => "default" }
+  # As Sidekiq 8 fetches it: enqueued_at in ms since the epoch (the middleware reads it).
+  job = { "class" => "NoopJob", "args" => [], "jid" => "0123456789abcdef01234567", "queue" => "default",
+          "enqueued_at" => Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond) }
   instance = Object.new
   1000.times { chain.invoke(instance, job, "default") { nil } }
   GC.start

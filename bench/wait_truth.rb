@@ -14,6 +14,7 @@
 #   rails                             test/fixtures/rails/config.ru under Puma 8, single, 5 threads
 #   sidekiq{8,7}                      Sidekiq 8 (the bundle's) or 7 (gemfiles/sidekiq7.gemfile) on a
 #                                     real redis-server, bench/wait_truth_jobs.rb
+#   sidekiq{8,7}-burst                the same at concurrency 10, every processor busy (below)
 #
 # A web try: GET /cpu burns 300 ms of CPU in a pure Ruby loop (in cluster mode, one such request
 # per worker); 20-100 ms later (random: users do not choose when their requests arrive) the same
@@ -32,6 +33,13 @@
 # LPUSH) to its end (CLOCK_REALTIME at the end of perform) is its own. gvlscope's figure is
 # GVLScope::Sidekiq's log line for the job (log_wait_over_ms: 0); Sidekiq's own `elapsed=` is shown
 # beside it.
+#
+# A burst round (issue 36): concurrency 10 and 10 BurnJobs that hold every processor (each burns
+# its 400 ms of CPU once all 10 have started), then 10 QuickJobs pushed at the random offsets after
+# the last one started: they sit in Redis until a processor is free. Besides the GVL wait, a job's
+# line gives its queue latency (enqueued_at to the start, of which the GVL wait before the start is
+# part); "coverage" is what gvlscope names of the delay: (queue latency + the GVL wait in the job) /
+# (client latency - the median latency alone), shown for every Sidekiq run.
 #
 # Target (issue 36): reported GVL wait >= 80 % of (client latency - the median latency alone) in at
 # least 9 of 10 tries, fresh and keep-alive; no request breaks the invariants (broken_invariants:
@@ -56,11 +64,12 @@ module WaitTruth
   RAILS_APP = File.join(ROOT, "test/fixtures/rails/config.ru")
   JOBS_APP = File.join(ROOT, "bench/wait_truth_jobs.rb")
   PUMA_SERVERS = %w[8 7].product(%w[single cluster], %w[2 5]).map { |version, mode, threads| "puma#{version}-#{mode}-#{threads}" }
-  SERVERS = [*PUMA_SERVERS, "rails", "sidekiq8", "sidekiq7"].freeze
+  SERVERS = [*PUMA_SERVERS, "rails", "sidekiq8", "sidekiq7", "sidekiq8-burst", "sidekiq7-burst"].freeze
   BURN_MS = 300
   JOB_BURN_MS = 400
   BURN_JOBS = 3
   QUICK_JOBS = 15
+  BURST = 10 # a burst round's concurrency, BurnJobs and QuickJobs
   OFFSET_SECONDS = (0.020..0.100) # when the quick request is sent after its neighbour
   TARGET = 0.8
   BOOT_TIMEOUT = 60
@@ -99,6 +108,15 @@ module WaitTruth
 
     # The target: the reported wait covers 80 % of the delay (a try not delayed needs nothing).
     def met?(sample) = !delayed?(sample) || sample.wait_ms >= TARGET * delay_ms(sample)
+
+    # A job's delay as gvlscope names it: its queue latency (the GVL wait before the start is part of
+    # it) and the GVL wait in the job, over the delay; nil without a queue latency or a delay.
+    def coverage(sample)
+      latency = sample.parts["queue latency"]
+      return nil unless latency && delayed?(sample)
+
+      (latency + sample.wait_ms - sample.parts.fetch("pickup", 0.0)) / delay_ms(sample)
+    end
 
     def part_names = (@beside + @alone).flat_map { |sample| sample.parts.keys }.uniq
   end
@@ -159,9 +177,12 @@ module WaitTruth
       web = WebServer.new(gemfile: GEMFILES.fetch("puma8"), rackup: RAILS_APP, threads: 5, workers: 0, dir: dir,
                           wait_entries: wait_entries, env: { "RAILS_ENV" => "production" })
       web.measure(server, tries, rng, path: "/cpu?ms=", connection: connection)
-    when /\Asidekiq[78]\z/
+    when /\A(sidekiq[78])\z/
       rounds = (tries / quick_jobs.to_f).ceil
       JobServer.new(gemfile: GEMFILES.fetch(server), dir: dir).measure(server, rounds, quick_jobs, rng)
+    when /\A(sidekiq[78])-burst\z/
+      rounds = (tries / BURST.to_f).ceil
+      JobServer.new(gemfile: GEMFILES.fetch(Regexp.last_match(1)), dir: dir, burst: true).measure(server, rounds, BURST, rng)
     else
       raise ArgumentError, "unknown server #{server.inspect}; servers: #{SERVERS.join(', ')}"
     end
@@ -317,10 +338,13 @@ module WaitTruth
     DONE_LINE = /jid=(\h+)\b.*elapsed=([\d.]+).*\bdone$/
     COLOURS = /\e\[[\d;]*m/
 
-    def initialize(gemfile:, dir:)
+    def initialize(gemfile:, dir:, burst: false)
       @gemfile = File.join(ROOT, gemfile)
       @dir = dir
       @ends_path = File.join(dir, "ends.json")
+      @burst = burst
+      @concurrency = burst ? BURST : CONCURRENCY
+      @version = gemfile.include?("sidekiq7") ? 7 : 8
     end
 
     def measure(name, rounds, quick_jobs, rng)
@@ -332,14 +356,14 @@ module WaitTruth
       push_round(2, quick_jobs, rng, {}) # warm-up: the classes' first runs, every processor's connection
       rounds.times do
         push_round(0, quick_jobs, rng, pushed[:alone])
-        push_round(BURN_JOBS, quick_jobs, rng, pushed[:beside])
+        push_round(@burst ? BURST : BURN_JOBS, quick_jobs, rng, pushed[:beside])
       end
       @child.stop
       ends = JSON.parse(File.read(@ends_path))
       log = @child.log.gsub(COLOURS, "")
       version = log[/Sidekiq (\d+\.\d+\.\d+)/, 1]
       Result.new(name, samples(pushed[:beside], ends, log), samples(pushed[:alone], ends, log),
-                 ["Sidekiq #{version}, concurrency #{CONCURRENCY}, Redis on loopback"])
+                 ["Sidekiq #{version}, concurrency #{@concurrency}#{', a burst' if @burst}, Redis on loopback"])
     ensure
       @child&.stop
       @redis&.stop
@@ -350,7 +374,7 @@ module WaitTruth
     def start
       @child = Child.new({ "BUNDLE_GEMFILE" => @gemfile, "REDIS_URL" => @redis.url, "WAIT_TRUTH_ENDS" => @ends_path },
                          [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
-                          'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", JOBS_APP, "-c", CONCURRENCY.to_s,
+                          'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", JOBS_APP, "-c", @concurrency.to_s,
                           "-q", "default", "-t", "5"],
                          File.join(@dir, "sidekiq.log"))
       @child.wait_for("sidekiq connected") { |log| log[/connecting to Redis/] }
@@ -360,7 +384,15 @@ module WaitTruth
     # +burns+ BurnJobs, then quick_jobs QuickJobs at random offsets after them; waits until all
     # are done. pushed: jid => [offset s, push CLOCK_REALTIME].
     def push_round(burns, quick_jobs, rng, pushed)
-      burn_jids = Array.new(burns) { push("BurnJob", JOB_BURN_MS) }
+      # A burst's BurnJobs wait for one another before burning: every processor busy at once.
+      @burns_pushed = (@burns_pushed || 0) + burns
+      burn_jids = Array.new(burns) { push("BurnJob", JOB_BURN_MS, @burst ? @burns_pushed : 0) }
+      if @burst && burns.positive?
+        @child.wait_for("#{burns} BurnJobs started", 60) do |log|
+          text = log.gsub(COLOURS, "")
+          burn_jids.all? { |jid| text.match?(/jid=#{jid}\b.*\bstart$/) }
+        end
+      end
       base = WaitTruth.clock
       jids = Array.new(quick_jobs) { rng.rand(OFFSET_SECONDS) }.sort.map do |offset|
         sleep [base + offset - WaitTruth.clock, 0].max
@@ -372,13 +404,15 @@ module WaitTruth
       @child.wait_for("#{all.size} jobs done", 60) { |log| (all - log.gsub(COLOURS, "").scan(DONE_LINE).map(&:first)).empty? }
     end
 
-    # As Sidekiq::Client pushes a job; returns its jid.
+    # As Sidekiq::Client pushes a job (enqueued_at as this Sidekiq's client stamps it: 8, Integer
+    # ms since the epoch; 7, Float seconds); returns its jid.
     def push(klass, *args)
       jid = SecureRandom.hex(12)
-      now_ms = (Time.now.to_f * 1000).to_i
+      now = Process.clock_gettime(Process::CLOCK_REALTIME)
+      now_ms = (now * 1000).floor
       @redis.call("LPUSH", "queue:default", JSON.generate("class" => klass, "args" => args, "queue" => "default",
                                                           "jid" => jid, "retry" => false, "created_at" => now_ms,
-                                                          "enqueued_at" => now_ms))
+                                                          "enqueued_at" => @version == 7 ? now : now_ms))
       jid
     end
 
@@ -394,6 +428,8 @@ module WaitTruth
         # "which it reached Q ms before; B ms of the wait blocked on the way": from the fetch that brought it (Handoffs)
         parts["queue"] = Float(rest[/reached ([\d.]+) ms before/, 1]) if rest.include?("reached")
         parts["blocked"] = Float(rest[/([\d.]+) ms of the wait blocked on the way/, 1]) if rest.include?("blocked on the way")
+        # "; queue latency L ms (enqueued_at to the start)"
+        parts["queue latency"] = Float(rest[/queue latency ([\d.]+) ms/, 1]) if rest.include?("queue latency")
         rest.scan(/[,:] ([a-z][\w-]*) ([\d.]+) ms/) { |part, ms| parts[part] ||= Float(ms) }
         Sample.new(latency_ms: (ends.fetch(jid) - pushed_at) * 1000, wait_ms: wait_ms, parts: parts,
                    offset_ms: offset * 1000,
@@ -412,27 +448,29 @@ module WaitTruth
       names = result.part_names
       out.puts "== #{result.server}: #{result.notes.join('; ')}"
       header = ["try", "offset ms", "client ms", "alone ms", "ratio", "met", *names.map { |n| "#{n} ms" }]
+      header << "coverage" if names.include?("queue latency")
       header << "elapsed ms" if result.beside.first&.extra&.key?(:elapsed_ms)
       rows = result.beside.each_with_index.map do |sample, i|
         ratio = result.ratio(sample)
         row = [(i + 1).to_s, ms(sample.offset_ms), ms(sample.latency_ms), ms(result.alone[i % result.alone.size].latency_ms),
                ratio_text(result, sample), result.met?(sample) ? "yes" : "no",
                *names.map { |n| ms(sample.parts[n]) }]
+        row << ratio_text(result, sample, result.coverage(sample)) if header.include?("coverage")
         row << ms(sample.extra[:elapsed_ms]) if header.last == "elapsed ms"
         row
       end
       print_rows(header, rows, out)
     end
 
-    def ratio_text(result, sample)
+    def ratio_text(result, sample, ratio = result.ratio(sample))
       return "other worker" if sample.extra[:same_process] == false
       return "not delayed" unless result.delayed?(sample)
 
-      format("%.2f", result.ratio(sample))
+      format("%.2f", ratio)
     end
 
     SUMMARY = ["server", "tries", "other worker", "delayed", "client ms", "alone ms", "wait ms", "ratio", ">= 80 %",
-               "alone wait ms (max)", "broken"].freeze
+               "alone wait ms (max)", "broken", "queue latency ms", "coverage", "covered >= 80 %"].freeze
 
     def summary_row(result)
       delayed = result.beside.select { |sample| result.delayed?(sample) }
@@ -443,7 +481,8 @@ module WaitTruth
        ms(GVLScope::Units.median(result.beside.map(&:latency_ms))), ms(result.alone_latency_ms),
        ms(GVLScope::Units.median(result.beside.map(&:wait_ms))), ratios.empty? ? "-" : format("%.2f", GVLScope::Units.median(ratios)),
        "#{result.beside.count { |sample| result.met?(sample) }}/#{result.beside.size}",
-       "#{ms(GVLScope::Units.median(alone_waits))} (#{ms(alone_waits.max)})", broken_text(result)]
+       "#{ms(GVLScope::Units.median(alone_waits))} (#{ms(alone_waits.max)})", broken_text(result),
+       *coverage_cells(result, delayed)]
     end
 
     # Requests (beside and alone) whose parts break an invariant (WaitTruth.broken_invariants); a
@@ -453,6 +492,16 @@ module WaitTruth
 
       samples = result.beside + result.alone
       "#{samples.count { |sample| !WaitTruth.broken_invariants(sample.parts, sample.latency_ms).empty? }}/#{samples.size}"
+    end
+
+    # Jobs only: the median queue latency, the median coverage of the delayed ones, and how many
+    # of those it brought to 80 %.
+    def coverage_cells(result, delayed)
+      coverages = delayed.filter_map { |sample| result.coverage(sample) }
+      return %w[- - -] if coverages.empty?
+
+      [ms(GVLScope::Units.median(result.beside.filter_map { |sample| sample.parts["queue latency"] })),
+       format("%.2f", GVLScope::Units.median(coverages)), "#{coverages.count { |c| c >= TARGET }}/#{delayed.size}"]
     end
 
     def print_rows(header, rows, out)

@@ -9,8 +9,11 @@
 #include <ruby/encoding.h>
 #include <string.h>
 
-// RUN .. IO_OVERLAP: a request's values in gvls_request_timing_values' order.
-enum { COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, IO_OVERLAP, SUMS };
+// The sums: the count, then a request's values in gvls_request_timing_values' order (request_timing.h
+// names them); WAIT is the one a series' histogram buckets.
+enum { COUNT, FIRST_VALUE, WAIT = FIRST_VALUE + 1, SUMS = FIRST_VALUE + GVLS_REQUEST_VALUES };
+static const char *const value_names[] = { GVLS_REQUEST_VALUE_NAMES };
+_Static_assert(sizeof(value_names) / sizeof(*value_names) == GVLS_REQUEST_VALUES, "a name for each request value");
 #define BUCKETS 64
 
 typedef struct {
@@ -38,31 +41,30 @@ static series *series_of(VALUE self) { return rb_check_typeddata(self, &series_t
 
 static void add(series *s, const uint64_t values[GVLS_REQUEST_VALUES], double sample_rate) {
     s->sums[COUNT] += 1;
-    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) s->sums[RUN + i] += values[i];
+    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) s->sums[FIRST_VALUE + i] += values[i];
     s->sample_rate = sample_rate;
-    unsigned bucket = gvls_log2_bucket(values[1]);
+    unsigned bucket = gvls_log2_bucket(values[WAIT - FIRST_VALUE]);
     s->buckets[bucket < BUCKETS ? bucket : BUCKETS - 1] += 1;
 }
 
-// series.add(timing, sample_rate) -> true, or false when timing is not a RequestTiming (the Ruby
-// side then reads its numbers and calls add_values).
+static ID value_ids[GVLS_REQUEST_VALUES];
+
+// series.add(timing, sample_rate): a RequestTiming's numbers, or those of anything answering them
+// by name (a value it does not answer, or answers nil, counts 0). All are read, and converted
+// (raising if one is not a number), before anything is added.
 static VALUE series_add(VALUE self, VALUE timing, VALUE sample_rate) {
     uint64_t values[GVLS_REQUEST_VALUES];
-    if (!gvls_request_timing_values(timing, values)) return Qfalse;
+    if (!gvls_request_timing_values(timing, values)) {
+        for (int i = 0; i < GVLS_REQUEST_VALUES; i++) {
+            VALUE value = rb_check_funcall(timing, value_ids[i], 0, NULL);
+            values[i] = value == Qundef || NIL_P(value) ? 0 : NUM2ULL(value);
+        }
+    }
     add(series_of(self), values, NUM2DBL(sample_rate));
-    return Qtrue;
+    return self;
 }
 
-// series.add_values(run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, io_overlap_wait_ns, sample_rate)
-static VALUE series_add_values(int argc, VALUE *argv, VALUE self) {
-    rb_check_arity(argc, GVLS_REQUEST_VALUES + 1, GVLS_REQUEST_VALUES + 1);
-    uint64_t values[GVLS_REQUEST_VALUES];
-    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) values[i] = NUM2ULL(argv[i]);  // converts (and raises) before adding anything
-    add(series_of(self), values, NUM2DBL(argv[GVLS_REQUEST_VALUES]));
-    return Qtrue;
-}
-
-// [count, run_ns, wait_ns, idle_ns, gc_ns, duration_ns, pickup_wait_ns, io_overlap_wait_ns, sample_rate, *64 buckets]
+// [count, *request values, sample_rate, *64 buckets]: BreakdownSeries::FIELDS names all but the buckets.
 static VALUE series_to_a(VALUE self) {
     series copy = *series_of(self);  // copied before any allocation: what one moment held
     VALUE out = rb_ary_new_capa(SUMS + 1 + BUCKETS);
@@ -478,8 +480,12 @@ void gvls_breakdown_init(VALUE mNative) {
     VALUE cSeries = rb_define_class_under(mNative, "BreakdownSeries", rb_cObject);
     rb_define_alloc_func(cSeries, series_alloc);
     rb_define_method(cSeries, "add", series_add, 2);
-    rb_define_method(cSeries, "add_values", series_add_values, -1);
     rb_define_method(cSeries, "to_a", series_to_a, 0);
+    VALUE fields = rb_ary_new_capa(SUMS + 1);
+    rb_ary_push(fields, ID2SYM(rb_intern("count")));
+    for (int i = 0; i < GVLS_REQUEST_VALUES; i++) rb_ary_push(fields, ID2SYM(value_ids[i] = rb_intern(value_names[i])));
+    rb_ary_push(fields, ID2SYM(rb_intern("sample_rate")));
+    rb_define_const(cSeries, "FIELDS", rb_obj_freeze(fields));
 
     VALUE cTable = rb_define_class_under(mNative, "RackRequests", rb_cObject);
     rb_define_alloc_func(cTable, table_alloc);

@@ -9,6 +9,7 @@
 #include "handoff.h"
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // The thread's counters a request takes deltas of (gvls_metrics_counters_now's order). OVERLAP:
 // the GVL wait that IO the request had started overlapped (docs/metrics.md, io_overlap_wait_ns).
@@ -25,6 +26,8 @@ typedef struct {
     uint64_t thread_wait_ns;  // handed over while this thread still ran its previous request: waited for a free thread
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
+    int queue_latency_known;
+    uint64_t queue_latency_ns;  // a job's: from its enqueued_at (wall clock) to its start (#enqueued_at=)
 } request_timing;
 
 static void timing_mark(void *ptr) { rb_gc_mark(((request_timing *)ptr)->thread); }
@@ -218,6 +221,42 @@ static VALUE timing_queue_ns(VALUE self) {
     return timing->arrival_ns ? ULL2NUM(minus(timing->started_ns, timing->arrival_ns)) : Qnil;
 }
 
+// timing.enqueued_at = job["enqueued_at"]: when the job was put in its queue, read as Sidekiq reads it
+// (Sidekiq::JobRecord#enqueued_at): an Integer is milliseconds since the epoch (Sidekiq 8), a Float
+// seconds (Sidekiq 7); anything else (or a time before 1970 or after 2262, which ns since the epoch
+// cannot hold) leaves the queue latency unknown. The latency runs from then
+// to this call (made right after the start), both on the wall clock: the pusher's host read the
+// first, so a pusher whose clock is ahead of ours would make it negative, and it counts 0 then.
+static VALUE timing_set_enqueued_at(VALUE self, VALUE enqueued_at) {
+    request_timing *timing = timing_of(self);
+    const int64_t max_ms = INT64_MAX / 1000000;
+    int64_t enqueued_ns = -1;
+    if (FIXNUM_P(enqueued_at)) {
+        long ms = FIX2LONG(enqueued_at);
+        if (ms >= 0 && ms < max_ms) enqueued_ns = (int64_t)ms * 1000000;
+    } else if (RB_FLOAT_TYPE_P(enqueued_at)) {
+        double seconds = RFLOAT_VALUE(enqueued_at);  // NaN fails both comparisons
+        if (seconds >= 0 && seconds < max_ms / 1000) enqueued_ns = (int64_t)(seconds * 1e9);
+    }
+    if (enqueued_ns < 0) {
+        timing->queue_latency_known = 0;
+        timing->queue_latency_ns = 0;
+        return enqueued_at;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t latency_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - enqueued_ns;
+    timing->queue_latency_ns = latency_ns > 0 ? (uint64_t)latency_ns : 0;
+    timing->queue_latency_known = 1;
+    return enqueued_at;
+}
+
+// A job's time in its queue before it started (#enqueued_at=), nil when not told.
+static VALUE timing_queue_latency_ns(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->queue_latency_known ? ULL2NUM(timing->queue_latency_ns) : Qnil;
+}
+
 // Idle between taking the handed-over work and starting it: blocked on the way (a lock whose holder
 // may have waited for the GVL, a log write), nil when no hand-off told it.
 static VALUE timing_blocked_before_start_ns(VALUE self) {
@@ -243,7 +282,7 @@ static VALUE timing_pickup_exact_p(VALUE self) {
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
                        uint64_t out[GVLS_REQUEST_VALUES]) {
     out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
-    out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP];
+    out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP]; out[7] = timing->queue_latency_ns;
 }
 
 // For breakdown.c: a RequestTiming's numbers (so far if it is not finished) into out; 0 if obj is
@@ -391,6 +430,8 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "pickup_wait_ns", timing_pickup_wait_ns, 0);
     rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
     rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
+    rb_define_method(cTiming, "enqueued_at=", timing_set_enqueued_at, 1);
+    rb_define_method(cTiming, "queue_latency_ns", timing_queue_latency_ns, 0);
     rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);
     rb_define_method(cTiming, "queue_thread_ns", timing_queue_thread_ns, 0);
     rb_define_method(cTiming, "blocked_before_start_ns", timing_blocked_before_start_ns, 0);

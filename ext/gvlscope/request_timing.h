@@ -7,8 +7,11 @@
 #include "gvlscope.h"
 #include <stdint.h>
 
-// A request's numbers: run, wait, idle, gc, duration, pickup wait, io overlap wait (ns), in that order.
-#define GVLS_REQUEST_VALUES 7
+// A request's numbers (ns), in this order, named for Ruby by GVLS_REQUEST_VALUE_NAMES (GVLScope::Breakdown's
+// series read them from there): the one list of what a series sums.
+#define GVLS_REQUEST_VALUE_NAMES \
+    "run_ns", "wait_ns", "idle_ns", "gc_ns", "duration_ns", "pickup_wait_ns", "io_overlap_wait_ns", "queue_latency_ns"
+#define GVLS_REQUEST_VALUES 8
 int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
 void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
 VALUE gvls_request_timing_start_current(void);

@@ -30,21 +30,22 @@ module GVLScope
     MAX_IDENTITIES = 8 # tags objects remembered per label: a producer making a new Hash per call is not
     BUCKETS = Log2::BUCKETS
 
-    # Where each number sits in a series' to_a (Native::BreakdownSeries, ext/gvlscope/breakdown.c:
-    # a request is added in one C call, atomic under the GVL, so adding takes no lock).
-    COUNT, RUN, WAIT, IDLE, GC, DURATION, PICKUP, IO_OVERLAP, RATE = 0, 1, 2, 3, 4, 5, 6, 7, 8 # rubocop:disable Style/ParallelAssignment
-    FIRST_BUCKET = 9
+    # What a series' to_a holds, in order (Native::BreakdownSeries, ext/gvlscope/breakdown.c, which
+    # names them once: a request is added in one C call, atomic under the GVL, so adding takes no
+    # lock): the count, the sums of a request's values, the sample rate, then the wait buckets.
+    FIELDS = Native::BreakdownSeries::FIELDS
+    SUMS = (FIELDS - [:sample_rate]).freeze
+    RATE = FIELDS.index(:sample_rate)
+    FIRST_BUCKET = FIELDS.size
 
     # One series: totals since start. duration_ns: the app call / the job (as RequestTiming's);
     # wait_ns includes pickup_wait_ns, the wait for the GVL before the request/job started (see
     # RequestTiming), so run + wait + idle + gc = duration + pickup_wait (to the clock's
     # resolution). io_overlap_wait_ns: the part of wait_ns that IO the request/job had started
-    # overlapped (docs/metrics.md). wait_buckets: Log2 buckets of each request's/job's GVL wait in
-    # ns (bucket 0 counts zero waits).
-    Entry = Struct.new(:kind, :label, :tags, :count, :run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns,
-                       :pickup_wait_ns, :io_overlap_wait_ns, :wait_buckets, :sample_rate, keyword_init: true) do
-      SUMS = %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns].freeze
-
+    # overlapped (docs/metrics.md). queue_latency_ns: jobs' time in their queue, from enqueued_at
+    # to the start (RequestTiming#queue_latency_ns; 0 for requests and for jobs that had none).
+    # wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0 counts zero waits).
+    Entry = Struct.new(:kind, :label, :tags, *SUMS, :wait_buckets, :sample_rate, keyword_init: true) do
       def wait_ms = wait_ns / 1e6
       def key = [kind, label, tags]
 
@@ -77,8 +78,8 @@ module GVLScope
     @max_labels = KINDS.to_h { |kind| [kind, DEFAULT_MAX_LABELS] }
 
     class << self
-      # Adds one request/job. +timing+ answers run_ns, wait_ns, idle_ns, gc_ns, duration_ns and
-      # optionally pickup_wait_ns (a finished GVLScope::RequestTiming); +tags+ (e.g.
+      # Adds one request/job. +timing+ is a finished GVLScope::RequestTiming, or answers the
+      # values of FIELDS (run_ns, wait_ns, ...; one it does not answer counts 0); +tags+ (e.g.
       # { queue: "default" }) are part of the key; +sample_rate+ is the producer's (1.0 when
       # everything is recorded). Returns the series added to (GVLScope::Rack's Native::RackRequests keeps it).
       def record(kind, label, timing, tags = NO_TAGS, sample_rate = 1.0)
@@ -89,12 +90,7 @@ module GVLScope
                  else @by_identity[kind]&.[](label)&.[](tags)
                  end
         series ||= series_for(kind, label, tags)
-        unless series.add(timing, sample_rate)
-          series.add_values(timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns,
-                            timing.respond_to?(:pickup_wait_ns) ? timing.pickup_wait_ns : 0,
-                            timing.respond_to?(:io_overlap_wait_ns) ? timing.io_overlap_wait_ns : 0, sample_rate)
-        end
-        series
+        series.add(timing, sample_rate)
       end
 
       # Every series, as frozen Entries (kinds in KINDS order, then labels in first-seen order).
@@ -105,11 +101,8 @@ module GVLScope
           end
         end
         rows.map do |kind, label, tags, row|
-          Entry.new(kind: kind, label: label, tags: tags, count: row[COUNT], run_ns: row[RUN], wait_ns: row[WAIT],
-                    idle_ns: row[IDLE], gc_ns: row[GC], duration_ns: row[DURATION],
-                    pickup_wait_ns: row[PICKUP], io_overlap_wait_ns: row[IO_OVERLAP],
-                    wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze,
-                    sample_rate: row[RATE]).freeze
+          Entry.new(kind: kind, label: label, tags: tags, **SUMS.each_with_index.to_h { |sum, i| [sum, row[i]] },
+                    wait_buckets: row[FIRST_BUCKET, BUCKETS].freeze, sample_rate: row[RATE]).freeze
         end
       end
 

@@ -18,7 +18,8 @@ module GVLScope
   # loses its 100 ms, before the app is called. io_overlap_wait_ns: the part of wait_ns that IO
   # the request had started overlapped (a write returned at once, the thread waited for the GVL
   # back while the answer was on its way, then its read blocked: docs/metrics.md). Numbers come
-  # from GVLScope::Metrics, which must be enabled.
+  # from GVLScope::Metrics, which must be enabled. A job's queue_latency_ns: from the enqueued_at
+  # its runner gives (#enqueued_at=, wall clock) to the start; nil when none was given.
   class RequestTiming
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6
@@ -28,6 +29,7 @@ module GVLScope
     def duration_ms = duration_ns / 1e6
     def queue_ms = (ns = queue_ns) && ns / 1e6
     def queue_thread_ms = (ns = queue_thread_ns) && ns / 1e6
+    def queue_latency_ms = (ns = queue_latency_ns) && ns / 1e6
 
     def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
 

@@ -203,9 +203,11 @@ class OpenTelemetrySpansTest < Minitest::Test
       chain.add GVLScope::Sidekiq, stats_every: nil
       chain.prepend OpenTelemetry::Instrumentation::Sidekiq::Middlewares::Server::TracerMiddleware
     end
-    job = { "class" => "HardJob", "args" => [], "jid" => "abc123", "queue" => "default" }
+    enqueued_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond) - 4900 # Sidekiq 8's stamp, 4.9 s ago
+    job = { "class" => "HardJob", "args" => [], "jid" => "abc123", "queue" => "default", "enqueued_at" => enqueued_ms }
     burn_beside
     config.server_middleware.invoke(Object.new, job, "default") { 3.times { sleep 0.002 } }
+    done_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond)
 
     span = the_span(:consumer)
     assert_equal "default process", span.name
@@ -213,9 +215,12 @@ class OpenTelemetrySpansTest < Minitest::Test
     entry = GVLScope::Breakdown.snapshot.find { |e| e.kind == :job } or flunk "the job was not counted"
     assert_equal 1, entry.count
     { Spans::WAIT => :wait_ns, Spans::RUN => :run_ns, Spans::IDLE => :idle_ns, Spans::GC => :gc_ns,
-      Spans::PICKUP_WAIT => :pickup_wait_ns }.each do |name, field|
+      Spans::PICKUP_WAIT => :pickup_wait_ns, Spans::QUEUE_LATENCY => :queue_latency_ns }.each do |name, field|
       assert_equal (entry.public_send(field) / 1e6).round(3), span.attributes.fetch(name), name
     end
+    # From the stamp (to the ms) to the start: at least 4.9 s, at most until the job was done.
+    assert_operator span.attributes[Spans::QUEUE_LATENCY], :>=, 4900 - 1
+    assert_operator span.attributes[Spans::QUEUE_LATENCY], :<=, done_ms - enqueued_ms + 1
     assert_operator span.attributes[Spans::WAIT], :>, 0, "the job waited for the GVL beside the burner"
     assert_operator span.attributes[Spans::IDLE], :>=, 5, "three 2 ms sleeps"
   end

@@ -15,6 +15,7 @@ class OpenTelemetryTest < Minitest::Test
   Timing = Struct.new(:run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns)
   SHOW = Timing.new(2_000_000, 3_000_000, 500_000, 0, 5_500_000) # 3 ms of GVL wait: log2 bucket 22 (<= 2^22 ns)
   QUICK = Timing.new(1_000_000, 0, 0, 250_000, 1_250_000)
+  QUEUED = Struct.new(*Timing.members, :queue_latency_ns).new(*SHOW.to_a, 4_900_000_000) # a job 4.9 s in its queue
   SILENT = Logger.new(File::NULL)
 
   def setup
@@ -36,7 +37,7 @@ class OpenTelemetryTest < Minitest::Test
   def record_requests
     2.times { GVLScope::Breakdown.record(:route, "UsersController#show", SHOW) }
     GVLScope::Breakdown.record(:route, "HomeController#index", QUICK)
-    GVLScope::Breakdown.record(:job, "HardJob", SHOW, { queue: "default" })
+    GVLScope::Breakdown.record(:job, "HardJob", QUEUED, { queue: "default" })
   end
 
   def pull(reader = @reader)
@@ -66,7 +67,7 @@ class OpenTelemetryTest < Minitest::Test
     metrics = pull
 
     assert_equal %w[gvlscope.gvl.held gvlscope.gvl.held_ratio gvlscope.gvl.wait gvlscope.job.duration gvlscope.job.gvl.wait
-                    gvlscope.job.pickup_wait gvlscope.job.time gvlscope.route.duration gvlscope.route.gvl.wait
+                    gvlscope.job.pickup_wait gvlscope.job.queue_latency gvlscope.job.time gvlscope.route.duration gvlscope.route.gvl.wait
                     gvlscope.route.pickup_wait gvlscope.route.time gvlscope.waiting_threads], metrics.keys.sort
     assert_equal({ "gvlscope.gvl.wait" => ["s", :histogram], "gvlscope.gvl.held" => ["s", :observable_counter],
                    "gvlscope.gvl.held_ratio" => ["1", :observable_gauge],
@@ -92,6 +93,9 @@ class OpenTelemetryTest < Minitest::Test
     assert_equal :cumulative, metrics["gvlscope.route.duration"].aggregation_temporality
     job = point(metrics["gvlscope.job.gvl.wait"], { "job" => "HardJob", "queue" => "default" })
     assert_equal [1, 0.003], [job.count, job.sum]
+    latency = metrics["gvlscope.job.queue_latency"]
+    assert_equal ["s", :observable_counter, true], [latency.unit, latency.instrument_kind, latency.is_monotonic]
+    assert_in_delta 4.9, point(latency, { "job" => "HardJob", "queue" => "default" }).value, 1e-12
 
     waits = metrics["gvlscope.gvl.wait"].data_points.first
     assert_operator waits.count, :>, 0, "the two threads waited for each other"

@@ -140,6 +140,54 @@ class SidekiqMiddlewareTest < Minitest::Test
 
   # Stats lines every stats_every seconds from startup; shutdown stops the thread at once, not
   # after the interval; /metrics serves the per-job series.
+  # Sidekiq's enqueued_at as Sidekiq 8 writes it (Integer ms since the epoch) and as Sidekiq 7 does
+  # (Float seconds): the job's queue latency is the wall clock at its start minus the stamp, in its
+  # series, its log line and /metrics. A stamp ahead of our clock (another host's) counts 0; a job
+  # without one (or with something else there) adds 0 and its line says nothing of it.
+  def test_a_jobs_queue_latency_runs_from_its_enqueued_at_to_its_start
+    config = config(stats_every: nil, log_wait_over_ms: 0)
+    GVLScope::Sidekiq.startup(config)
+    wall_ns = -> { Process.clock_gettime(Process::CLOCK_REALTIME, :nanosecond) }
+    bounds = lambda do |stamp_ns, &job|
+      before = wall_ns.()
+      job.call
+      [before - stamp_ns, wall_ns.() - stamp_ns]
+    end
+    eight_ms = wall_ns.() / 1_000_000 - 250
+    eight = bounds.(eight_ms * 1_000_000) { run_job(config, job("EightJob", "enqueued_at" => eight_ms)) }
+    seven_s = wall_ns.() / 1e9 - 0.4
+    seven = bounds.((seven_s * 1e9).round) { run_job(config, job("SevenJob", "enqueued_at" => seven_s)) }
+    run_job(config, job("SkewedJob", "enqueued_at" => wall_ns.() / 1_000_000 + 60_000))
+    run_job(config, job("SkewedJob", "enqueued_at" => wall_ns.() / 1e9 + 60))
+    run_job(config, job("UnstampedJob"))
+    run_job(config, job("UnstampedJob", "enqueued_at" => "2026-11-28T08:00:00Z"))
+    [-1, 2**62, Float::NAN, Float::INFINITY, -0.5, 1e300].each { |stamp| run_job(config, job("BadStampJob", "enqueued_at" => stamp)) }
+
+    float_ns = 1_000 # a Float of seconds since the epoch holds them to ~0.24 us
+    assert_includes eight.first..eight.last, jobs[["EightJob", { queue: "default" }]].queue_latency_ns
+    assert_includes (seven.first - float_ns)..(seven.last + float_ns), jobs[["SevenJob", { queue: "default" }]].queue_latency_ns
+    assert_equal [2, 0], jobs[["SkewedJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
+    assert_equal [2, 0], jobs[["UnstampedJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
+    assert_equal [6, 0], jobs[["BadStampJob", { queue: "default" }]].then { |e| [e.count, e.queue_latency_ns] }
+
+    assert GVLScope::LogWriter.shared.flush(30)
+    latency_in_line = lambda do |label|
+      lines = @log.string.lines.grep(/gvlscope: #{label} /)
+      lines.map { |line| line[/; queue latency ([\d.]+) ms \(enqueued_at to the start\)$/, 1]&.then { Float(_1) } }
+    end
+    assert_in_delta eight.sum / 2e6, latency_in_line.("EightJob").fetch(0), (eight.last - eight.first) / 2e6 + 0.05
+    assert_in_delta seven.sum / 2e6, latency_in_line.("SevenJob").fetch(0), (seven.last - seven.first) / 2e6 + 0.05
+    assert_equal [0.0, 0.0], latency_in_line.("SkewedJob")
+    assert_equal [nil, nil], latency_in_line.("UnstampedJob"), "no stamp, nothing said"
+
+    exposition = PrometheusText.parse(GVLScope::Formats::Prometheus.exposition_of(
+                                        [[GVLScope::Metrics.snapshot, {}]], breakdown: [[GVLScope::Breakdown.snapshot, {}]]
+                                      ))
+    latencies = exposition.values.select { |name, _, _| name == "gvlscope_job_queue_latency_seconds_total" }
+    assert_equal jobs.to_h { |(label, _), e| [label, e.queue_latency_ns / 1e9] },
+                 latencies.to_h { |_, labels, value| [labels["job"], value] }
+  end
+
   def test_stats_lines_and_metrics_start_and_stop_with_sidekiq
     fast = config(stats_every: 0.1, prometheus_port: 0)
     GVLScope::Sidekiq.startup(fast)

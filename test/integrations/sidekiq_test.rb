@@ -40,13 +40,13 @@ class SidekiqTest < Minitest::Test
   def clock = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
   # `sidekiq -r app.rb` under Sidekiq +version+; waits until the middleware started (its /metrics
-  # line), or for options "off" until Sidekiq is up.
-  def start_sidekiq(version, options)
+  # line), or for options "off" until Sidekiq is up. +env+: more of the app's environment (JOB_ENDS).
+  def start_sidekiq(version, options, concurrency: 5, env: {})
     log_path = File.join(@dir, "sidekiq-#{@sidekiqs.size}.log")
     env = { "BUNDLE_GEMFILE" => GEMFILES.fetch(version), "REDIS_URL" => @redis.url, "GVLSCOPE_SIDEKIQ" => options,
-            "RUBYOPT" => nil }
+            "RUBYOPT" => nil, **env }
     pid = Process.spawn(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-rbundler/setup", "-e",
-                        'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", APP, "-c", "5", "-q", "default", "-q", "low",
+                        'load Gem.bin_path("sidekiq", "sidekiq")', "--", "-r", APP, "-c", concurrency.to_s, "-q", "default", "-q", "low",
                         "-t", "3", out: log_path, err: [:child, :out], pgroup: true)
     sidekiq = Process_.new(pid, log_path)
     @sidekiqs << sidekiq
@@ -77,13 +77,15 @@ class SidekiqTest < Minitest::Test
     found
   end
 
-  # As Sidekiq::Client pushes a job; returns its jid.
-  def push(klass, *args, queue: "default", retry_count: false)
+  # As Sidekiq::Client pushes a job; returns its jid. enqueued_at: as Sidekiq +version+'s client
+  # stamps it (8: Integer ms since the epoch, 7: Float seconds), from +now+ (CLOCK_REALTIME, s).
+  def push(klass, *args, queue: "default", retry_count: false, version: 8, now: Process.clock_gettime(Process::CLOCK_REALTIME))
     jid = SecureRandom.hex(12)
-    now_ms = (Time.now.to_f * 1000).to_i
+    now_ms = (now * 1000).floor
     @redis.call("SADD", "queues", queue)
     @redis.call("LPUSH", "queue:#{queue}", JSON.generate("class" => klass, "args" => args, "queue" => queue, "jid" => jid,
-                                                         "retry" => retry_count, "created_at" => now_ms, "enqueued_at" => now_ms))
+                                                         "retry" => retry_count, "created_at" => now_ms,
+                                                         "enqueued_at" => version == 7 ? now : now_ms))
     jid
   end
 
@@ -186,6 +188,85 @@ class SidekiqTest < Minitest::Test
       retried = JSON.parse(@redis.call("ZRANGE", "retry", "0", "-1").fetch(0))
       assert_equal [failing, "FailingJob::Boom", "boom 7"], retried.values_at("jid", "error_class", "error_message")
       assert_match(/Sidekiq #{version}\.\d+\.\d+ connecting to Redis/, log)
+    end
+  end
+
+  # gvlscope's line for each job (log_wait_over_ms: 0): jid => { "wait", "pickup", "queue" (from the
+  # fetch, when the hand-off told it), "duration", "queue latency" } in ms.
+  JOB_LINE = /gvlscope: \w+ \(queue \w+, jid (\h+)\) waited ([\d.]+) ms for the GVL \(([\d.]+) ms of it before the job started(.*?)\); in the job ([\d.]+) ms: .*; queue latency ([\d.]+) ms/
+  COLOURS = /\e\[[\d;]*m/
+
+  def job_lines(log)
+    log.gsub(COLOURS, "").scan(JOB_LINE).to_h do |jid, wait, pickup, rest, duration, latency|
+      [jid, { "wait" => Float(wait), "pickup" => Float(pickup), "queue" => rest[/reached ([\d.]+) ms before/, 1]&.then { Float(_1) },
+              "duration" => Float(duration), "queue latency" => Float(latency) }]
+    end
+  end
+
+  BURST = 10 # Sidekiq's concurrency, and the CPU-bound jobs that keep all its processors busy
+  BURN_MS = 1000
+  DELAYED_MS = 20.0 # as bench/wait_truth.rb's: what a quick job alone varies by on a loaded machine
+  ROUNDING_MS = 0.1 # the line's figures are to 0.1 ms
+  ENQUEUED_AT_MS = 1.0 # Sidekiq 8's stamp is the push's wall clock cut to the ms
+
+  [8, 7].each do |version|
+    # A burst: BURST CPU-bound jobs hold every processor, and quick jobs pushed behind them sit in
+    # Redis until one is free (issue 36: such a job reported 0.0 ms). For every job, the physical
+    # bounds, within the figures' rounding and the clocks' error (gvlscope's clock is the TSC,
+    # calibrated to 1 %; enqueued_at and the pusher's stamps are the wall clock):
+    #   gvl wait <= queue latency + job time <= push-to-finish as the pusher measured it
+    # and the quick jobs' delay (push-to-finish minus the same job's alone) is named: queue latency
+    # plus the GVL wait in the job (the wait before the start is inside the queue latency, counted
+    # once) cover >= 80 % of it for >= 9 of 10 delayed jobs.
+    define_method(:"test_sidekiq_#{version}_a_bursts_jobs_queue_latency_and_gvl_wait_cover_what_the_pusher_saw") do
+      ends_path = File.join(@dir, "ends.json")
+      sidekiq = start_sidekiq(version, "{ log_wait_over_ms: 0, stats_every: nil, prometheus_port: 0 }",
+                              concurrency: BURST, env: { "JOB_ENDS" => ends_path })
+      pushed = {} # jid => CLOCK_REALTIME just before its push
+      stamped_push = lambda do |klass, *args|
+        now = Process.clock_gettime(Process::CLOCK_REALTIME)
+        push(klass, *args, version: version, now: now).tap { |jid| pushed[jid] = now }
+      end
+      # Warm-up, not measured. Without it, once in ~10 runs (Sidekiq 7) an alone job's fetch was
+      # stamped ~10 ms before its push, and 0.7 ms of GVL wait from before the push was charged to
+      # it: the hand-off's arrival is the fetch's longest block (ext/gvlscope/handoff.c), which
+      # right after boot may be something else than the BRPOP that returned the job (a processor's
+      # first connection to Redis, we think; not confirmed). Known, not fixed here.
+      push("FastJob", version: version)
+      wait_for_executions(sidekiq, "FastJob", 1)
+      sleep 1
+      alone = Array.new(5) do |i|
+        stamped_push.("FastJob").tap { wait_for_executions(sidekiq, "FastJob", i + 2) }
+      end
+      burners = Array.new(BURST) { stamped_push.("BurstJob", BURST, BURN_MS) }
+      wait_for(sidekiq, 30, "#{BURST} BurstJobs started") { |log| burners.all? { |jid| log =~ /#{jid}.*start/ } }
+      quick = Array.new(10) { stamped_push.("FastJob").tap { sleep 0.02 } }
+      wait_for_executions(sidekiq, "FastJob", 1 + alone.size + quick.size, seconds: 60)
+      wait_for_executions(sidekiq, "BurstJob", BURST, seconds: 60)
+      lines = wait_for(sidekiq, 10, "a line per job") { |log| (found = job_lines(log)).size > pushed.size && found }
+      stop(sidekiq)
+      ends = JSON.parse(File.read(ends_path))
+
+      push_to_finish = pushed.to_h { |jid, at| [jid, (ends.fetch(jid) - at) * 1000] }
+      pushed.each_key do |jid|
+        line = lines.fetch(jid)
+        clock_error = 0.01 * [line["wait"], line["duration"]].max + 2 * ROUNDING_MS
+        assert_operator line["wait"], :<=, line["queue latency"] + line["duration"] + clock_error, "#{jid}: #{line}"
+        assert_operator line["queue latency"] + line["duration"], :<=, push_to_finish[jid] + ENQUEUED_AT_MS + clock_error,
+                        "#{jid}: #{line}, push to finish #{push_to_finish[jid]} ms"
+        assert_operator line["queue"], :<=, line["queue latency"] + ROUNDING_MS, "#{jid}: #{line}" if line["queue"]
+      end
+
+      alone_ms = GVLScope::Units.median(alone.map { |jid| push_to_finish[jid] })
+      delayed = quick.filter_map do |jid|
+        added = push_to_finish[jid] - alone_ms
+        line = lines[jid]
+        [jid, (line["queue latency"] + line["wait"] - line["pickup"]) / added] if added >= DELAYED_MS
+      end
+      # Pushed while every processor burns for BURN_MS: most of them wait in Redis.
+      assert_operator delayed.size, :>=, 5, "#{delayed.size} of #{quick.size} delayed: #{push_to_finish.slice(*quick)}"
+      covered = delayed.count { |_, coverage| coverage >= 0.8 }
+      assert_operator covered * 10, :>=, delayed.size * 9, "coverage of the delayed jobs: #{delayed.to_h}"
     end
   end
 

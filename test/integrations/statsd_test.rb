@@ -14,6 +14,7 @@ class StatsDTest < Minitest::Test
   Timing = Struct.new(:run_ns, :wait_ns, :idle_ns, :gc_ns, :duration_ns)
   SHOW = Timing.new(2_000_000, 3_000_000, 500_000, 0, 5_500_000)  # 3 ms of GVL wait: bucket 22, <= 4.194 ms
   INDEX = Timing.new(1_000_000, 0, 0, 250_000, 1_250_000)         # no wait: bucket 0
+  QUEUED = Struct.new(*Timing.members, :queue_latency_ns).new(*SHOW.to_a, 4_900_000_000) # a job 4.9 s in its queue
 
   def setup
     GVLScope::StatsD.stop
@@ -30,7 +31,7 @@ class StatsDTest < Minitest::Test
   def record_requests
     2.times { GVLScope::Breakdown.record(:route, "UsersController#show", SHOW) }
     GVLScope::Breakdown.record(:route, "GET /users/:id/posts", INDEX)
-    GVLScope::Breakdown.record(:job, "HardJob", SHOW, { queue: "default" })
+    GVLScope::Breakdown.record(:job, "HardJob", QUEUED, { queue: "default" })
   end
 
   # A UDP socket of the test's: what the exporter sends, datagram by datagram.
@@ -84,6 +85,8 @@ class StatsDTest < Minitest::Test
       assert_includes sent, "gvl.route.gc_ms:0.25|c|#route:GET_/users/:id/posts"
       assert_includes sent, "gvl.job.executions:1|c|#job:HardJob,queue:default"
       assert_includes sent, "gvl.job.gvl_wait_ms:3|c|#job:HardJob,queue:default"
+      assert_includes sent, "gvl.job.queue_latency_ms:4900|c|#job:HardJob,queue:default"
+      assert_empty sent.grep(/route\.queue_latency/), "requests have no enqueued_at"
 
       process = sent.grep_v(/\|#/)
       assert_equal %w[gvl.gvl.held_ratio gvl.waiting_threads gvl.gvl.waits gvl.gvl.wait_ms],

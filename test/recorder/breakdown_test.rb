@@ -53,6 +53,33 @@ class BreakdownTest < Minitest::Test
     GVLScope::Metrics.disable
   end
 
+  # A job's queue latency (RequestTiming#enqueued_at=) is summed with its other numbers, whether
+  # the timing is a RequestTiming (added in C) or anything answering the numbers; a route, or a
+  # timing without it, adds 0. Each number of the C series is read back under its own name.
+  def test_a_jobs_queue_latency_is_summed
+    GVLScope::Metrics.enable
+    timing = GVLScope::RequestTiming.start
+    timing.enqueued_at = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond) - 1500
+    timing.finish!
+    GVLScope::Breakdown.record(:job, "HardJob", timing, { queue: "default" })
+    queued = Struct.new(*Timing.members, :queue_latency_ns).new(1, 2, 3, 4, 5, 7_000)
+    GVLScope::Breakdown.record(:job, "HardJob", queued, { queue: "default" })
+    GVLScope::Breakdown.record(:job, "HardJob", timing(run: 1), { queue: "default" })
+    GVLScope::Breakdown.record(:route, "GET /", GVLScope::RequestTiming.start.tap(&:finish!))
+
+    e = entry(:job, "HardJob", { queue: "default" })
+    assert_operator timing.queue_latency_ns, :>=, 1_500_000_000
+    assert_equal [3, timing.queue_latency_ns + 7_000], [e.count, e.queue_latency_ns]
+    assert_equal timing.run_ns + 2, e.run_ns
+    assert_equal 0, entry(:route, "GET /").queue_latency_ns
+    assert_equal %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns
+                    sample_rate], GVLScope::Native::BreakdownSeries::FIELDS
+    assert_equal GVLScope::Native::BreakdownSeries::FIELDS.size + GVLScope::Breakdown::BUCKETS,
+                 GVLScope::Native::BreakdownSeries.new.to_a.size
+  ensure
+    GVLScope::Metrics.disable
+  end
+
   def test_tags_are_part_of_the_key_and_kinds_are_apart
     GVLScope::Breakdown.record(:job, "HardJob", timing(run: 1), { queue: "default" })
     GVLScope::Breakdown.record(:job, "HardJob", timing(run: 2), { queue: "low" })

@@ -17,14 +17,16 @@ module GVLScope
     # breakdown: per-route and per-job series (GVLScope::Breakdown), a list of [entries, labels]
     # (one per process, labels as the snapshots'): for each route / job class and queue, a
     # request / job counter, the seconds of each state (run, wait, idle, gc: they add up to
-    # duration + pickup wait), the duration and pickup wait, and a histogram of GVL waits.
+    # duration + pickup wait), the duration and pickup wait, and a histogram of GVL waits; for jobs
+    # also their queue latency (enqueued_at to start, which the pickup wait is part of).
     class Prometheus < Format
       # Breakdown histograms share fixed buckets, so that series add up (sum by (le)): 2^b ns for
       # b in 14..33, 16 us to 8.6 s; shorter waits count in the first, longer in +Inf only.
       BREAKDOWN_BUCKETS = (14..33)
       BREAKDOWN_KINDS = {
         route: { prefix: "gvlscope_route", label: :route, counter: "requests", what: "Requests", one: "request" },
-        job: { prefix: "gvlscope_job", label: :job, counter: "executions", what: "Job runs", one: "job run" },
+        job: { prefix: "gvlscope_job", label: :job, counter: "executions", what: "Job runs", one: "job run",
+               queue_latency: true },
       }.freeze
 
       def self.exposition(snapshot, **labels) = exposition_of([[snapshot, labels]])
@@ -84,6 +86,12 @@ module GVLScope
         family(out, "#{prefix}_duration_seconds_total", "counter", "Duration of the #{names[:counter]}", series) { |e| e.duration_ns / 1e9 }
         family(out, "#{prefix}_pickup_wait_seconds_total", "counter",
                "GVL wait of their threads before they started (part of state wait)", series) { |e| e.pickup_wait_ns / 1e9 }
+        if names[:queue_latency]
+          family(out, "#{prefix}_queue_latency_seconds_total", "counter",
+                 "Time in their queue, from enqueued_at to the start (pickup wait is part of it)", series) do |e|
+            e.queue_latency_ns / 1e9
+          end
+        end
         out << "# HELP #{prefix}_gvl_wait_seconds GVL wait per #{names[:one]}\n# TYPE #{prefix}_gvl_wait_seconds histogram\n"
         series.each { |entry, labels| fixed_histogram(out, "#{prefix}_gvl_wait_seconds", labels, entry) }
       end

@@ -25,7 +25,9 @@ module GVLScope
   #   gvlscope.route.duration      counter, s     their duration (the app call)
   #   gvlscope.route.pickup_wait   counter, s     GVL wait before they started (part of state wait):
   #                                               run + wait + idle + gc = duration + pickup_wait
-  #   gvlscope.job.*               the same per job class: attributes job, queue
+  #   gvlscope.job.*               the same per job class: attributes job, queue; and
+  #   gvlscope.job.queue_latency   counter, s     time in their queue, enqueued_at to the start (the
+  #                                               pickup wait is part of it)
   # (Through an OpenTelemetry Prometheus exporter these become the names of gvlscope's own /metrics:
   # gvlscope_route_gvl_wait_seconds, gvlscope_route_duration_seconds_total ...)
   #
@@ -299,7 +301,7 @@ module GVLScope
         entries.group_by(&:kind).each do |kind, kind_entries|
           base = "gvlscope.#{KIND_METRIC.fetch(kind)}"
           what = kind == :route ? "requests" : "jobs"
-          waits, times, durations, pickups = [], [], [], []
+          waits, times, durations, pickups, latencies = [], [], [], [], []
           kind_entries.each do |entry|
             attributes = attributes_of(entry)
             scale = entry.sample_rate < 1.0 ? 1.0 / entry.sample_rate : 1.0
@@ -310,6 +312,7 @@ module GVLScope
             end
             durations << sum_point([kind, :duration], attributes, entry.duration_ns * scale / 1e9, start, now)
             pickups << sum_point([kind, :pickup], attributes, entry.pickup_wait_ns * scale / 1e9, start, now)
+            latencies << sum_point([kind, :queue_latency], attributes, entry.queue_latency_ns * scale / 1e9, start, now) if kind == :job
           end
           data << metric("#{base}.gvl.wait", "GVL wait of each of the #{what}", "s", :histogram, waits)
           data << metric("#{base}.time", "Time of the #{what} by state: run, wait (for the GVL), idle, gc", "s",
@@ -318,6 +321,9 @@ module GVLScope
                          "s", :observable_counter, durations, monotonic: true)
           data << metric("#{base}.pickup_wait", "GVL wait before the #{what} started (counted in state wait)", "s",
                          :observable_counter, pickups, monotonic: true)
+          data << metric("#{base}.queue_latency", "Time the #{what} spent in their queue, from enqueued_at to the start " \
+                                                  "(the pickup wait is part of it)", "s", :observable_counter, latencies,
+                         monotonic: true)
         end
       end
 

@@ -19,6 +19,8 @@ module GVLScope
   #   ruby.gvl.pickup_wait_ms   the part of the wait before the app / job started
   #   ruby.gvl.queue_ms         from the arrival (a hand-off: Puma's accept, Sidekiq's fetch) to
   #                             the start; only when a hand-off told the arrival
+  #   ruby.gvl.queue_latency_ms a job's time in its queue, from its enqueued_at to the start (the
+  #                             pickup wait and queue_ms are part of it); jobs only
   # run + wait + idle + gc = the app call's duration + pickup wait.
   module OpenTelemetrySpans
     WAIT = "ruby.gvl.wait_ms"
@@ -27,7 +29,8 @@ module GVLScope
     GC = "ruby.gvl.gc_ms"
     PICKUP_WAIT = "ruby.gvl.pickup_wait_ms"
     QUEUE = "ruby.gvl.queue_ms"
-    NAMES = [WAIT, RUN, IDLE, GC, PICKUP_WAIT, QUEUE].freeze
+    QUEUE_LATENCY = "ruby.gvl.queue_latency_ms"
+    NAMES = [WAIT, RUN, IDLE, GC, PICKUP_WAIT, QUEUE, QUEUE_LATENCY].freeze
 
     module_function
 
@@ -67,6 +70,8 @@ module GVLScope
                      GC => timing.gc_ms.round(3), PICKUP_WAIT => timing.pickup_wait_ms.round(3) }
       queue = timing.queue_ms
       attributes[QUEUE] = queue.round(3) if queue
+      latency = timing.queue_latency_ms
+      attributes[QUEUE_LATENCY] = latency.round(3) if latency
       attributes
     end
   end

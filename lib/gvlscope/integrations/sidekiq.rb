@@ -17,8 +17,9 @@ require_relative "open_telemetry_spans"
 
 module GVLScope
   # Sidekiq server middleware: how the thread that ran each job spent its time — running Ruby
-  # (holding the GVL), waiting for the GVL, idle (IO, sleep, locks) and in GC — added up per job
-  # class and queue (GVLScope::Breakdown, which /metrics shows), with a log line for the jobs that
+  # (holding the GVL), waiting for the GVL, idle (IO, sleep, locks) and in GC, and how long the job
+  # sat in its queue before that (its queue latency, from Sidekiq's own enqueued_at) — added up per
+  # job class and queue (GVLScope::Breakdown, which /metrics shows), with a log line for the jobs that
   # waited too long and the process's GVL stats in Sidekiq's log every stats_every seconds.
   #
   #   require "gvlscope/sidekiq"
@@ -149,6 +150,8 @@ module GVLScope
                       "in the job %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
                       label, queue, job["jid"], timing.wait_ms, timing.before_start_words("job"),
                       timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
+        latency = timing.queue_latency_ms
+        line << format("; queue latency %.1f ms (enqueued_at to the start)", latency) if latency
         LogWriter.shared.write(line, ::Sidekiq.logger) # the job hands the line over: no write, no logger lock
       end
 
@@ -249,6 +252,7 @@ module GVLScope
       return yield if setup.nil? || (setup.sampling && rand >= setup.sample) # Kernel#rand: reseeded after fork
 
       timing = RequestTiming.start
+      timing.enqueued_at = job["enqueued_at"] # its queue latency: Sidekiq's own stamp, to now (the start)
       begin
         yield
       ensure

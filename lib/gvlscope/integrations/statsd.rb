@@ -20,7 +20,8 @@ module GVLScope
   # gvl.wait_ms. Per route and per job class (GVLScope::Breakdown): counters route.requests,
   # route.run_ms / gvl_wait_ms / idle_ms / gc_ms / duration_ms / pickup_wait_ms (job.executions and
   # job.* for jobs; run + gvl_wait + idle + gc = duration + pickup_wait, the GVL wait before the
-  # request started) and the gauges route.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
+  # request started), job.queue_latency_ms (time in the queue, enqueued_at to the start; the pickup
+  # wait is part of it) and the gauges route.gvl_wait_p50_ms / _p99_ms. With tags: true the route, job class and queue are
   # DogStatsD tags (`|#route:UsersController#show`); with tags: false they go into the name
   # (`route.UsersController_show.requests`), for a plain StatsD. Sampled counts (a producer's
   # `sample:`) carry their rate (`|@0.1`), so the server scales them back.
@@ -214,7 +215,9 @@ module GVLScope
       rate = entry.sample_rate < 1.0 ? "|@#{entry.sample_rate}" : ""
       lines << line("#{base}.#{KIND_COUNT.fetch(entry.kind)}", count, "c", rate, tags)
       { run_ms: :run_ns, gvl_wait_ms: :wait_ns, idle_ms: :idle_ns, gc_ms: :gc_ns, duration_ms: :duration_ns,
-        pickup_wait_ms: :pickup_wait_ns }.each do |name, field|
+        pickup_wait_ms: :pickup_wait_ns, queue_latency_ms: :queue_latency_ns }.each do |name, field|
+        next if field == :queue_latency_ns && entry.kind != :job
+
         lines << line("#{base}.#{name}", ms(entry[field] - (before ? before[field] : 0)), "c", rate, tags)
       end
       buckets = before ? entry.wait_buckets.zip(before.wait_buckets).map { |now, earlier| now - earlier } : entry.wait_buckets
