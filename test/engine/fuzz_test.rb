@@ -379,14 +379,7 @@ class FuzzTest < Minitest::Test
     page
   end
 
-  # Objects and lists of a parsed snapshot, nested ones too.
-  def containers(value, found = [])
-    return found unless value.is_a?(Hash) || value.is_a?(Array)
-
-    found << value
-    (value.is_a?(Hash) ? value.values : value).each { |inner| containers(inner, found) }
-    found
-  end
+  def containers(value) = CLIFuzz.containers(value)
 
   def mutate_snapshot(seed)
     snapshots = JSON.parse(JSON.generate(seed)) # a deep copy

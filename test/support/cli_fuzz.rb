@@ -162,13 +162,16 @@ class CLIFuzz
   ODD_VALUES = ["null", "true", "-1", "0", "0.5", "1e400", "-1e300", "9223372036854775808", "\"\"", "\"x\"", "[]", "{}",
                 "[1,2]", "\"\\ud800\"", "\"\xff\"".b, "#{'[' * 40}#{']' * 40}"].freeze
 
-  def containers(value, found = [])
+  # Objects and lists of a parsed snapshot, nested ones too (test/engine/fuzz_test.rb's too).
+  def self.containers(value, found = [])
     return found unless value.is_a?(Hash) || value.is_a?(Array)
 
     found << value
     (value.is_a?(Hash) ? value.values : value).each { |inner| containers(inner, found) }
     found
   end
+
+  def containers(value) = CLIFuzz.containers(value)
 
   # A snapshot file (JSON lines): fields of the wrong type, missing, or added; then, sometimes,
   # the bytes cut or garbled.
