@@ -10,6 +10,13 @@ APT_LOCK_WAIT=(-o DPkg::Lock::Timeout=600)
 apt_install() {
   local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   command -v apt-get >/dev/null || return 127
-  $sudo apt-get "${APT_LOCK_WAIT[@]}" update -qq \
-    && $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${APT_LOCK_WAIT[@]}" install -y -qq "$@"
+  # `update` takes the lists lock, which DPkg::Lock::Timeout does not cover (apt 2.6: two
+  # script/test at once failed at once): tried again every 10 s, up to 10 minutes.
+  local tries=0
+  until $sudo apt-get "${APT_LOCK_WAIT[@]}" update -qq; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 60 ] || return 1
+    sleep 10
+  done
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${APT_LOCK_WAIT[@]}" install -y -qq "$@"
 }
