@@ -455,11 +455,10 @@ module GVLScope
 
     # --no-report: what went wrong with a trace, from its framing only (TraceFile.index: header,
     # chunk headers, thread table, end record; not one event). Dropped events the process said
-    # itself; a trace without its end record is one its process could not finish.
+    # itself. A trace without its end record is not told: a program that ends with exit! (a forked
+    # child's usual end) or is killed writes none, and run's stderr is then the program's own.
     def tell_trace_problems(path)
-      file = Model::TraceFile.index(path)
-      file.warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" }
-      say "gvlscope: warning: #{path}: #{NO_END_RECORD}; gvlscope report --partial #{path} reads what it holds" if file.truncated?
+      Model::TraceFile.index(path).warnings.each { |warning| say "gvlscope: warning: #{Printable.message(warning)}" }
     rescue Error => e
       say "gvlscope: warning: #{Printable.message(e.message)}"
     end
