@@ -443,17 +443,8 @@ class FuzzTest < Minitest::Test
 
       chunks = chunks_of(data)
       offset, type, bytes = chunks.sample(random: @random) || [40, 0, 0]
-      case @random.rand(10)
-      when 0 # bit flips
-        @random.rand(1..8).times do
-          at = @random.rand(data.bytesize)
-          data.setbyte(at, data.getbyte(at) ^ (1 << @random.rand(8)))
-        end
-      when 1 then data = data.byteslice(0, @random.rand(data.bytesize)) # cut short
-      when 2 then data.insert(@random.rand(data.bytesize + 1), @random.bytes(@random.rand(1..16)))
-      when 3 # bytes deleted
-        at = @random.rand(data.bytesize)
-        data = data.byteslice(0, at) + data.byteslice(at + @random.rand(1..16)..).to_s
+      case (kind = @random.rand(10))
+      when 0..3 then data = CLIFuzz.blind_mutation(data, kind, @random)
       when 4 # the chunk header lies about the payload's size or type
         field = @random.rand(2)
         value = field.zero? ? @random.rand(0..5) : [0, 1, 7, 23, 24, bytes - 8, bytes + 8, 2**32 - 1].sample(random: @random)

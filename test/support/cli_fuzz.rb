@@ -125,17 +125,8 @@ class CLIFuzz
     @random.rand(1..3).times do
       break if data.empty?
 
-      case @random.rand(json ? 4 : 7)
-      when 0 # bit flips
-        @random.rand(1..8).times do
-          at = @random.rand(data.bytesize)
-          data.setbyte(at, data.getbyte(at) ^ (1 << @random.rand(8)))
-        end
-      when 1 then data = data.byteslice(0, @random.rand(data.bytesize)) # cut short
-      when 2 then data.insert(@random.rand(data.bytesize + 1), @random.bytes(@random.rand(1..16)))
-      when 3 # bytes deleted
-        at = @random.rand(data.bytesize)
-        data = data.byteslice(0, at) + data.byteslice(at + @random.rand(1..16)..).to_s
+      case (kind = @random.rand(json ? 4 : 7))
+      when 0..3 then data = CLIFuzz.blind_mutation(data, kind, @random)
       when 4 # a bogus header: magic, version, header size, clocks (the start after 2106), pid, timeslice
         if @random.rand(4).zero?
           data[0, 8] = @random.bytes(8)
@@ -161,6 +152,24 @@ class CLIFuzz
   # Values a field of a snapshot can wrongly hold, as JSON text.
   ODD_VALUES = ["null", "true", "-1", "0", "0.5", "1e400", "-1e300", "9223372036854775808", "\"\"", "\"x\"", "[]", "{}",
                 "[1,2]", "\"\\ud800\"", "\"\xff\"".b, "#{'[' * 40}#{']' * 40}"].freeze
+
+  # The mutations that know nothing of the format (test/engine/fuzz_test.rb's too): kind 0 flips
+  # bits, 1 cuts the data short, 2 inserts random bytes, 3 deletes some. Returns the data.
+  def self.blind_mutation(data, kind, random)
+    case kind
+    when 0
+      random.rand(1..8).times do
+        at = random.rand(data.bytesize)
+        data.setbyte(at, data.getbyte(at) ^ (1 << random.rand(8)))
+      end
+      data
+    when 1 then data.byteslice(0, random.rand(data.bytesize))
+    when 2 then data.insert(random.rand(data.bytesize + 1), random.bytes(random.rand(1..16)))
+    else
+      at = random.rand(data.bytesize)
+      data.byteslice(0, at) + data.byteslice(at + random.rand(1..16)..).to_s
+    end
+  end
 
   # Objects and lists of a parsed snapshot, nested ones too (test/engine/fuzz_test.rb's too).
   def self.containers(value, found = [])
