@@ -261,10 +261,11 @@ class MetricsTest < Minitest::Test
   end
 
   # The convoy effect: beside a CPU-bound thread, each wake-up of the IO thread waits about a
-  # timeslice for the GVL (~100 ms measured on 3.3); alone it waits microseconds.
+  # timeslice for the GVL (~100 ms measured on 3.3); alone it waits microseconds, or as long as
+  # the OS takes to run a woken thread on a busy machine (1.75 ms per trip seen at load 4), which
+  # is still far from a timeslice: the convoy is asserted as a ratio, not a wall-clock bound.
   def test_io_thread_beside_a_cpu_thread_waits_a_timeslice_per_round_trip
     alone = echo_round_trips(20)
-    assert_operator alone.wait_ns / 20, :<, 1_000_000
 
     stop = false
     cpu = Thread.new { Thread.current.name = "cpu"; x = 0; x += 1 until stop }
@@ -272,6 +273,7 @@ class MetricsTest < Minitest::Test
     stop = true
     cpu.join
     assert_operator convoy.wait_ns, :>=, 20 * 50_000_000
+    assert_operator alone.wait_ns * 10, :<, convoy.wait_ns, "alone #{alone.wait_ns} ns, convoy #{convoy.wait_ns} ns"
   end
 
   def test_measure_splits_a_sleep_into_idle
