@@ -8,8 +8,8 @@
 # and a Rails request (the router's env keys and a controller set by the app). server_timing: false
 # in all, to leave the header's cost out (bench/web_instructions.rb has it).
 # SETUPS=handoff_off,handoff: what following a request from the thread that readied it costs
-# (Handoffs: a Ruby method prepended to Puma's ThreadPool#<< stamps its arrival, from the kernel's
-# TCP clock, and the thread's GVL wait since; GVLScope::Rack finds the stamp by env["puma.socket"]),
+# (Handoffs: the pool's todo list, Native::StampingQueue, stamps each push with its arrival, from the
+# kernel's TCP clock, and the thread's GVL wait since; GVLScope::Rack finds the stamp by env["puma.socket"]),
 # each call a request of one keep-alive TCP connection handed to the pool, then run: what every
 # request under Puma pays; handoff_off does the same without Handoffs. (Instructions in user space:
 # the kernel's work for the one getsockopt is not counted; Puma makes the same call per request.)
@@ -69,19 +69,25 @@ PROGRAM = <<~'RUBY'
   if setup.start_with?("handoff") # as under Puma: the server thread hands each connection over, then its request runs
     require "gvlscope/integrations/handoffs"
     require "socket"
-    pool = Class.new { def <<(client) = client }.new
+    pool_class = Class.new do # Puma's ThreadPool's shape: << pushes on its todo list, a pool thread takes it
+      def initialize = (@todo = Thread::Queue.new) && (@spawned = 0) && spawn_thread
+      def <<(client) = @todo << client
+      def take = @todo.shift
+      private def spawn_thread = @spawned += 1
+    end
     client = Class.new { def initialize(io) = @io = io }.new(nil) # Puma::Client keeps its connection in @io
     if setup == "handoff"
-      pool.class.prepend(GVLScope::Handoffs::PumaThreadPool)
+      pool_class.prepend(GVLScope::Handoffs::PumaThreadPool)
       GVLScope::Native.handoff_claim_in_rack = true
     end
+    pool = pool_class.new
     listener = TCPServer.new("127.0.0.1", 0)
     peer = TCPSocket.new("127.0.0.1", listener.addr[1])
     env["puma.socket"] = listener.accept
     client.instance_variable_set(:@io, env["puma.socket"])
     peer.write("GET / HTTP/1.1\r\n\r\n") # bytes received: the kernel's arrival
     sleep 0.01 # a block: the thread's wait for the request, whose wake is its arrival
-    call = -> { pool << client; app.call(env.dup) }
+    call = -> { pool << client; pool.take; app.call(env.dup) }
   end
   1000.times { call.call }
   GC.start

@@ -155,7 +155,7 @@ module WaitTruth
   end
 
   # The GVL wait and the named parts of queue that are not the GVL's (queue-gvl is inside gvl-wait).
-  def named_wait_ms(parts) = parts.fetch("gvl-wait", 0.0) + parts.fetch("queue-threads", 0.0)
+  def named_wait_ms(parts) = parts.fetch("gvl-wait", 0.0) + parts.fetch("queue-threads", 0.0) + parts.fetch("queue-cpu", 0.0)
 
   # "gvl-wait;dur=12.3, gvl-run;dur=0.1;desc=..." => { "gvl-wait" => 12.3, "gvl-run" => 0.1 }
   def server_timing(header)

@@ -21,13 +21,13 @@
 #   (keepalive), and CURL_URLS on one curl connection (curl-fresh: the first, curl-keepalive: the
 #   rest; curl's own %{time_total} per URL). A probe's added latency is its latency less its kind's
 #   median alone; it was delayed when that is DELAYED_MS or more. Its coverage: (gvl-wait + the parts
-#   of queue that are not the GVL's: queue-threads) / added latency. wrk's quick requests are
+#   of queue that are not the GVL's: queue-threads, queue-cpu) / added latency. wrk's quick requests are
 #   measured alike against the keep-alive probe's median alone.
 # - every response (probes' and wrk's, quick or CPU) is checked against the physical invariants
 #   (WaitTruth.broken_invariants): gvl-wait <= queue + app time <= client latency.
 #
 # Targets (issue 36): coverage >= 0.8 for >= 9 of 10 delayed requests, fresh and keep-alive;
-# Σ (gvl-wait + queue-threads) / Σ added latency within 0.8-1.1; no broken invariant; alone,
+# Σ (gvl-wait + queue-threads + queue-cpu) / Σ added latency within 0.8-1.1; no broken invariant; alone,
 # gvl-wait p50 < 0.5 ms.
 require "open3"
 require_relative "wait_truth"
@@ -209,7 +209,8 @@ module WaitTruth
 
       # The part of queue that no entry names: neither the GVL's nor a free thread's (the server's
       # own Ruby, and time the machine kept its threads off a core).
-      def unnamed_queue_ms(parts) = parts.fetch("queue", 0.0) - parts.fetch("queue-gvl", 0.0) - parts.fetch("queue-threads", 0.0)
+      def unnamed_queue_ms(parts) = parts.fetch("queue", 0.0) - parts.fetch("queue-gvl", 0.0) - parts.fetch("queue-threads", 0.0) -
+                                    parts.fetch("queue-cpu", 0.0)
 
       # The delayed probes whose coverage is under TARGET (at most +limit+ per run), with their parts.
       def missed(run, out, limit: 3)
@@ -287,7 +288,7 @@ module WaitTruth
         end
       end
       out.puts "== summary (added: client latency - the kind's median alone, ms; delayed: added >= #{DELAYED_MS} ms; " \
-               "coverage: (gvl-wait + queue-threads) / added; unnamed: queue - queue-gvl - queue-threads; " \
+               "coverage: (gvl-wait + queue-threads + queue-cpu) / added; unnamed: queue - queue-gvl - queue-threads - queue-cpu; " \
                "broken: responses breaking an invariant)"
       WaitTruth::Table.print_rows(Table::HEADER, rows, out)
     rescue RuntimeError => e

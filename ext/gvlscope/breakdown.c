@@ -264,8 +264,8 @@ static VALUE key_env;  // "gvlscope"
 
 // requests.start(env) -> timing: a RequestTiming of the current thread, started now, as env["gvlscope"].
 static VALUE table_start(VALUE self, VALUE env) {
-    if (gvls_handoff_rack && gvls_handoff_pending) gvls_handoff_claim_env(env);  // the wait before the app (handoff.c)
-    VALUE timing = gvls_request_timing_start_current();
+    // The wait before the app: the connection's hand-off (handoff.c), looked for while some are pending.
+    VALUE timing = gvls_request_timing_start_current(gvls_handoff_rack && gvls_handoff_pending ? gvls_handoff_fd_of_env(env) : -1);
     if (RB_LIKELY(RB_TYPE_P(env, T_HASH))) rb_hash_aset(env, key_env, timing);
     else rb_funcall(env, rb_intern("[]="), 2, key_env, timing);  // env is a Hash (Rack's SPEC); anything else as Ruby would
     return timing;

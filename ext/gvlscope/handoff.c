@@ -70,10 +70,9 @@ static uint64_t stamps_taken, stamps_overwritten;
 // connection's next request, the common case, pays one load and compare).
 uint64_t gvls_handoff_pending;
 
-static gvls_thread *current_slot(void) {
-    if (!gvls_on_main_ractor()) return NULL;  // other Ractors' servers: their GVL does not order us
-    return gvls_thread_for(rb_thread_current());
-}
+// This extension is not marked Ractor-safe: its methods run on the main Ractor only, whose GVL
+// orders a stamp and its claim.
+static gvls_thread *current_slot(void) { return gvls_thread_for(rb_thread_current()); }
 
 // Where a thread's work arrived: when its longest block since its last mark ended (a server's
 // select, a job runner's BRPOP read that returned the job; not the calls that returned at once
@@ -116,15 +115,17 @@ static uint64_t kernel_data_arrival(int fd, uint64_t now_ns) {
 // worker accepted, a timeout) is never taken for the arrival, so a wait that ended before the
 // request's bytes arrived is never charged to it (lost accepts in cluster mode, a connection
 // silent before its first request). Without the kernel's word (a Unix socket): the longest block
-// since the thread's last hand-off (a select), else now.
-static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns) {
+// since the thread's last hand-off (a select), else now. *carried_ns: the thread's GVL wait since.
+static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns, uint64_t *carried_ns, int *exact) {
     uint64_t woke_ns = arrival_and_mark(slot, NULL);
     uint64_t data_ns = kernel_data_arrival(fd, now_ns);
-    if (!data_ns) return woke_ns ? woke_ns : now_ns;
+    if (!data_ns) {
+        uint64_t arrival_ns = woke_ns ? woke_ns : now_ns;
+        *carried_ns = gvls_metrics_own_wait_since(slot, arrival_ns, now_ns, exact, NULL);
+        return arrival_ns;
+    }
     uint64_t from_ns = data_ns > KERNEL_SLACK_NS ? data_ns - KERNEL_SLACK_NS : 0;
-    uint64_t wake_ns = gvls_metrics_own_wait_began_within(slot, from_ns, data_ns + KERNEL_SLACK_NS);
-    if (wake_ns) return wake_ns;
-    return data_ns + KERNEL_SLACK_NS < now_ns ? data_ns + KERNEL_SLACK_NS : now_ns;
+    return gvls_metrics_own_arrival(slot, from_ns, data_ns + KERNEL_SLACK_NS, now_ns, carried_ns, exact);
 }
 
 // On the thread that hands the work over: it arrived at arrival_of, and this thread's GVL wait
@@ -132,10 +133,9 @@ static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns) {
 static void stamp_now(int fd) {
     gvls_thread *slot = current_slot();
     if (!slot || fd < 0 || !atomic_load(&gvls_metrics.enabled)) return;
-    uint64_t now_ns = gvls_now_ns();
-    uint64_t arrival_ns = arrival_of(slot, fd, now_ns);
+    uint64_t now_ns = gvls_now_ns(), carried_ns;
     int exact;
-    uint64_t carried_ns = gvls_metrics_own_wait_since(slot, arrival_ns, now_ns, &exact, NULL);
+    uint64_t arrival_ns = arrival_of(slot, fd, now_ns, &carried_ns, &exact);
     stamp *s = &table[fd % HANDOFF_TABLE];
     if (s->handoff_ns && s->fd != fd) stamps_overwritten++;
     if (!s->handoff_ns) gvls_handoff_pending++;
@@ -146,29 +146,30 @@ static void stamp_now(int fd) {
 // meanwhile (CRuby runs a thread's events on it).
 static uint64_t own_idle(const gvls_thread *slot) { return slot->metrics.idle_ns; }
 
-// On the thread that will serve the work: its own wait from the hand-off on counts too.
-static void claim(int fd) {
-    gvls_thread *slot = current_slot();
-    if (!slot) return;
+// On the thread that will serve the work, as its request starts (now_ns): the connection's stamp,
+// and this thread's own wait from the hand-off on, which counts too. Also drops a ticket an
+// earlier connection left (never started: the reactor took it back).
+int gvls_handoff_claim(gvls_thread *slot, int fd, uint64_t now_ns, gvls_handoff *out) {
     gvls_handoff *ticket = ticket_of(slot, 0);
-    if (ticket) ticket->set = 0;  // an earlier connection's, never started (the reactor took it back)
+    if (ticket) ticket->set = 0;
     // A request starts on this thread: if it hands a connection on later (a next request buffered
     // and no free thread), the arrival is sought from here on, not in its wait for work.
-    arrival_and_mark(slot, NULL);
-    if (fd < 0) return;
+    uint64_t woke_ns = arrival_and_mark(slot, NULL);
+    if (fd < 0) return 0;
     stamp *s = &table[fd % HANDOFF_TABLE];
-    if (!s->handoff_ns || s->fd != fd || !(ticket = ticket_of(slot, 1))) return;
-    uint64_t now_ns = gvls_now_ns(), wait_now;
+    if (!s->handoff_ns || s->fd != fd) return 0;
+    uint64_t wait_now;
     int exact;
     uint64_t since = gvls_metrics_own_wait_since(slot, s->handoff_ns, now_ns, &exact, &wait_now);
-    *ticket = (gvls_handoff){
+    *out = (gvls_handoff){
         .set = 1, .exact = exact && s->exact, .arrival_ns = s->arrival_ns, .carried_wait_ns = s->carried_wait_ns,
         .handoff_ns = s->handoff_ns, .wait_base_ns = wait_now > since ? wait_now - since : 0,
-        .idle_base_ns = own_idle(slot),
+        .idle_base_ns = own_idle(slot), .woke_ns = woke_ns,
     };
     s->handoff_ns = 0;
     gvls_handoff_pending--;
     stamps_taken++;
+    return 1;
 }
 
 static int fd_of(VALUE io) {
@@ -182,30 +183,42 @@ static int fd_of(VALUE io) {
 #pragma GCC diagnostic pop
 }
 
-// ---- Called from the methods Handoffs prepends (lib/gvlscope/integrations/handoffs.rb) ----------
-// In Ruby there, not C: a C method's rb_call_super looks the method up anew at each call
-// (~650 instructions), where Ruby's super is cached.
+// ---- Puma's todo list, stamping (lib/gvlscope/integrations/handoffs.rb) ---------------------------
+// Every request reaches a pool thread through ThreadPool#<<, which pushes it on the pool's todo
+// list with `@todo << work` (a Thread::Queue in Puma 7 and 8, an Array in 6). Handoffs gives each
+// pool, before its first thread takes the list, one of these, whose << stamps and pushes: a C
+// method where a Ruby one prepended to ThreadPool#<< (and its super) cost ~580 instructions a
+// request more (bench/routes_instructions.rb).
+static ID id_ivar_io, id_push;
 
-// Native.handoff_stamp(work): the calling thread hands work over (Puma's ThreadPool#<<): a
-// Puma::Client, whose @io is the connection, or the IO itself. Returns nil.
-static ID id_ivar_io;
+// work: a Puma::Client, whose @io is the connection, or the IO itself.
+static void stamp_work(VALUE work) {
+    stamp_now(fd_of(RB_TYPE_P(work, T_FILE) ? work : rb_attr_get(work, id_ivar_io)));
+}
 
-static VALUE handoff_stamp(VALUE self, VALUE work) {
-    VALUE io = RB_TYPE_P(work, T_FILE) ? work : rb_attr_get(work, id_ivar_io);
-    stamp_now(fd_of(io));
-    return Qnil;
+// StampingQueue#<<(work): Thread::Queue#push, whose C function is not public: called by name
+// (~170 instructions; rb_call_super looks the method up anew each call, ~270).
+static VALUE stamping_queue_push(VALUE self, VALUE work) {
+    stamp_work(work);
+    return rb_funcallv(self, id_push, 1, &work);
+}
+
+// StampingArray#<<(work)
+static VALUE stamping_array_push(VALUE self, VALUE work) {
+    stamp_work(work);
+    return rb_ary_push(self, work);
 }
 
 // GVLScope::Rack's request start (breakdown.c), once Handoffs are installed for Puma: the request's
-// thread takes its connection's stamp, found by env["puma.socket"] (Puma 6-8 set it to the
-// client's socket). A lookup in the env the middleware has anyway, not another prepended method:
-// those cost ~700 instructions a request.
+// connection, whose stamp its thread claims, by env["puma.socket"] (Puma 6-8 set it to the
+// client's socket): -1 if none. A lookup in the env the middleware has anyway, not another
+// prepended method: those cost ~550 instructions a request.
 int gvls_handoff_rack = 0;  // and the claim is only looked for while gvls_handoff_pending
 static VALUE key_puma_socket;
 
-void gvls_handoff_claim_env(VALUE env) {
-    if (!RB_TYPE_P(env, T_HASH)) return;
-    claim(fd_of(rb_hash_lookup2(env, key_puma_socket, Qnil)));
+int gvls_handoff_fd_of_env(VALUE env) {
+    if (!RB_TYPE_P(env, T_HASH)) return -1;
+    return fd_of(rb_hash_lookup2(env, key_puma_socket, Qnil));
 }
 
 // Native.handoff_claim_in_rack = true: Handoffs stamp Puma's connections; GVLScope::Rack claims them.
@@ -254,13 +267,16 @@ void gvls_handoff_after_fork(void) {
 
 void gvls_handoff_init(VALUE mNative) {
     gvls_threads_listen(&slot_listener);
-    rb_define_singleton_method(mNative, "handoff_stamp", handoff_stamp, 1);
+    VALUE cQueue = rb_const_get(rb_cThread, rb_intern("Queue"));
+    rb_define_method(rb_define_class_under(mNative, "StampingQueue", cQueue), "<<", stamping_queue_push, 1);
+    rb_define_method(rb_define_class_under(mNative, "StampingArray", rb_cArray), "<<", stamping_array_push, 1);
     rb_define_singleton_method(mNative, "handoff_fetch_begin", handoff_fetch_begin, 0);
     rb_define_singleton_method(mNative, "handoff_fetch_end", handoff_fetch_end, 1);
     rb_define_singleton_method(mNative, "handoff_stats", handoff_stats, 0);
     rb_define_singleton_method(mNative, "handoff_claim_in_rack=", handoff_set_rack, 1);
     // Interned: the very object Puma's frozen literal key is, so the env Hash compares by identity.
     id_ivar_io = rb_intern("@io");
+    id_push = rb_intern("push");
     key_puma_socket = rb_str_to_interned_str(rb_utf8_str_new_cstr("puma.socket"));
     rb_gc_register_mark_object(key_puma_socket);
 }

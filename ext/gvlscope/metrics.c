@@ -262,15 +262,30 @@ uint64_t gvls_metrics_own_wait_since(const gvls_thread *slot, uint64_t from_ns, 
                           from_ns, now_ns, exact, wait_ns_now);
 }
 
-uint64_t gvls_metrics_own_wait_began_within(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns) {
+uint64_t gvls_metrics_own_arrival(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns, uint64_t now_ns,
+                                  uint64_t *wait_since_ns, int *exact) {
     const gvls_thread_metrics *m = &slot->metrics;
+    uint64_t fallback_ns = to_ns < now_ns ? to_ns : now_ns, total = 0;
     uint64_t logged = m->waits < GVLS_WAIT_LOG ? m->waits : GVLS_WAIT_LOG;
-    for (uint64_t k = 0; k < logged; k++) {  // newest first
+    for (uint64_t k = 0; k < logged; k++) {  // newest first; the thread runs: no wait in progress
         unsigned i = (unsigned)(m->waits - 1 - k) & (GVLS_WAIT_LOG - 1);
-        if (m->wait_log_start[i] < from_ns) return 0;
-        if (m->wait_log_start[i] <= to_ns) return m->wait_log_start[i];
+        uint64_t start = m->wait_log_start[i], end = m->wait_log_end[i];
+        if (start > to_ns) {  // after the window: after the arrival, whichever it is
+            total += end - start;
+            continue;
+        }
+        *exact = 1;
+        if (start >= from_ns) {  // the latest wake in the window
+            *wait_since_ns = total + end - start;
+            return start;
+        }
+        if (end > fallback_ns) total += end - fallback_ns;  // none in it: the part after the fallback
+        *wait_since_ns = total;
+        return fallback_ns;
     }
-    return 0;
+    *exact = m->waits <= GVLS_WAIT_LOG;  // else older waits are gone: a lower bound
+    *wait_since_ns = total;
+    return fallback_ns;
 }
 
 // The caller is the slot's own thread, holding the GVL: no hook writes this slot meanwhile (a

@@ -27,9 +27,12 @@ uint64_t gvls_metrics_wait_since(const gvls_thread *slot, uint64_t from_ns, uint
 // The same for the caller's own slot (the thread calling, with the GVL), read in place.
 uint64_t gvls_metrics_own_wait_since(const gvls_thread *slot, uint64_t from_ns, uint64_t now_ns, int *exact,
                                      uint64_t *wait_ns_now);
-// The start of the latest of the caller's own slot's logged waits that began in [from_ns, to_ns],
-// 0 if none: a wait after a blocking release begins when the thread woke (a select's return).
-uint64_t gvls_metrics_own_wait_began_within(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns);
+// For the caller's own slot, in one pass over its wait log: when work that came within
+// [from_ns, to_ns] arrived, the start of the latest wait that began in that window (a wait after
+// a blocking release begins when the thread woke: a select's return), else to_ns (at most now_ns,
+// a bound); *wait_since_ns: the thread's wait from then to now_ns; *exact as gvls_metrics_wait_since.
+uint64_t gvls_metrics_own_arrival(const gvls_thread *slot, uint64_t from_ns, uint64_t to_ns, uint64_t now_ns,
+                                  uint64_t *wait_since_ns, int *exact);
 // A request or job starts on the calling thread, whose slot this is (request_timing.c): the waits
 // pending for IO it started before (metrics_event.h) are not the request's, and are dropped.
 void gvls_metrics_request_started(gvls_thread *slot);

@@ -24,6 +24,7 @@ typedef struct {
     int pickup_exact;         // pickup_wait_ns counts every wait since arrival_ns (else: at least that)
     uint64_t blocked_before_start_ns;  // idle between taking the work and starting it (locks, IO on the way)
     uint64_t thread_wait_ns;  // handed over while this thread still ran its previous request: waited for a free thread
+    uint64_t cpu_wait_ns;     // handed over while it slept: from the hand-off until it ran (woken, given a core)
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
     int queue_latency_known;
@@ -90,7 +91,8 @@ static void slot_freed(gvls_thread *slot) {
 
 static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 
-static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot) {
+// handed_fd: the connection whose hand-off the current thread claims (handoff.c), or -1.
+static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
     if (slot) {
@@ -104,7 +106,9 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
         int woke = wait_at_wake != GVLS_NEVER_WOKE;
         gvls_handoff ticket;
         const request_end *end = end_of(slot, 0);
-        if (thread == rb_thread_current() && gvls_handoff_take(slot, &ticket)) {
+        int current = handed_fd >= 0 || thread == rb_thread_current();
+        if (current && (handed_fd >= 0 ? gvls_handoff_claim(slot, handed_fd, timing->started_ns, &ticket)
+                                       : gvls_handoff_take(slot, &ticket))) {
             // Handed over (handoff.c): the wait from the work's arrival, on every thread it went
             // through, across the locks taken on the way. The thread's own starts at the hand-off.
             // Its time blocked between taking the work and starting it counts too: the runner's own
@@ -119,6 +123,11 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             if (end && end->known && end->ended_ns > ticket.handoff_ns) {
                 if (end->wait_ns > own_base_ns) own_base_ns = end->wait_ns;
                 timing->thread_wait_ns = end->ended_ns - ticket.handoff_ns;
+            } else if (ticket.woke_ns > ticket.handoff_ns) {
+                // Asleep at the hand-off (a pool thread waiting for work): until it ran again, the
+                // kernel woke it and it waited for a CPU core (its wake is its first READY: the GVL
+                // wait after it is pickup_wait_ns's).
+                timing->cpu_wait_ns = ticket.woke_ns - ticket.handoff_ns;
             }
             timing->pickup_wait_ns = ticket.carried_wait_ns + minus(timing->before[WAIT], own_base_ns) +
                                      timing->blocked_before_start_ns;
@@ -130,7 +139,7 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
         }
         // IO the thread started before the request (a response's write) is not the request's.
-        if (thread == rb_thread_current()) gvls_metrics_request_started(slot);
+        if (current) gvls_metrics_request_started(slot);
     }
     return self;
 }
@@ -139,7 +148,7 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
 static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
     rb_check_arity(argc, 0, 1);
     VALUE thread = argc > 0 ? argv[0] : rb_thread_current();
-    return start(self, timing_of(self), thread, slot_of(thread));
+    return start(self, timing_of(self), thread, slot_of(thread), -1);
 }
 
 // RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
@@ -147,20 +156,21 @@ static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
 // the current one: nothing to check.
 static VALUE cRequestTiming;
 
-static VALUE start_current(VALUE klass) {
+static VALUE start_current(VALUE klass, int handed_fd) {
     request_timing *timing;
     VALUE self = TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
     VALUE thread = rb_thread_current();
-    return start(self, timing, thread, gvls_thread_for(thread));
+    return start(self, timing, thread, gvls_thread_for(thread), handed_fd);
 }
 
 static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
     if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
-    return start_current(klass);
+    return start_current(klass, -1);
 }
 
-// For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now.
-VALUE gvls_request_timing_start_current(void) { return start_current(cRequestTiming); }
+// For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now, which
+// claims connection handed_fd's hand-off (-1: none).
+VALUE gvls_request_timing_start_current(int handed_fd) { return start_current(cRequestTiming, handed_fd); }
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS]) {
@@ -271,6 +281,13 @@ static VALUE timing_queue_thread_ns(VALUE self) {
     return timing->arrival_ns ? ULL2NUM(timing->thread_wait_ns) : Qnil;
 }
 
+// From the hand-off until the thread that took the work ran (it slept waiting for work: the
+// kernel's wake-up and the wait for a CPU core), nil when no hand-off told it.
+static VALUE timing_queue_cpu_ns(VALUE self) {
+    request_timing *timing = timing_of(self);
+    return timing->arrival_ns ? ULL2NUM(timing->cpu_wait_ns) : Qnil;
+}
+
 // Whether pickup_wait_ns saw every wait since the arrival (false: more waits than the threads'
 // wait logs hold came in between, and it is a lower bound).
 static VALUE timing_pickup_exact_p(VALUE self) {
@@ -340,7 +357,7 @@ static VALUE timing_server_timing(VALUE self) {
     uint64_t values[COUNTERS];
     if (timing->finished) memcpy(values, timing->delta, sizeof(values));
     else deltas_now(timing, gvls_now_ns(), values);
-    char text[320];  // 7 names (95 chars) + 7 numbers of at most 21 + 7 separators
+    char text[352];  // 8 names (110 chars) + 8 numbers of at most 21 + 8 separators
     char *end = text;
     end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
     end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
@@ -349,15 +366,17 @@ static VALUE timing_server_timing(VALUE self) {
     if (gc_us) end = put_ms(put_text(end, ", gc;dur="), gc_us);
     // From the work's arrival to the app (a hand-off told it), when it took a millisecond or more:
     // the client's time before the app, of which gvl-wait has the GVL's part.
-    // Its named parts follow it: the GVL's (waited for it on the way: part of gvl-wait too) and a
-    // free thread's (every pool thread was busy); the rest is the server's own Ruby and time the
-    // machine kept the threads off a core (docs/web.md, "queue").
+    // Its named parts follow it: the GVL's (waited for it on the way: part of gvl-wait too), a free
+    // thread's (every pool thread was busy) or a CPU core's (the pool thread slept until woken and
+    // run); the rest is the server's own Ruby and time the machine kept the threads before it off a
+    // core (docs/web.md, "queue").
     uint64_t queue_ns = timing->arrival_ns ? minus(timing->started_ns, timing->arrival_ns) : 0;
     if (queue_ns >= 1000000) {
         end = put_ms(put_text(end, ", queue;dur="), rounded_us(queue_ns));
         end = put_ms(put_text(end, ", queue-gvl;dur="), rounded_us(timing->pickup_wait_ns));
-        uint64_t thread_us = rounded_us(timing->thread_wait_ns);
+        uint64_t thread_us = rounded_us(timing->thread_wait_ns), cpu_us = rounded_us(timing->cpu_wait_ns);
         if (thread_us) end = put_ms(put_text(end, ", queue-threads;dur="), thread_us);
+        if (cpu_us) end = put_ms(put_text(end, ", queue-cpu;dur="), cpu_us);
     }
     return rb_usascii_str_new(text, end - text);
 }
@@ -434,6 +453,7 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "queue_latency_ns", timing_queue_latency_ns, 0);
     rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);
     rb_define_method(cTiming, "queue_thread_ns", timing_queue_thread_ns, 0);
+    rb_define_method(cTiming, "queue_cpu_ns", timing_queue_cpu_ns, 0);
     rb_define_method(cTiming, "blocked_before_start_ns", timing_blocked_before_start_ns, 0);
     rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);

@@ -14,7 +14,7 @@
 #define GVLS_REQUEST_VALUES 8
 int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
 void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
-VALUE gvls_request_timing_start_current(void);
+VALUE gvls_request_timing_start_current(int handed_fd);
 VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
 
 #endif

@@ -29,6 +29,7 @@ module GVLScope
     def duration_ms = duration_ns / 1e6
     def queue_ms = (ns = queue_ns) && ns / 1e6
     def queue_thread_ms = (ns = queue_thread_ns) && ns / 1e6
+    def queue_cpu_ms = (ns = queue_cpu_ns) && ns / 1e6
     def queue_latency_ms = (ns = queue_latency_ns) && ns / 1e6
 
     def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
@@ -46,6 +47,8 @@ module GVLScope
                       "(locks, log writes: GVL wait by their holders, at most)", queue, blocked_before_start_ms)
       threads = queue_thread_ms
       words << format("; it waited %.1f ms for a free thread", threads) if threads&.positive?
+      cpu = queue_cpu_ms
+      words << format("; %.1f ms for its thread to be woken and given a CPU core", cpu) if cpu >= 0.1
       words << "; at least that much wait: more waits than the threads' logs hold" unless pickup_exact?
       words
     end

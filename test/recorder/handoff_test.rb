@@ -15,7 +15,8 @@ class HandoffTest < Minitest::Test
   include GVLScopeTestHelper
 
   # Puma's shape: the thread that readied a connection (the server thread, the reactor) hands it to
-  # the pool with ThreadPool#<<, the method Handoffs prepends to; a pool thread serves it.
+  # the pool with ThreadPool#<<, which pushes it on the pool's todo list (Handoffs gives the pool a
+  # stamping one before its first thread starts); a pool thread takes it and serves it.
   class FakeClient # Puma::Client keeps its connection in @io
     attr_reader :io
 
@@ -28,9 +29,15 @@ class HandoffTest < Minitest::Test
 
     APP = GVLScope::Rack.new(->(env) { [200, {}, [env["gvlscope"]]] }, route: false)
 
-    def initialize = @todo = Queue.new
+    def initialize
+      @todo = Queue.new
+      @spawned = 0
+      spawn_thread
+    end
+
     def <<(client) = @todo << client
     def pop = @todo.pop
+    private def spawn_thread = @spawned += 1
     def serve(client) = APP.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => client.io })[2][0]
   end
 
@@ -102,6 +109,13 @@ class HandoffTest < Minitest::Test
     assert_in_delta expected, timing.wait_ns, 2_000 * (after_select.size + after_pop.size), "trace's waits vs the request's"
     assert_operator timing.pickup_wait_ns, :<=, timing.queue_ns
     assert timing.pickup_exact?
+    # The pool thread slept in its queue at the hand-off: from then until it woke (its first wait
+    # after the pop's block) it was being woken and given a core; the hand-off came after the
+    # acceptor's wake, so that part is shorter than the pool thread's wake after the acceptor's.
+    refute_nil timing.queue_cpu_ns
+    assert_operator timing.queue_cpu_ns, :>, 0
+    assert_operator timing.queue_cpu_ns, :<=, after_pop.first.start_ns - after_select.first.start_ns + 2_000
+    assert_match(/queue-cpu;dur=/, timing.server_timing) if timing.queue_ns >= 1_000_000
   ensure
     stop = true
     [wake_r, wake_w, conn, other].each { |io| io&.close unless io&.closed? }
@@ -254,6 +268,7 @@ class HandoffTest < Minitest::Test
     assert_operator one.wait_ns, :>, 100_000_000
     assert_operator two.pickup_wait_ns + two.queue_thread_ns, :<=, two.queue_ns
     assert_match(/queue-threads;dur=/, two.server_timing)
+    assert_equal 0, two.queue_cpu_ns, "busy at the hand-off: it never slept, so no wake to wait for"
   ensure
     stop = true
     hog&.join
@@ -324,7 +339,7 @@ class HandoffTest < Minitest::Test
     end
   end
 
-  # A Puma without ThreadPool#<<(client) (none of 6-8; a future one may change it): one line at
+  # A Puma without ThreadPool#spawn_thread (none of 6-8; a future one may change it): one line at
   # boot says the numbers leave the wait before the app out, and nothing is prepended.
   def test_a_puma_without_the_hand_off_method_says_so_once_at_boot
     program = <<~'RUBY'
@@ -340,8 +355,52 @@ class HandoffTest < Minitest::Test
     out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
     assert status.success?, err
     assert_equal "true", out
-    assert_equal ["gvlscope: Puma 9.0.0 has no ThreadPool#<<(client): gvl-wait counts only the wait inside the app, " \
+    assert_equal ["gvlscope: Puma 9.0.0 has no ThreadPool#spawn_thread: gvl-wait counts only the wait inside the app, " \
                   "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
+  end
+
+  # A pool whose todo list is neither of the kinds Puma 6-8 use: said once, when its first thread
+  # starts; the list is left as it is.
+  def test_a_pool_with_another_todo_list_says_so_once
+    program = <<~'RUBY'
+      module Puma
+        class Server; end
+        module Const; PUMA_VERSION = "9.1.0"; end
+        class ThreadPool
+          attr_reader :todo
+          def initialize = (@todo = Hash.new) && (@spawned = 0) && 2.times { spawn_thread }
+          private def spawn_thread = @spawned += 1
+        end
+      end
+      require "gvlscope/rack"
+      GVLScope::Rack.new(->(_env) { [200, {}, []] })
+      2.times { print Puma::ThreadPool.new.todo.class }
+    RUBY
+    out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
+    assert status.success?, err
+    assert_equal "HashHash", out
+    assert_equal ["gvlscope: Puma 9.1.0 keeps its todo list in a Hash: gvl-wait counts only the wait inside the app, " \
+                  "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
+  end
+
+  # Puma 6 keeps its todo list in an Array, 7 and 8 in a Thread::Queue; a pool with a minimum of 0
+  # threads spawns its first at its first request, pushed already: it is kept, and every later
+  # push is stamped.
+  def test_each_kind_of_todo_list_is_given_a_stamping_one_keeping_what_it_holds
+    [[[], GVLScope::Native::StampingArray], [Queue.new, GVLScope::Native::StampingQueue]].each do |list, stamping|
+      pool = Class.new do
+        prepend GVLScope::Handoffs::PumaThreadPool
+        attr_reader :todo
+
+        def initialize(list) = (@todo = list) && (@spawned = 0)
+        def <<(work) = (@todo << work) && spawn_thread
+        private def spawn_thread = @spawned += 1
+      end.new(list)
+      pool << :first
+      pool << :second
+      assert_instance_of stamping, pool.todo
+      assert_equal %i[first second], [pool.todo.shift, pool.todo.shift]
+    end
   end
 
   def test_work_without_a_hand_off_keeps_the_threads_own_rule
