@@ -258,8 +258,9 @@ class CLIOutputTest < Minitest::Test
     assert_equal %w[convoy-1234.gvl engineered-1.gvl], Dir.children(traces).sort
     assert_equal "earlier", File.read(earlier)
 
-    # --force: this run's traces replace the scenario's earlier ones (only NAME-*.gvl).
-    result = lab_runner(traces, force: true).run(lab_scenario)
+    # --force: this run's traces replace the scenario's earlier ones (only NAME-*.gvl). A relative
+    # -o is this directory's, though the scenario runs in the gem's.
+    result = Dir.chdir(@dir) { lab_runner("traces", force: true).run(lab_scenario) }
     written = Dir.children(traces).grep(/\Aengineered-\d+\.gvl\z/)
     assert_equal 2, written.size, Dir.children(traces).inspect
     assert_equal (%w[convoy-1234.gvl] + written).sort, Dir.children(traces).sort

@@ -32,7 +32,7 @@ module GVLScope
       # +force+: replace the scenario's earlier traces in +out_dir+ (without it they refuse the run).
       def initialize(knobs, out_dir:, echo: nil, silence_limit: SILENCE_LIMIT.fetch(knobs.size), force: false)
         @knobs = knobs
-        @out_dir = out_dir
+        @out_dir = File.expand_path(out_dir) # the scenario runs in ROOT: the paths it is given are whole
         @echo = echo # an IO that gets the scenario's output line by line, or nil
         @silence_limit = silence_limit
         @force = force
