@@ -8,7 +8,7 @@ require "gvlscope/cli"
 require "gvlscope/formats/report_html"
 
 # Issue 37: no command destroys or silently replaces a file it did not create. Every output path
-# (report --html, export, run --html/--format, lab all --write, top --log) follows
+# (report --html, export, run --html/--format, lab run/all traces and --write, top --log) follows
 # GVLScope::OutputFile: an existing file only with --force, never the command's own input however
 # it is spelled, written beside the path and renamed into place, and a failure removes only the
 # temporary file. Before: `report t.gvl --html t.gvl` deleted the trace, and `report --html` over
