@@ -58,7 +58,9 @@ client_cpu = pin == "none" ? [] : [taskset, "-c", last_cpu]
 pinning = { "client" => "wrk and the delay server on CPU #{last_cpu}, Puma on any",
             "apart" => "Puma on CPU 0, wrk and the delay server on CPU #{last_cpu}", "none" => "nothing pinned" }.fetch(pin)
 puma_cores = 1
-out_dir = ENV["GVLSCOPE_OUTPUT"] ? File.dirname(ENV["GVLSCOPE_OUTPUT"]) : Dir.tmpdir
+# Beside the scenario's own trace (the lab's private directory, whose traces it puts in place), or
+# a new directory when run alone: the recorder never writes over a file.
+out_dir = ENV["GVLSCOPE_OUTPUT"] ? File.dirname(ENV["GVLSCOPE_OUTPUT"]) : Dir.mktmpdir("gvlscope-sweep-")
 server_program = File.join(__dir__, "thread_sweep_server.rb")
 
 # The sweep's servers run untraced: RUBYOPT without gvlscope's autorun (bundler's setup stays).
@@ -218,8 +220,7 @@ begin
     endpoints = ThreadSweepMixes::MIXES.fetch(mix)
     args = [RbConfig.ruby, server_program, nil, mix, iterations_per_ms.to_s, delay_port.to_s]
     # 1. The trace's run: Puma at its default thread count, traced from boot (its answer is shown beside).
-    trace = File.join(out_dir, "sweep-puma-#{mix}.gvl") # not thread-sweep-*: the runner reads that one as the scenario's own
-    File.delete(trace) if File.exist?(trace)
+    trace = File.join(out_dir, "thread-sweep-puma-#{mix}.gvl") # thread-sweep-*: among the scenario's traces the lab keeps
     traced_env = { "RUBYOPT" => traced_rubyopt, "GVLSCOPE_OUTPUT" => trace, "GVLSCOPE_LAB_RESULT" => nil, "GVLSCOPE_LIVE" => "1" }
     args[2] = DEFAULT_THREADS.to_s
     traced = run_server.(args, traced_env) do |port, pid|

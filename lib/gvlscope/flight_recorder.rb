@@ -256,6 +256,15 @@ module GVLScope
         @trapped = nil
       end
 
+      # exec replaces the image at once: a dump another thread is writing (dump_later, the
+      # signal's) would be left cut short, so exec waits for it. Not from a trap handler (no lock
+      # may be taken there) nor from the thread that writes it.
+      def finish_dump_before_exec
+        @mutex.synchronize { nil } unless @mutex.owned?
+      rescue ThreadError
+        nil # trap context
+      end
+
       # In a forked child: the native side dropped the parent's ring; start again with the same
       # options so every worker records its own history.
       def restart_after_fork
@@ -274,5 +283,6 @@ module GVLScope
 
     GVLScope.after_fork { restart_after_fork }
     GVLScope.after_daemon { restart_after_fork } # Process.daemon: the program goes on there
+    GVLScope.before_exec { finish_dump_before_exec }
   end
 end

@@ -5,7 +5,7 @@ require_relative "errors"
 
 module GVLScope
   # The one rule for every file a command writes at a path given to it (report --html, export,
-  # run --html/--format, lab all --write, top --log):
+  # run --html/--format, lab all --write, the lab's traces, top --log):
   # - a file that exists is refused unless +force+ (the refusal names the option to change);
   # - one of the command's +inputs+ is refused even with +force+, however it is spelled (the same
   #   file: a symlink, ./x, a hard link);

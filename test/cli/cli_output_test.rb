@@ -8,7 +8,7 @@ require "gvlscope/cli"
 require "gvlscope/formats/report_html"
 
 # Issue 37: no command destroys or silently replaces a file it did not create. Every output path
-# (report --html, export, run --html/--format, lab all --write, top --log) follows
+# (report --html, export, run --html/--format, lab run/all traces and --write, top --log) follows
 # GVLScope::OutputFile: an existing file only with --force, never the command's own input however
 # it is spelled, written beside the path and renamed into place, and a failure removes only the
 # temporary file. Before: `report t.gvl --html t.gvl` deleted the trace, and `report --html` over
@@ -198,6 +198,74 @@ class CLIOutputTest < Minitest::Test
   def test_lab_write
     page = File.join(@dir, "lab.md")
     assert_refused_as_existing(["lab", "all", "--size", "tiny", "--write", page], "--write", page)
+  end
+
+  # A scenario that traces itself and a traced child, then exits with +status+.
+  def lab_scenario(status: 0)
+    program = File.join(@dir, "engineered.rb")
+    File.write(program, <<~RUBY)
+      require #{File.join(ROOT, 'lab/lab_helper').inspect}
+      include LabHelper
+      system(RbConfig.ruby, "-e", "1") or abort "the child failed"
+      result(answer: 42)
+      exit #{status}
+    RUBY
+    GVLScope::Lab::Scenario.new(name: "engineered", file: program, summary: "test", source: "test", seconds: 1, claims: [])
+  end
+
+  def lab_runner(out_dir, force: false)
+    require "gvlscope/lab/runner"
+    GVLScope::Lab::Runner.new(GVLScope::Lab::Runner::Knobs.new(size: "tiny", priority: 0), out_dir: out_dir, force: force)
+  end
+
+  # `lab run` deleted every NAME-*.gvl in its -o directory before a run: a user's traces there
+  # were lost. Now an earlier one refuses the run (lab run and lab all) unless --force; the
+  # traces are written in a private directory and put in place once the run succeeded, and a
+  # failed or interrupted run leaves the directory as it was.
+  def test_lab_run
+    traces = File.join(@dir, "traces")
+    Dir.mkdir(traces)
+    mine = File.join(traces, "convoy-1234.gvl")
+    File.write(mine, "mine")
+    said = "gvlscope: #{mine} already exists: remove it, choose another -o, or add --force\n"
+    [%w[lab run convoy], %w[lab all --no-write]].each do |args|
+      out, err, status = gvlscope_in_dir(*args, "--size", "tiny", "-o", traces)
+      assert_equal [1, "", said], [status, out.lines.grep_v(/\A== lab/).join, err], args.join(" ")
+      assert_equal ["convoy-1234.gvl"], Dir.children(traces), "#{args.join(' ')}: nothing written, nothing removed"
+    end
+    assert_equal "mine", File.read(mine)
+
+    earlier = File.join(traces, "engineered-1.gvl")
+    File.write(earlier, "earlier")
+    error = assert_raises(GVLScope::Error) { lab_runner(traces).run(lab_scenario) }
+    assert_equal "#{earlier} already exists: remove it, choose another -o, or add --force", error.message
+
+    # A run that fails, and one interrupted as it puts its traces in place: what was there stays, nothing is added.
+    error = assert_raises(GVLScope::Error) { capture_io { lab_runner(traces, force: true).run(lab_scenario(status: 3)) } }
+    assert_match(/\Alab engineered failed \(pid \d+ exit 3\)/, error.message)
+    assert_equal %w[convoy-1234.gvl engineered-1.gvl], Dir.children(traces).sort
+    place = GVLScope::OutputFile.method(:place)
+    calls = 0
+    second_interrupted = lambda do |*args, **options|
+      raise Interrupt if (calls += 1) == 2
+
+      place.(*args, **options)
+    end
+    GVLScope::OutputFile.stub(:place, second_interrupted) do
+      assert_raises(Interrupt) { lab_runner(traces, force: true).run(lab_scenario) }
+    end
+    assert_equal 2, calls, "the scenario and its child each wrote a trace"
+    assert_equal %w[convoy-1234.gvl engineered-1.gvl], Dir.children(traces).sort
+    assert_equal "earlier", File.read(earlier)
+
+    # --force: this run's traces replace the scenario's earlier ones (only NAME-*.gvl). A relative
+    # -o is this directory's, though the scenario runs in the gem's.
+    result = Dir.chdir(@dir) { lab_runner("traces", force: true).run(lab_scenario) }
+    written = Dir.children(traces).grep(/\Aengineered-\d+\.gvl\z/)
+    assert_equal 2, written.size, Dir.children(traces).inspect
+    assert_equal (%w[convoy-1234.gvl] + written).sort, Dir.children(traces).sort
+    assert_includes written, File.basename(result.trace)
+    assert_equal "mine", File.read(mine)
   end
 end
 

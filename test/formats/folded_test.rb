@@ -12,7 +12,9 @@ class FoldedTest < Minitest::Test
   include GVLScopeTestHelper
   include SpeedscopeViewer
 
-  SPIN = "GVLWorkloads.spin (#{File.join(ROOT, 'test/support/gvl_workloads.rb')}:#{GVLWorkloads::SPIN_LINE})".freeze
+  # As every output names code (Model::Frame#shown): the path relative to the working directory.
+  SPIN = "GVLWorkloads.spin (#{GVLScope::Vocabulary.short_site(File.join(ROOT, 'test/support/gvl_workloads.rb'))}:" \
+         "#{GVLWorkloads::SPIN_LINE})".freeze
 
   def test_the_hogs_stack_is_the_heaviest_and_speedscope_reads_it
     Dir.mktmpdir("gvlscope-folded") do |dir|
@@ -31,7 +33,7 @@ class FoldedTest < Minitest::Test
       # Each stack root first, weighted by the waiters of its samples.
       expected = Hash.new(0)
       GVLScope::Model.timeline(trace).samples.each do |sample|
-        expected[sample.stack.reverse.map(&:to_s)] += sample.waiters
+        expected[sample.stack.reverse.map { |frame| frame.shown.to_s }] += sample.waiters
       end
       assert_equal expected.sort, parsed.sort
 

@@ -125,7 +125,7 @@ class ReportHTMLTest < Minitest::Test
     JS
 
     _dom, data = render(html)
-    assert_match(/\AGVLWorkloads\.spin at #{Regexp.escape(SPIN_FILE)}:#{GVLWorkloads::SPIN_LINE}: (9\d|100)(\.\d+)?% of the waiting/,
+    assert_match(/\AGVLWorkloads\.spin at #{Regexp.escape(GVLScope::Vocabulary.short_site(SPIN_FILE))}:#{GVLWorkloads::SPIN_LINE}: (9\d|100)(\.\d+)?% of the waiting/,
                  data["probe-tooltip"])
     assert_equal hog.thread, data["flame-thread"]
     assert_operator data["flame-nodes"].to_i, :>, 0

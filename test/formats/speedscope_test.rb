@@ -109,7 +109,7 @@ class SpeedscopeTest < Minitest::Test
     assert_equal frames.uniq, frames
     stacks = profile["samples"].map { |sample| sample.map { |index| frames.fetch(index) } }
     expected = timeline.samples.chunk_while { |a, b| a.stack == b.stack }.map do |run|
-      [run.first.stack.reverse.map { |f| [f.label, f.path, f.line.positive? ? f.line : nil] }, run.sum(&:waiters)]
+      [run.first.stack.reverse.map(&:shown).map { |f| [f.label, f.path, f.line.positive? ? f.line : nil] }, run.sum(&:waiters)]
     end
     refute_empty expected, "no holder sample: nobody waited for the GVL"
     assert_equal expected, stacks.zip(profile["weights"])

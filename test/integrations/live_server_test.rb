@@ -349,6 +349,39 @@ class LiveServerTest < Minitest::Test
     Process.kill(:KILL, daemon_pid) if daemon_pid&.positive?
   end
 
+  # exec replaces the image without at_exit: the socket file stayed behind at a path nobody
+  # served (the new image has the same pid). It goes just before the exec; an exec that fails
+  # (ENOENT) leaves the program going on, its socket served again at the same path. What the
+  # program prints and its exit status are its own.
+  def test_exec_removes_the_socket_and_a_failed_exec_keeps_serving
+    Dir.mktmpdir("gvlscope-exec-live") do |runtime|
+      File.chmod(0o700, runtime)
+      program = <<~'RUBY'
+        require "gvlscope/live"
+        path = GVLScope::LiveServer.current.path
+        puts "before: #{File.socket?(path)}"
+        begin
+          exec(File.join(ARGV[0], "no-such-program"))
+        rescue Errno::ENOENT
+          puts "ENOENT"
+        end
+        puts "after a failed exec: #{File.socket?(path)}, serves #{GVLScope::Live.fetch(pid: Process.pid).pid == Process.pid}"
+        $stdout.flush
+        exec({ "RUBYOPT" => nil }, RbConfig.ruby, "-e", <<~'NEW', path)
+          sockets = Dir.children("/proc/self/fd").count { |fd| File.readlink("/proc/self/fd/#{fd}").start_with?("socket:") rescue false }
+          puts "new image: #{File.exist?(ARGV[0]) ? 'socket left' : 'socket gone'}, #{sockets} sockets inherited"
+          exit 7
+        NEW
+      RUBY
+      env = { "RUBYOPT" => "-I#{File.join(ROOT, 'lib')} -rgvlscope/autorun", "GVLSCOPE_LIVE" => "1",
+              "GVLSCOPE_OUTPUT" => File.join(runtime, "t-%p.gvl"), "XDG_RUNTIME_DIR" => runtime }
+      out, err, status = run_process([RbConfig.ruby, "-e", program, runtime], env: env)
+      assert_equal [7, ""], [status.exitstatus, err]
+      assert_equal "before: true\nENOENT\nafter a failed exec: true, serves true\nnew image: socket gone, 0 sockets inherited\n", out
+      assert_empty Dir.children(File.join(runtime, "gvlscope")), "no socket left after the new image exited"
+    end
+  end
+
   def test_opened_only_when_asked_under_autorun
     code = 'puts Process.pid; $stdout.flush; sleep 1; puts Dir[File.join(ARGV[0], "*.sock")].join(" ")'
     dir = GVLScope::Live::Paths.own_dir

@@ -262,7 +262,7 @@ class LabTest < Minitest::Test
     require "gvlscope/lab/runner"
     given = nil
     stopped = Class.new(StandardError)
-    capture = lambda do |_knobs, out_dir:, echo:|
+    capture = lambda do |_knobs, out_dir:, echo:, force:|
       given = out_dir
       raise stopped, echo.class.name
     end

@@ -137,6 +137,29 @@ class FlightRecorderTest < Minitest::Test
     assert_equal 2, log.grep(/flight recorder dump failed .*File too large/).size, log.join
   end
 
+  # exec replaced the image while a dump_later thread was writing: the dump was left cut short.
+  # exec waits for it (the dump is stubbed to be slow, half written when exec is called).
+  def test_exec_waits_for_a_dump_being_written
+    out, err, status = run_ruby(<<~'RUBY', @dir, timeout: 60)
+      require "gvlscope"
+      require "logger"
+      GVLScope::FlightRecorder.start(seconds: 5, dir: ARGV[0], signal: nil, logger: Logger.new(nil))
+      half_written = Queue.new
+      GVLScope::Native.define_singleton_method(:flight_dump) do |path|
+        File.write(path, "half ")
+        half_written << true
+        sleep 0.5
+        File.write(path, "whole", mode: "a")
+        [0, 0, 0, 0]
+      end
+      GVLScope::FlightRecorder.dump_later("slow")
+      half_written.pop
+      exec(RbConfig.ruby, "-e", "puts Dir[File.join(ARGV[0], '*.gvl')].map { |path| File.read(path) }", ARGV[0])
+    RUBY
+    assert status.success?, err
+    assert_equal "half whole\n", out
+  end
+
   def test_a_file_trace_and_the_recorder_exclude_each_other
     GVLScope::FlightRecorder.start(dir: @dir, signal: nil)
     refute GVLScope.tracing?

@@ -128,7 +128,7 @@ module GVLScope
       end
 
       # A frame as outputs name it.
-      def shown(label, path, line) = Model::Frame.new(Vocabulary.code_label(label), Vocabulary.short_site(path), line)
+      def shown(label, path, line) = Model::Frame.new(label, path, line).shown
     end
   end
 end

@@ -21,15 +21,19 @@ module GVLScope
         @samples = samples
       end
 
-      # Each distinct stack once (innermost first) with its samples' waiters summed:
-      # [[stack, weight], ...] in the order first seen.
+      # Each distinct stack once (innermost first), its frames as outputs name them
+      # (Model::Frame#shown), with its samples' waiters summed: [[stack, weight], ...] in the
+      # order first seen.
       def stacks
         @stacks ||= begin
           # Stacks are interned by the trace reader (one frozen Array per stack id): grouped by
           # identity first, so a million samples hash a handful of Arrays, not a million.
           by_identity = {}.compare_by_identity
           @samples.each { |sample| by_identity[sample.stack] = by_identity.fetch(sample.stack, 0) + sample.waiters }
-          by_identity.each_with_object(Hash.new(0)) { |(stack, weight), merged| merged[stack] += weight }.to_a
+          shown = {}.compare_by_identity # a frame (interned too) => its shown frame
+          by_identity.each_with_object(Hash.new(0)) do |(stack, weight), merged|
+            merged[stack.map { |frame| shown[frame] ||= frame.shown }] += weight
+          end.to_a
         end
       end
 

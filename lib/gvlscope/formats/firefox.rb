@@ -142,7 +142,7 @@ module GVLScope
         stacks = {}  # [prefix, frame] => index
         stack_of = {}.compare_by_identity # a stack (interned Array of frames) => its stack index
         sample_stacks = samples.map do |sample|
-          stack_of[sample.stack] ||= sample.stack.reverse_each.inject(nil) do |prefix, frame|
+          stack_of[sample.stack] ||= shown_stack(sample.stack).reverse_each.inject(nil) do |prefix, frame|
             func = funcs[[frame.label, frame.path]] ||= funcs.size
             index = frames[[func, frame.line]] ||= frames.size
             stacks[[prefix, index]] ||= stacks.size

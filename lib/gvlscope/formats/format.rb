@@ -24,6 +24,10 @@ module GVLScope
 
       private
 
+      # +stack+ (interned frames, innermost first) as outputs name its frames: Model::Frame#shown,
+      # once per distinct frame.
+      def shown_stack(stack) = stack.map { |frame| (@shown_frames ||= {}.compare_by_identity)[frame] ||= frame.shown }
+
       # Appends to +io+ what a Model::Scan writer (+writer+, its +arguments+; of +scan+, the
       # subject unless given) makes: straight to a file's descriptor (no Ruby String on the way: an
       # export of 10 GB stays a few MB of memory), else in pieces of ~1 MB given to io#<<.

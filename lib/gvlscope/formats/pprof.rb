@@ -124,7 +124,8 @@ module GVLScope
           split(blamed.delete(serial) || 0, own.map { |group| group[3] }).each_with_index { |share, index| own[index] << share }
         end
         samples = groups.map do |serial, stack, count, waiters, wait_ns|
-          sample(stack.map { |frame| location(frame.label, frame.path, frame.line) }, [count, waiters, wait_ns, 0, 0], thread: serial)
+          sample(shown_stack(stack).map { |frame| location(frame.label, frame.path, frame.line) }, [count, waiters, wait_ns, 0, 0],
+                 thread: serial)
         end
         hand_off = blamed.delete(nil)
         blamed.each do |serial, ns|
@@ -152,7 +153,7 @@ module GVLScope
       def release_samples
         scan.release_site_rows.map do |serial, site, reason, waited, count|
           stack = scan.file.stack(site) || []
-          sample(stack.map { |frame| location(frame.label, frame.path, frame.line) }, [0, 0, 0, count, waited],
+          sample(shown_stack(stack).map { |frame| location(frame.label, frame.path, frame.line) }, [0, 0, 0, count, waited],
                  thread: serial, cause: Model::Scan::REASONS[reason].to_s)
         end
       end

@@ -92,7 +92,7 @@ module GVLScope
         ids = {}.compare_by_identity
         begin_profile("sampled", HOLDERS, "samples", unit: "none", end_value: runs.sum(&:last))
         @out << runs.map do |stack, _|
-          ids[stack] ||= "[#{stack.reverse_each.map { |f| frame(f.label, f.path, f.line) }.join(',')}]"
+          ids[stack] ||= "[#{shown_stack(stack).reverse_each.map { |f| frame(f.label, f.path, f.line) }.join(',')}]"
         end.join(",")
         @out << %(],"weights":[#{runs.map(&:last).join(',')}]})
       end

@@ -68,6 +68,20 @@ module GVLScope
         @current = nil
       end
 
+      # exec replaces the image without at_exit: the socket file would stay behind at a path the
+      # new image (the same pid, traced or not) does not serve. Closed and removed just before.
+      def stop_for_exec
+        @dir_before_exec = (@current.dir if running?)
+        stop if @dir_before_exec
+      end
+
+      # The exec failed and the program goes on: so does its socket, at the same path.
+      def restart_after_failed_exec
+        dir = @dir_before_exec or return
+        @dir_before_exec = nil
+        start(dir: dir)
+      end
+
       # In a forked child (Process._fork, or Process.daemon): the parent's listener is not ours
       # (its serving thread did not survive the fork); drop it without removing the parent's
       # socket file. Returns true if there was one.
@@ -81,7 +95,7 @@ module GVLScope
       end
     end
 
-    attr_reader :path, :pid
+    attr_reader :path, :pid, :dir
 
     def initialize(dir:)
       @dir = dir
@@ -396,6 +410,8 @@ module GVLScope
   # Process._fork, so it gets the same, and the daemon (the same program going on under a new
   # pid) opens its own socket since the parent had one.
   GVLScope.after_fork { LiveServer.forget_inherited }
+  GVLScope.before_exec { LiveServer.stop_for_exec }
+  GVLScope.after_failed_exec { LiveServer.restart_after_failed_exec }
 
   module LiveDaemonHook
     def daemon(*)

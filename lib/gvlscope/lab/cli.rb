@@ -10,8 +10,8 @@ module GVLScope
     class CLI
       USAGE = <<~TEXT
         Usage: gvlscope lab list
-               gvlscope lab run NAME [options]
-               gvlscope lab all [options] [--write PATH [--force] | --no-write]   (default: docs/lab.md in a checkout, else ./gvlscope-lab.md)
+               gvlscope lab run NAME [options] [--force]
+               gvlscope lab all [options] [--write PATH | --no-write] [--force]   (default: docs/lab.md in a checkout, else ./gvlscope-lab.md)
 
         The published GVL experiments as scenarios: each runs traced on your Ruby, shows the measured
         numbers beside the published ones, and judges each claim (holds / DIFFERS / n/a). A claim that
@@ -42,19 +42,15 @@ module GVLScope
           # In a checkout: the results page the project ships; from an installed gem: the current directory.
           checkout_page = File.join(ROOT, "docs", "lab.md") if File.exist?(File.join(ROOT, ".git"))
           write = checkout_page || "gvlscope-lab.md"
-          force = false
           knobs = parse(argv) do |opts|
             opts.on("--write PATH", "write the results as Markdown here (default: docs/lab.md in a checkout)") { |p| write = p }
-            opts.on("--force", "replace the --write file if it exists (a checkout's docs/lab.md, the default, is the lab's own page)") do
-              force = true
-            end
             opts.on("--no-write", "do not write Markdown") { write = nil }
           end
           return 0 unless knobs
           raise OptionParser::ParseError, "lab all takes no NAME (got #{argv.join(' ')})" unless argv.empty?
 
           # The checkout's results page is rewritten by design; any other file only with --force.
-          force ||= write && checkout_page && OutputFile.same_file?(write, checkout_page)
+          force = knobs[:force] || (write && checkout_page && OutputFile.same_file?(write, checkout_page))
           OutputFile.check!(write, force: force, option: "--write") if write # before minutes of scenarios
 
           results = run_scenarios(Lab.scenarios.values, knobs)
@@ -83,6 +79,8 @@ module GVLScope
           opts.on("--priority N", Integer, "priority of the CPU-bound neighbour threads (-3..3)") { |n| knobs[:priority] = n }
           opts.on("--size SIZE", SIZES, "tiny, small (default: ~30 s or less each) or full") { |s| knobs[:size] = s }
           opts.on("-o", "--output DIR", "where traces go (default #{TRACES_DIR} under the current directory)") { |d| knobs[:out_dir] = d }
+          opts.on("--force", "replace a scenario's earlier traces in DIR (NAME-*.gvl) and, for lab all, the --write file " \
+                             "(a checkout's docs/lab.md, the default, is the lab's own page)") { knobs[:force] = true }
           opts.on("-h", "--help", "show this help") { @out.puts USAGE, opts.summarize; throw :help }
           yield opts if block_given?
         end
@@ -109,7 +107,8 @@ module GVLScope
         require_relative "../formats/lab_text"
         runner = Runner.new(Runner::Knobs.new(ruby: knobs[:ruby], mn: knobs[:mn], timeslice_ms: knobs[:timeslice_ms],
                                               priority: knobs[:priority] || 0, size: knobs[:size]),
-                            out_dir: knobs[:out_dir] || File.expand_path(TRACES_DIR), echo: @out)
+                            out_dir: knobs[:out_dir] || File.expand_path(TRACES_DIR), echo: @out, force: knobs[:force])
+        scenarios.each { |scenario| runner.check!(scenario) } # before minutes of scenarios, not after
         warn_timeslice(knobs)
         scenarios.map do |scenario|
           @out.puts "== lab #{scenario.name} (#{knobs[:size]})"
@@ -143,7 +142,7 @@ module GVLScope
           return
         end
 
-        flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless key == :out_dir || value.nil? }
+        flags = knobs.filter_map { |key, value| "--#{key.to_s.sub('_ms', '')} #{value}" unless %i[out_dir force].include?(key) || value.nil? }
         require_relative "../formats/lab_markdown"
         page = Formats::LabMarkdown.new(results, command: "gvlscope lab all #{flags.join(' ')}".strip).to_s
         OutputFile.write(path, force: force, option: "--write", text: true) { |io| io << page }

@@ -9,6 +9,7 @@ require_relative "../lab"
 require_relative "../model"
 require_relative "../analysis/report"
 require_relative "../integrations/launch"
+require_relative "../output_file"
 
 module GVLScope
   module Lab
@@ -28,43 +29,81 @@ module GVLScope
       # output gets to reach its end while a process it left behind holds the pipe.
       GRACE_SECONDS = 10
 
-      def initialize(knobs, out_dir:, echo: nil, silence_limit: SILENCE_LIMIT.fetch(knobs.size))
+      # +force+: replace the scenario's earlier traces in +out_dir+ (without it they refuse the run).
+      def initialize(knobs, out_dir:, echo: nil, silence_limit: SILENCE_LIMIT.fetch(knobs.size), force: false)
         @knobs = knobs
-        @out_dir = out_dir
+        @out_dir = File.expand_path(out_dir) # the scenario runs in ROOT: the paths it is given are whole
         @echo = echo # an IO that gets the scenario's output line by line, or nil
         @silence_limit = silence_limit
+        @force = force
       end
 
+      # A scenario's outputs in +out_dir+ are its traces, NAME-*.gvl (NAME-PID.gvl per traced
+      # process, and any the scenario names so). Raises GVLScope::Error when an earlier one is
+      # there and +force+ is not given: called for every scenario before the first runs.
+      def check!(scenario)
+        earlier = earlier_traces(scenario).first or return
+        OutputFile.check!(earlier, force: @force, option: "-o")
+      end
+
+      # The traces are written in a private directory inside +out_dir+ and put in place only once
+      # the run succeeded (OutputFile's rule); a run that fails or is interrupted leaves nothing.
       def run(scenario)
+        check!(scenario)
         ruby = Rubies.resolve(@knobs.ruby)
         version = Rubies.version_of(ruby)
         ext_dir = Rubies.extension_for(ruby, version)
         FileUtils.mkdir_p(@out_dir)
-        Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).each { |old| File.delete(old) }
-        # A new 0700 directory: the result read back is the scenario's, not a file or link planted at a guessable name.
-        measured, output, seconds = Dir.mktmpdir("gvlscope-lab-") do |private_dir|
+        earlier = earlier_traces(scenario)
+        # A new 0700 directory beside the traces' places (a rename, not a copy, puts them there):
+        # the result read back is the scenario's, not a file or link planted at a guessable name.
+        Dir.mktmpdir(".gvlscope-lab-", @out_dir) do |private_dir|
           result_path = File.join(private_dir, "#{scenario.name}.json")
-          env = environment(scenario, ext_dir, result_path)
+          env = environment(scenario, ext_dir, result_path, private_dir)
           started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          output = execute(env, ruby, scenario)
+          output, pid = execute(env, ruby, scenario)
           seconds = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
           raise Error, "lab #{scenario.name}: the scenario wrote no result (its output is above)" unless File.exist?(result_path)
 
-          [JSON.parse(File.read(result_path), symbolize_names: true), output, seconds]
+          measured = JSON.parse(File.read(result_path), symbolize_names: true)
+          measured[:rings] = measured[:rings].transform_keys(&:to_s) if measured[:rings]
+          own = File.join(private_dir, "#{scenario.name}-#{pid}.gvl")
+          report = Analysis::Report.new(Model.timeline(own)) if File.exist?(own)
+          measured.merge!(scenario.from_trace.call(report.timeline, report)) if report && scenario.from_trace
+          result = Result.new(scenario: scenario, knobs: @knobs, ruby_description: Rubies.description_of(ruby), measured: measured,
+                              verdicts: scenario.claims.map { |claim| claim.judge(measured) }, findings: report&.findings || [],
+                              seconds: seconds, output: output)
+          placed = place_traces(private_dir)
+          result.trace = File.join(@out_dir, File.basename(own)) if report
+          (earlier - placed).each { |path| File.unlink(path) } # --force (check! refused them otherwise): this run's replace them
+          result
         end
-        measured[:rings] = measured[:rings].transform_keys(&:to_s) if measured[:rings]
-        trace, report = read_trace(scenario)
-        measured.merge!(scenario.from_trace.call(report.timeline, report)) if report && scenario.from_trace
-        Result.new(scenario: scenario, knobs: @knobs, ruby_description: Rubies.description_of(ruby), measured: measured,
-                   verdicts: scenario.claims.map { |claim| claim.judge(measured) }, findings: report&.findings || [],
-                   trace: trace, seconds: seconds, output: output)
       end
 
       private
 
-      def environment(scenario, ext_dir, result_path)
+      def earlier_traces(scenario)
+        Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).sort
+      end
+
+      # Every trace of the run at its place in +out_dir+; returns their paths. One that cannot be
+      # placed takes back those placed before it.
+      def place_traces(private_dir)
+        placed = []
+        Dir.glob(File.join(private_dir, "*.gvl")).sort.each do |staged|
+          path = File.join(@out_dir, File.basename(staged))
+          OutputFile.place(staged, path, inputs: [], force: @force, option: "-o")
+          placed << path
+        end
+        placed
+      rescue Exception # rubocop:disable Lint/RescueException -- an Interrupt too: only this run's files go
+        placed.each { |path| OutputFile.remove(path) }
+        raise
+      end
+
+      def environment(scenario, ext_dir, result_path, private_dir)
         # A 64 KiB chunk per recording native thread: the ring's 11,000 threads need ~700 MB.
-        Launch.environment(output: File.join(File.expand_path(@out_dir), "#{scenario.name}-%p.gvl"), load_path: [ext_dir],
+        Launch.environment(output: File.join(private_dir, "#{scenario.name}-%p.gvl"), load_path: [ext_dir],
                            buffer_mb: scenario.name == "ring" ? 1024 : nil).merge(
           "GVLSCOPE_LAB_RESULT" => result_path,
           "GVLSCOPE_LAB_SIZE" => @knobs.size,
@@ -77,7 +116,7 @@ module GVLScope
       def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
       # In its own process group, so that what it spawned (wrk, helpers) goes with it when it is
-      # stopped; the runner leaving early (Ctrl-C) stops it too.
+      # stopped; the runner leaving early (Ctrl-C) stops it too. Returns its output and pid.
       def execute(env, ruby, scenario)
         output = +""
         heard_at = now
@@ -106,8 +145,9 @@ module GVLScope
           end
           status = waiter.value
           raise Error, "lab #{scenario.name} failed (#{status}):\n#{output}" unless status.success?
+
+          [output, waiter.pid]
         end
-        output
       end
 
       # TERM first (the scenario's ensure blocks stop the servers it started in their own process
@@ -134,13 +174,6 @@ module GVLScope
         reader.join
       end
 
-      # The scenario's own process wrote the first trace (its helpers run untraced).
-      def read_trace(scenario)
-        path = Dir.glob(File.join(@out_dir, "#{scenario.name}-*.gvl")).min_by { |p| File.mtime(p) }
-        return [nil, nil] unless path
-
-        [path, Analysis::Report.new(Model.timeline(path))]
-      end
     end
 
     # Which Ruby runs a scenario, and a build of gvlscope's extension for it.
@@ -193,7 +226,8 @@ module GVLScope
         raise Error, "could not build gvlscope's extension for Ruby #{version}:\n#{log}" unless status.success?
 
         FileUtils.mkdir_p(File.dirname(built))
-        FileUtils.cp(File.join(build, "gvlscope.so"), built)
+        # Whole or not at all: a copy cut short (Ctrl-C) would be loaded by every later run.
+        OutputFile.write(built, force: true) { |io| IO.copy_stream(File.join(build, "gvlscope.so"), io) }
         dir
       end
     end

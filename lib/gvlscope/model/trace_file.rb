@@ -28,6 +28,11 @@ module GVLScope
     Frame = Struct.new(:label, :path, :line) do
       # "Counter#spin (lib/counter.rb:8)", or just the label of a C method.
       def to_s = path ? "#{label} (#{path}:#{line})" : label.to_s
+
+      # The frame as every output names it, as thread labels read: its label without object
+      # addresses (Vocabulary.code_label: "Rack::Builder#burn", not "#<Rack::Builder:0x…>.burn"),
+      # its path shortened (Vocabulary.short_site: "puma-8.0.2/lib/puma/server.rb").
+      def shown = Frame.new(Vocabulary.code_label(label), Vocabulary.short_site(path), line)
     end
 
     # The GVL holder's +stack+ sampled at +time_ns+ while +waiters+ (>= 1) threads of its Ractor
