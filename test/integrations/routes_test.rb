@@ -146,14 +146,16 @@ class RoutesTest < Minitest::Test
     assert_raises(GVLScope::Error) { GVLScope::Rack.new(OK, route: "users#show") }
   end
 
-  # Without a route option, per-route numbers are on where they fit the web budget: Ruby 3.4+
-  # (CI runs both sides: 3.3.8 and 3.4.5).
-  def test_per_route_numbers_by_default_on_ruby_3_4_and_later
-    by_default = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
-    assert_equal by_default, GVLScope::Rack::ROUTES_BY_DEFAULT
+  # Without a route option, per-route numbers are off (they fit the web budget on no Ruby beside
+  # the hand-off's cost); route: true turns them on.
+  def test_per_route_numbers_only_when_asked_for
+    refute GVLScope::Rack::ROUTES_BY_DEFAULT
     middleware = GVLScope::Rack.new(OK)
-    2.times { middleware.call(env_for("/users/7")) } # the second one through the C table, when on
-    assert_equal(by_default ? { "GET /users/:id" => 2 } : {}, routes.transform_values(&:count))
+    2.times { middleware.call(env_for("/users/7")) }
+    assert_empty routes
+    asked = GVLScope::Rack.new(OK, route: true)
+    2.times { asked.call(env_for("/users/7")) } # the second one through the C table
+    assert_equal({ "GET /users/:id" => 2 }, routes.transform_values(&:count))
     env = env_for("/users/8")
     middleware.call(env)
     assert_predicate env["gvlscope"], :finished?, "the request is measured either way"

@@ -48,11 +48,12 @@ module GVLScope
     # env["gvlscope"]: see GVLScope::RequestTiming.
     RequestTiming = GVLScope::RequestTiming
 
-    # Per-route numbers are on by default where they fit gvlscope's web budget (its own work <= 2 %
-    # of a hello-world request, docs/performance.md): Ruby 3.4+, which hashes an interned env key
-    # once. Ruby 3.3 hashes the key at each of the label's three env lookups, ~1,100 instructions a
-    # request in all (2.1 % with them, 1.4 % without): there `route: true` turns them on.
-    ROUTES_BY_DEFAULT = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.4")
+    # Per-route numbers would be on by default where they fit gvlscope's web budget (its own work
+    # <= 2 % of a hello-world request, docs/performance.md). With every Puma request followed from
+    # its arrival (Handoffs) they fit nowhere: on 3.4.5 1.9 % without them, 2.4 % with (~770
+    # instructions a request); on 3.3.8, which hashes the key at each of the label's three env
+    # lookups, ~1,100. `route: true` turns them on.
+    ROUTES_BY_DEFAULT = false
 
     def initialize(app, **options)
       @app = app
