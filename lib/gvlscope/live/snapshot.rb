@@ -331,7 +331,7 @@ module GVLScope
       def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false,
                             breakdown: [])
         threads = stacks ? metrics.ruby_threads : []
-        located = stacks ? located_rows(metrics.threads) : []
+        located = stacks ? located_rows(metrics.threads.map(&:state), metrics.threads.map { |row| row.run_ns + row.wait_ns }) : []
         cwd = "#{Dir.pwd}/"
         rows = metrics.threads.each_with_index.map do |row, index|
           at = located.include?(index) && threads[index] && code_location(threads[index], cwd)
@@ -343,7 +343,7 @@ module GVLScope
           acquisitions: metrics.acquisitions, waiting_threads: metrics.waiting_threads,
           releases: { blocking: metrics.released_blocking, preempted: metrics.released_preempted, exit: metrics.released_exit },
           **HISTOGRAMS.to_h { |name| [name, metrics.public_send(name)] },
-          threads: rows, exited_threads: thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
+          threads: rows, exited_threads: metrics.exited && thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
           breakdown: breakdown
         )
       end
@@ -359,12 +359,13 @@ module GVLScope
         { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers, wait_buckets: buckets }.freeze
       end
 
-      # The indexes of the metrics rows whose code locations an answer looks up (a Set).
-      def self.located_rows(rows)
-        return Set.new(rows.each_index) if rows.size <= CODE_LOCATIONS_MAX
+      # The indexes of the metrics rows whose code locations an answer looks up (a Set), from each
+      # row's state and run_ns + wait_ns (+busy_ns+).
+      def self.located_rows(states, busy_ns)
+        return Set.new(states.each_index) if states.size <= CODE_LOCATIONS_MAX
 
-        busy_now, others = rows.each_index.partition { |index| BUSY_STATES.include?(rows[index].state) }
-        longest = ->(indexes, count) { indexes.max_by(count) { |index| rows[index].run_ns + rows[index].wait_ns } }
+        busy_now, others = states.each_index.partition { |index| BUSY_STATES.include?(states[index]) }
+        longest = ->(indexes, count) { indexes.max_by(count) { |index| busy_ns[index] } }
         chosen = longest.(busy_now, CODE_LOCATIONS_MAX)
         Set.new(chosen + longest.(others, CODE_LOCATIONS_MAX - chosen.size))
       end
