@@ -21,8 +21,10 @@ module GVLScope
       EXITED_LABEL = Metrics::Snapshot::EXITED_LABEL
 
       def initialize
-        @labels = {}.compare_by_identity # Thread => [its name when labelled, its label]
+        @labels = {}.compare_by_identity # Thread => its Label
         @cwd = nil
+        @last_threads = @last_labels = nil # the last answer's threads and their labels
+        @size = 0 # the last answer's bytes
       end
 
       # +stacks+: the rows of up to Snapshot::CODE_LOCATIONS_MAX threads say where their code is.
@@ -34,34 +36,37 @@ module GVLScope
         # Every thread is stopped where it runs or waits while this thread holds the GVL: the code
         # locations are read before the first hand-back, at the metrics' moment.
         at = stacks ? code_locations(threads, states, busy_ns) : {}
+        Thread.pass
         metrics = Metrics::Snapshot.from_native([now_ns, epoch_ns, waiting, [], "", histograms], totals: totals)
         head = Snapshot.from_metrics(metrics, pid: pid, trace_path: trace_path, timeslice_ns: timeslice_ns,
                                               breakdown: breakdown).to_h
         head["held_ratio_by_ractor"] = held_by_ractor.to_h do |ractor, held|
           [ractor.to_s, metrics.wall_ns.positive? ? held.fdiv(metrics.wall_ns) : 0.0]
         end
-        labels = labels_of(threads.first(live), rows)
-        text = +'{"snapshot":{'
+        labels = [*labels_of(threads.first(live), rows), EXITED_LABEL]
+        # (sized as the last: megabytes grown by doubling were copied twice over)
+        text = String.new('{"snapshot":{', capacity: @size + (@size / 8))
         head.each_with_index do |(key, value), index|
           text << "," unless index.zero?
           text << JSON.generate(key) << ":"
           case key
           when "threads" then write_rows(text, rows, live, labels, at)
-          when "exited_threads" then Native.snapshot_row_json(text, rows, live, EXITED_LABEL, nil)
+          when "exited_threads" then Native.snapshot_rows_json(text, rows, live, 1, labels, at)
           else text << JSON.generate(value)
           end
         end
         text << "}}\n"
+        @size = text.bytesize
+        text
       end
 
       private
 
       def write_rows(text, rows, count, labels, at)
         text << "["
-        count.times do |index|
-          Thread.pass if index.positive? && (index % ROWS_PER_TURN).zero?
-          text << "," if index.positive?
-          Native.snapshot_row_json(text, rows, index, labels[index], at[index])
+        0.step(count - 1, ROWS_PER_TURN) do |first|
+          Thread.pass if first.positive?
+          Native.snapshot_rows_json(text, rows, first, [ROWS_PER_TURN, count - first].min, labels, at)
         end
         text << "]"
       end
@@ -76,29 +81,40 @@ module GVLScope
 
       # Each live row's label as Snapshot.from_metrics gives it: Metrics::Snapshot's label, told
       # apart from its namesakes as Metrics::Snapshot.distinct_labels does, made printable. A
-      # thread's are kept while its name is the same String (no object per thread per answer).
+      # thread's are kept while its name is the same String, and the whole list while the threads
+      # and their names are those of the last answer (no object per thread per answer).
       def labels_of(threads, rows)
         cwd = Vocabulary.working_directory
-        @labels.clear unless cwd == @cwd # an unnamed thread's label has its creation site, relative to it
-        @cwd = cwd
-        seen = {}.compare_by_identity
+        # an unnamed thread's label has its creation site, relative to it
+        @labels, @last_threads, @cwd = {}.compare_by_identity, nil, cwd unless cwd == @cwd
+        same = @last_threads&.size == threads.size
         kept = Array.new(threads.size) do |index|
           Thread.pass if index.positive? && (index % ROWS_PER_TURN).zero?
           thread = threads[index]
           # A thread that exited since the last answer: its row has the name it had (a String).
-          next Label.new(nil, Metrics::Snapshot.thread_label(thread, serial(rows, index), cwd)) unless thread.is_a?(Thread)
-
+          unless thread.is_a?(Thread)
+            same = false
+            next Label.new(nil, Metrics::Snapshot.thread_label(thread, serial(rows, index), cwd))
+          end
           name = thread.name
           label = @labels[thread]
-          label = Label.new(name, Metrics::Snapshot.thread_label(thread, serial(rows, index), cwd)) unless label && label.name.equal?(name)
-          seen[thread] = label
+          unless label && label.name.equal?(name)
+            label = @labels[thread] = Label.new(name, Metrics::Snapshot.thread_label(thread, serial(rows, index), cwd))
+            same = false
+          end
+          same &&= @last_threads[index].equal?(thread)
+          label
         end
-        @labels = seen # threads gone since the last answer are let go
+        return @last_labels if same
+
+        @labels = {}.compare_by_identity # threads gone since the last answer are let go
+        threads.each_with_index { |thread, index| @labels[thread] = kept[index] if thread.is_a?(Thread) }
         counts = kept.map(&:raw).tally
-        Array.new(kept.size) do |index|
+        @last_threads = threads
+        @last_labels = Array.new(kept.size) do |index|
           label = kept[index]
           counts[label.raw] > 1 ? label.namesake(serial(rows, index)) : label.printable
-        end
+        end.freeze
       end
 
       # A thread's label: +raw+ as Metrics::Snapshot.thread_label makes it for the thread's +name+,
