@@ -33,8 +33,9 @@ module GVLScope
         now_ns, epoch_ns, waiting, threads, rows, histograms = Native.metrics_snapshot
         totals, held_by_ractor, states, busy_ns = Native.snapshot_rows_summary(rows)
         live = threads.size - 1 # the last row: the threads that exited earlier, together
-        # Every thread is stopped where it runs or waits while this thread holds the GVL: the code
-        # locations are read before the first hand-back, at the metrics' moment.
+        Thread.pass
+        # The code locations of the threads busiest at the metrics' moment, all at one moment (every
+        # other thread is stopped where it runs or waits while this one holds the GVL).
         at = stacks ? code_locations(threads, states, busy_ns) : {}
         Thread.pass
         metrics = Metrics::Snapshot.from_native([now_ns, epoch_ns, waiting, [], "", histograms], totals: totals)
