@@ -38,6 +38,10 @@ module GVLScope
       THREAD_NUMBERS = THREAD_FIELDS.select do |field|
         field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
       end.freeze
+      # THREAD_NUMBERS' keys in a snapshot's JSON, in order (io_overlap_wait_ns, the last, after code).
+      THREAD_NUMBER_KEYS = THREAD_NUMBERS.map(&:to_s).freeze
+      raise "THREAD_FIELDS: code must come just before the last number" unless THREAD_FIELDS.last(2) == %i[code io_overlap_wait_ns]
+
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
         def held_ns = run_ns + gc_ns
@@ -279,19 +283,18 @@ module GVLScope
 
         def object(value, field) = value.is_a?(Hash) ? value : refuse(field, value, "an object")
 
+        # (Built by position: `top` reads a snapshot of thousands of threads every second.)
         def thread_row_of(row, field)
           object(row, field)
-          values = THREAD_FIELDS.to_h { |key| [key.to_s, row[key.to_s]] }
-          values["serial"] = number(row, "serial", within: field)
-          values["ractor_id"] = number(row, "ractor_id", within: field)
           # (a file's names reach a terminal as a trace's do: control characters escaped)
-          values["label"] = text(row, "label", within: field)&.then { |label| Printable.text(label) }
-          values["state"] = text(row, "state", within: field)
+          label = text(row, "label", within: field)&.then { |text| Printable.text(text) }
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
-          values["code"] = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
-          THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
-          ThreadRow.from_h(values)
+          code = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
+          numbers = THREAD_NUMBER_KEYS.map { |key| number(row, key, within: field) || 0 }
+          ThreadRow.new(number(row, "serial", within: field), label, number(row, "ractor_id", within: field),
+                        text(row, "state", within: field)&.to_sym, row["exited"] ? true : false,
+                        *numbers[0...-1], code, numbers.last).freeze
         end
 
         def worker_row_of(row, field)
