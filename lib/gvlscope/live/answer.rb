@@ -120,10 +120,10 @@ module GVLScope
 
       # A thread's label: +raw+ as Metrics::Snapshot.thread_label makes it for the thread's +name+,
       # and printable, alone and among namesakes (as "name #serial"), each made once.
-      Label = Struct.new(:name, :raw, :printable, :namesake_printable) do
+      Label = Struct.new(:name, :raw, :printable_text, :namesake_text) do
         def initialize(name, raw) = super(name, raw.frozen? ? raw : raw.dup.freeze)
-        def printable = self[:printable] ||= Printable.text(raw)
-        def namesake(serial) = self[:namesake_printable] ||= Printable.text(Vocabulary.thread_label(raw, serial, namesake: true))
+        def printable = self.printable_text ||= Printable.text(raw)
+        def namesake(serial) = self.namesake_text ||= Printable.text(Vocabulary.thread_label(raw, serial, namesake: true))
       end
 
       def serial(rows, index) = rows.unpack1("Q<", offset: index * Metrics::Snapshot::ROW_FIELDS * 8)
