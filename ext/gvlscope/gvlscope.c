@@ -73,6 +73,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_metrics_on_switch(gvls_hook_sync);
     gvls_request_timing_init(mGVLScope);
     gvls_breakdown_init(mNative);
+    gvls_live_answer_init(mNative);
     gvls_handoff_init(mNative);
     gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);

@@ -12,6 +12,7 @@ void gvls_sink_file_init(VALUE mNative);
 void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
 void gvls_breakdown_init(VALUE mNative);
+void gvls_live_answer_init(VALUE mNative);
 // A request's numbers for breakdown.c: request_timing.h.
 // Hand-offs of work between threads before a request or job starts: handoff.h.
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c

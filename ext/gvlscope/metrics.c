@@ -296,9 +296,6 @@ void gvls_metrics_request_started(gvls_thread *slot) {
     gvls_metrics_write_end(slot, seq);
 }
 
-#define COUNTER_FIELDS 12
-#define ROW_FIELDS (4 + COUNTER_FIELDS)
-
 static void counters_of(const gvls_thread_metrics *m, uint64_t *out) {
     uint64_t values[COUNTER_FIELDS] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits,
                                         m->longest_hold_ns, m->longest_wait_ns, m->released_blocking,

@@ -8,6 +8,11 @@
 #include <stdatomic.h>
 
 void gvls_metrics_init(VALUE mNative);
+// Native.metrics_snapshot's packed rows: serial, ractor_id, state, exited, then the counters in
+// Metrics::COUNTERS' order (run, wait, idle, gc, holds, waits, longest hold and wait, released
+// blocking, preempted and at exit, io_overlap_wait), each a little-endian uint64.
+#define COUNTER_FIELDS 12
+#define ROW_FIELDS (4 + COUNTER_FIELDS)
 // A consistent copy of a slot's metrics (all of them, or only the state and the four time
 // counters: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms);

@@ -85,11 +85,16 @@ module GVLScope
       STATES = Vocabulary::METRIC_STATES
       ROW_FIELDS = 4 + COUNTERS.size
 
+      # The label of the row of the threads that exited earlier, together.
+      EXITED_LABEL = "(exited threads)"
+
       attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
 
-      def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms))
+      # +totals+: the counters over all rows, when the caller has them (Native.snapshot_rows_summary:
+      # the live socket's answer, which writes the rows itself and unpacks none).
+      def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms), totals: nil)
         new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, waiting_threads_by_ractor: waiting,
-            packed: [threads, rows, nil, histograms])
+            packed: [threads, rows, nil, histograms], totals: totals)
       end
 
       def self.row_from(counters, **identity)
@@ -111,21 +116,23 @@ module GVLScope
       # +labels+ with each label several threads share told apart by the thread's serial
       # ("processor #7"), as Model.mark_namesakes does in a trace. +serials+: the threads' serials;
       # a nil label stays nil.
+      # (No object per label: the live socket's answer runs this for thousands of threads.)
       def self.distinct_labels(labels, serials)
         counts = labels.compact.tally
-        labels.zip(serials).map do |label, serial|
-          label && counts[label] > 1 ? Vocabulary.thread_label(label, serial, namesake: true) : label
+        Array.new(labels.size) do |index|
+          label = labels[index]
+          label && counts[label] > 1 ? Vocabulary.thread_label(label, serials[index], namesake: true) : label
         end
       end
 
       def initialize(taken_ns:, wall_ns:, waiting_threads_by_ractor:, packed: nil, threads: nil, exited: nil,
-                     histograms: nil)
+                     histograms: nil, totals: nil)
         @taken_ns = taken_ns
         @wall_ns = wall_ns
         @waiting_threads_by_ractor = waiting_threads_by_ractor.freeze
         @packed = packed
         @rows = threads && [*threads, exited].freeze
-        @totals = {}
+        @totals = totals ? COUNTERS.zip(totals).to_h : {}
         @totals[:histograms] = histograms if histograms
         freeze
       end
@@ -226,7 +233,7 @@ module GVLScope
         labels = self.class.distinct_labels(threads.zip(serials).map { |thread, serial| thread && self.class.thread_label(thread, serial, cwd) },
                                             serials)
         fields.zip(labels).map do |(serial, ractor_id, state, exited, *counters), label|
-          ThreadRow.new(label || "(exited threads)", serial, ractor_id, STATES[state], exited == 1, *counters).freeze
+          ThreadRow.new(label || EXITED_LABEL, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
         end.freeze
       end
 

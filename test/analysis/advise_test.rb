@@ -419,7 +419,9 @@ class AdviseTest < Minitest::Test
       require "gvlscope"
       require "gvlscope/integrations/live_server"
       answers = JSON.parse(ARGV[0]).map { |hash| GVLScope::Live::Snapshot.from_h(hash) }
-      GVLScope::LiveServer.prepend(Module.new { define_method(:snapshot) { |**| answers.size > 1 ? answers.shift : answers.first } })
+      GVLScope::LiveServer.prepend(Module.new do
+        define_method(:snapshot_json) { |**| "\#{JSON.generate({ "snapshot" => (answers.size > 1 ? answers.shift : answers.first).to_h })}\n" }
+      end)
       GVLScope::LiveServer.start
       puts Process.pid
       $stdout.flush

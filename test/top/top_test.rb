@@ -208,7 +208,7 @@ class TopTest < Minitest::Test
       File.write(File.join(dir, "no_snapshot.rb"), <<~RUBY)
         require "gvlscope/integrations/live_server"
         ASKED = Queue.new
-        GVLScope::LiveServer.prepend(Module.new { def snapshot(**) = (ASKED << true; raise GVLScope::Error, "no snapshot here") })
+        GVLScope::LiveServer.prepend(Module.new { def snapshot_json(**) = (ASKED << true; raise GVLScope::Error, "no snapshot here") })
       RUBY
       # It ends 5 s after the first request: longer than top waits for a program ending.
       program = [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-r", File.join(dir, "no_snapshot.rb"), "-e", "ASKED.pop; sleep 5; exit 5"]
@@ -225,7 +225,7 @@ class TopTest < Minitest::Test
       File.write(File.join(dir, "asked.rb"), <<~RUBY)
         require "gvlscope/integrations/live_server"
         ASKED = Queue.new
-        GVLScope::LiveServer.prepend(Module.new { def snapshot(**) = (ASKED << true; super) })
+        GVLScope::LiveServer.prepend(Module.new { def snapshot_json(**) = (ASKED << true; super) })
       RUBY
       program = [RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-r", File.join(dir, "asked.rb"), "-e", "ASKED.pop; exit 6"]
       out, err, status = gvlscope("top", "--once", "--interval", "3", "--", *program)

@@ -8,6 +8,7 @@ require_relative "at_exit"
 require_relative "own_descriptor"
 require_relative "../live/paths"
 require_relative "../live/snapshot"
+require_relative "../live/answer"
 require_relative "../version"
 
 module GVLScope
@@ -23,8 +24,8 @@ module GVLScope
   # REQUEST_TIMEOUT of its first byte gets {"error":"..."} and the connection closed.
   #
   # One background thread serves every connection with IO.select (no thread per client, no
-  # blocking call in the app's threads): it holds the GVL only to build an answer, about 0.1 ms
-  # per snapshot (docs/performance.md).
+  # blocking call in the app's threads): it holds the GVL only to build an answer (Live::Answer:
+  # 0.1 ms for 20 threads; for thousands given back every few ms; docs/performance.md).
   #
   # Bounds, whatever a client does: requests are answered one at a time, and a client whose
   # answer is not all taken is not read from (one answer buffered per client at most); each
@@ -41,11 +42,12 @@ module GVLScope
     PROTOCOL = 1
     LOWEST_PRIORITY = -3 # CRuby's: its timeslice is 100 ms >> 3, counted in 10 ms ticks
 
-    # One client: bytes received, the answer not yet taken, and when it must have progressed
+    # One client: bytes received, the answer not yet all taken (output, of which +sent+ bytes
+    # went), and when it must have progressed
     # (see #deadline): since its last answer was taken (or it connected), since its unfinished
     # request began, until its answer must be taken; the process at the other end (peer_pid, nil
     # where the system does not say) and how many answers it took on this connection.
-    Connection = Struct.new(:io, :input, :output, :closing, :answered_at, :request_started_at, :write_by,
+    Connection = Struct.new(:io, :input, :output, :sent, :closing, :answered_at, :request_started_at, :write_by,
                             :peer_pid, :answers)
 
     class << self
@@ -102,6 +104,7 @@ module GVLScope
       @pid = Process.pid
       @path = Live::Paths.socket_path(dir, @pid)
       @timeslice_ns = GVLScope.timeslice_us * 1000
+      @answer = Live::Answer.new
     end
 
     def running? = @pid == Process.pid && @thread&.alive? || false
@@ -245,7 +248,7 @@ module GVLScope
       io = OwnDescriptor.hide(io)
       @accept_backoff = ACCEPT_BACKOFF.begin
       peer_pid, uid = peer_credentials(io)
-      connection = Connection.new(io, +"".b, +"".b, false, now, nil, nil, peer_pid, 0)
+      connection = Connection.new(io, +"".b, +"".b, 0, false, now, nil, nil, peer_pid, 0)
       if uid && uid != Process.euid
         return io.close if @clients.size >= MAX_CLIENTS
 
@@ -335,7 +338,7 @@ module GVLScope
         nil
       end
       case request.is_a?(Hash) && request["get"]
-      when "snapshot" then reply(connection, { "snapshot" => snapshot(stacks: request["stacks"] == true).to_h })
+      when "snapshot" then send_text(connection, snapshot_json(stacks: request["stacks"] == true))
       when "hello" then reply(connection, { "pid" => @pid, "version" => GVLScope::VERSION, "protocol" => PROTOCOL })
       else refuse(connection, 'not a request: send one JSON line, {"get":"snapshot"} or {"get":"hello"}')
       end
@@ -343,8 +346,21 @@ module GVLScope
       refuse(connection, "internal error: #{e.class}: #{e.message}") # the server goes on serving
     end
 
+    # What #snapshot answers, as its JSON line (Live::Answer: the same text, without an object per thread).
+    def snapshot_json(stacks:)
+      breakdown = defined?(GVLScope::Breakdown) ? Breakdown.snapshot : []
+      @answer.json(pid: @pid, trace_path: GVLScope.trace_path, timeslice_ns: @timeslice_ns, stacks: stacks,
+                   breakdown: breakdown)
+    end
+
     def reply(connection, object)
-      connection.output << JSON.generate(object) << "\n"
+      send_text(connection, "#{JSON.generate(object)}\n")
+    end
+
+    # Answers are made only once the previous one was all taken (#answer_lines, #refuse).
+    def send_text(connection, text)
+      connection.output = text
+      connection.sent = 0
       connection.write_by = now + WRITE_TIMEOUT
       flush(connection)
     end
@@ -356,14 +372,18 @@ module GVLScope
       reply(connection, { "error" => message })
     end
 
-    # Writes what the socket takes now; true once the answer is all written.
+    # Writes what the socket takes now; true once the answer is all written. A taken answer's
+    # memory is given back at once (String#clear): megabytes an answer would otherwise wait for a
+    # collection, and bring one on sooner.
     def flush(connection)
-      until connection.output.empty?
-        written = connection.io.write_nonblock(connection.output, exception: false)
+      while connection.sent < connection.output.bytesize
+        written = Native.send_from(connection.io, connection.output, connection.sent)
         return false if written == :wait_writable
 
-        connection.output = connection.output.byteslice(written..)
+        connection.sent += written
       end
+      connection.output.clear
+      connection.sent = 0
       connection.write_by = nil
       connection.answered_at = now
       connection.answers += 1

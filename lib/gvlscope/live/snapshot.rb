@@ -38,6 +38,10 @@ module GVLScope
       THREAD_NUMBERS = THREAD_FIELDS.select do |field|
         field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
       end.freeze
+      # THREAD_NUMBERS' keys in a snapshot's JSON, in order (io_overlap_wait_ns, the last, after code).
+      THREAD_NUMBER_KEYS = THREAD_NUMBERS.map(&:to_s).freeze
+      raise "THREAD_FIELDS: code must come just before the last number" unless THREAD_FIELDS.last(2) == %i[code io_overlap_wait_ns]
+
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
         def held_ns = run_ns + gc_ns
@@ -279,19 +283,18 @@ module GVLScope
 
         def object(value, field) = value.is_a?(Hash) ? value : refuse(field, value, "an object")
 
+        # (Built by position: `top` reads a snapshot of thousands of threads every second.)
         def thread_row_of(row, field)
           object(row, field)
-          values = THREAD_FIELDS.to_h { |key| [key.to_s, row[key.to_s]] }
-          values["serial"] = number(row, "serial", within: field)
-          values["ractor_id"] = number(row, "ractor_id", within: field)
           # (a file's names reach a terminal as a trace's do: control characters escaped)
-          values["label"] = text(row, "label", within: field)&.then { |label| Printable.text(label) }
-          values["state"] = text(row, "state", within: field)
+          label = text(row, "label", within: field)&.then { |text| Printable.text(text) }
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
-          values["code"] = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
-          THREAD_NUMBERS.each { |key| values[key.to_s] = number(row, key.to_s, within: field) }
-          ThreadRow.from_h(values)
+          code = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
+          numbers = THREAD_NUMBER_KEYS.map { |key| number(row, key, within: field) || 0 }
+          ThreadRow.new(number(row, "serial", within: field), label, number(row, "ractor_id", within: field),
+                        text(row, "state", within: field)&.to_sym, row["exited"] ? true : false,
+                        *numbers[0...-1], code, numbers.last).freeze
         end
 
         def worker_row_of(row, field)
@@ -331,7 +334,7 @@ module GVLScope
       def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false,
                             breakdown: [])
         threads = stacks ? metrics.ruby_threads : []
-        located = stacks ? located_rows(metrics.threads) : []
+        located = stacks ? located_rows(metrics.threads.map(&:state), metrics.threads.map { |row| row.run_ns + row.wait_ns }) : []
         cwd = "#{Dir.pwd}/"
         rows = metrics.threads.each_with_index.map do |row, index|
           at = located.include?(index) && threads[index] && code_location(threads[index], cwd)
@@ -343,7 +346,7 @@ module GVLScope
           acquisitions: metrics.acquisitions, waiting_threads: metrics.waiting_threads,
           releases: { blocking: metrics.released_blocking, preempted: metrics.released_preempted, exit: metrics.released_exit },
           **HISTOGRAMS.to_h { |name| [name, metrics.public_send(name)] },
-          threads: rows, exited_threads: thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
+          threads: rows, exited_threads: metrics.exited && thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
           breakdown: breakdown
         )
       end
@@ -359,12 +362,13 @@ module GVLScope
         { kind: values[:kind].to_s, label: values[:label].to_s, tags: tags.freeze, **numbers, wait_buckets: buckets }.freeze
       end
 
-      # The indexes of the metrics rows whose code locations an answer looks up (a Set).
-      def self.located_rows(rows)
-        return Set.new(rows.each_index) if rows.size <= CODE_LOCATIONS_MAX
+      # The indexes of the metrics rows whose code locations an answer looks up (a Set), from each
+      # row's state and run_ns + wait_ns (+busy_ns+).
+      def self.located_rows(states, busy_ns)
+        return Set.new(states.each_index) if states.size <= CODE_LOCATIONS_MAX
 
-        busy_now, others = rows.each_index.partition { |index| BUSY_STATES.include?(rows[index].state) }
-        longest = ->(indexes, count) { indexes.max_by(count) { |index| rows[index].run_ns + rows[index].wait_ns } }
+        busy_now, others = states.each_index.partition { |index| BUSY_STATES.include?(states[index]) }
+        longest = ->(indexes, count) { indexes.max_by(count) { |index| busy_ns[index] } }
         chosen = longest.(busy_now, CODE_LOCATIONS_MAX)
         Set.new(chosen + longest.(others, CODE_LOCATIONS_MAX - chosen.size))
       end
