@@ -5,6 +5,7 @@ require "tmpdir"
 require "gvlscope/model"
 require "gvlscope/analysis"
 require "gvlscope/formats"
+require "gvlscope/cli"
 
 # Holds are wall time: a holder the OS keeps off a CPU (an overloaded machine, issue 37's "Long
 # hold … 7,435 ms in one stretch" at load 17) still holds the GVL. A trace of format version 3
@@ -92,6 +93,41 @@ class OffCPUTest < Minitest::Test
         writer.finish(threads: [GVLScope::Model::ThreadInfo.new(serial: 1, name: "w 1", ractor_id: 1)], end_ns: 300 * MS)
       end
       assert_equal [180 * MS, 0], report(path).all_rows.first.then { |row| [row.run_ns, row.held_off_cpu_ns] }
+    end
+  end
+end
+
+# A CPU chunk whose lengths do not add up, or whose numbers no clock gives, is refused in one line
+# naming the file and the byte (docs/format.md), before the engine sees it.
+class OffCPUCorruptTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  def trace_with_cpu_chunk(dir, body)
+    path = File.join(dir, "c.gvl")
+    File.open(path, "wb") do |io|
+      writer = GVLScope::Model::GvlWriter.new(io, pid: 1, timeslice_ns: 100_000_000)
+      writer.add(0, :resumed, 1)
+      io.write([5, body.bytesize].pack("L<L<"), body)
+      writer.finish(threads: [], end_ns: 1_000)
+    end
+    path
+  end
+
+  def test_a_corrupt_cpu_chunk_is_one_clear_line
+    Dir.mktmpdir("gvlscope-off-cpu") do |dir|
+      {
+        [7, 2, 0].pack("Q<L<L<") + [1, 0, 5].pack("L<L<Q<") => /CPU chunk of 32 bytes claims 2 samples at byte 48/,
+        [7, 1, 0].pack("Q<L<L<") + [1, 0, 2**63].pack("L<L<Q<") => /CPU time of 9223372036854775808 ns \(over 146 years\) at byte 48/,
+        [2**62, 0, 0].pack("Q<L<L<") => /CPU chunk at 4611686018427387904 ns \(over 146 years\) at byte 48/,
+        "short" => /CPU chunk of 5 bytes, shorter than its header at byte 48/,
+      }.each do |body, message|
+        path = trace_with_cpu_chunk(dir, body)
+        out, err, status = gvlscope_in_process("report", path)
+        assert_equal [1, ""], [status, out], err
+        assert_match(/\Agvlscope: #{Regexp.escape(path)}: #{message.source}/, err)
+        assert_equal 1, err.lines.size, err
+        File.unlink(path)
+      end
     end
   end
 end

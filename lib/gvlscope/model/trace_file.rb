@@ -424,10 +424,12 @@ module GVLScope
           corrupt!(offset, "CPU chunk of #{bytes} bytes claims #{count} samples")
         end
         corrupt!(offset, "CPU chunk at #{at_ns} ns (over 146 years)") if at_ns >= MAX_TIME_NS
-        @cpu_ticks << [at_ns].pack("q<")
-        data.unpack("L<L<Q<" * count, offset: offset + 8 + CPU_HEADER_BYTES - @base).each_slice(3) do |native, _, cpu_ns|
-          @cpu_samples << [native, at_ns, cpu_ns].pack("Q<Q<Q<")
+        samples = data.unpack("L<L<Q<" * count, offset: offset + 8 + CPU_HEADER_BYTES - @base).each_slice(3).map do |native, _, cpu_ns|
+          corrupt!(offset, "CPU time of #{cpu_ns} ns (over 146 years)") if cpu_ns >= MAX_TIME_NS
+          [native, at_ns, cpu_ns]
         end
+        @cpu_ticks << [at_ns].pack("q<")
+        @cpu_samples << samples.flatten.pack("Q<*")
       end
 
       def read_threads(data, chunk_offset, bytes)
