@@ -6,6 +6,7 @@ require "gvlscope/model"
 require "gvlscope/analysis"
 require "gvlscope/formats"
 require "gvlscope/cli"
+require "support/reference_timeline"
 
 # Holds are wall time: a holder the OS keeps off a CPU (an overloaded machine, issue 37's "Long
 # hold … 7,435 ms in one stretch" at load 17) still holds the GVL. A trace of format version 3
@@ -63,6 +64,19 @@ class OffCPUTest < Minitest::Test
       running = report(write_trace(dir, cpu_ms_per_tick: 100)).findings
       assert_equal [:long_hold], running.map(&:kind)
       refute_includes running.first.title, "off a CPU" # nothing measured off a CPU: the title as before
+    end
+  end
+
+  # The engine (Model::Scan) takes the same off-CPU time from the same holds as the plain Ruby
+  # reference (test/support/reference_timeline.rb).
+  def test_the_engine_and_the_reference_agree
+    Dir.mktmpdir("gvlscope-off-cpu") do |dir|
+      [2, 30, 100, nil].each do |per_tick|
+        path = write_trace(dir, cpu_ms_per_tick: per_tick)
+        reference = ReferenceReport.new(ReferenceTimeline.open(path))
+        assert_equal reference.all_rows.map(&:to_h), report(path).all_rows.map(&:to_h), "#{per_tick.inspect} ms a tick"
+        assert_equal reference.findings.map(&:to_h), report(path).findings.map(&:to_h), "#{per_tick.inspect} ms a tick"
+      end
     end
   end
 
