@@ -118,7 +118,7 @@ static void init_wake_drain(void) {
 // it had: a chunk per sample, whatever the events).
 static void *drain_main(void *arg) {
     const gvls_sink *sink = arg;
-    uint64_t cpu_due_ns = gvls_now_ns();
+    uint64_t cpu_due_ns = T.start_ns + GVLS_CPU_SAMPLE_EVERY_NS;  // the first sample: gvls_session_start
     pthread_mutex_lock(&T.lock);
     for (;;) {
         gvls_chunk *batch = gvls_trace_take_queue();
@@ -194,6 +194,14 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     int err = pthread_create(&S.drain, NULL, drain_main, (void *)sink);
     if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
     S.drain_running = 1;
+    if (sink->cpu_samples) {
+        // The first CPU sample, at time 0 (no lane yet: an empty one), before any event: every
+        // such trace has one, however soon it stops.
+        gvls_chunk *first = cpu_chunk(NULL, start_ns);
+        pthread_mutex_lock(&T.lock);
+        if (first) gvls_trace_queue_locked(first);
+        pthread_mutex_unlock(&T.lock);
+    }
     S.sink = sink;
     gvls_threads_table_open(1);
     atomic_store(&T.active, 1);  // after the generation bump (release): see gvls_trace_record
