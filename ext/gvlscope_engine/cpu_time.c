@@ -2,8 +2,9 @@
 // the drain thread's ticks, and at each tick the native threads whose CPU time changed (one not
 // listed kept its previous CPU time). A hold spanning two ticks ran only for what its native
 // thread's CPU time grew between the first and the last tick inside it; the rest of that span
-// the OS kept it off a CPU. The parts before the first tick and after the last count as running:
-// off-CPU time is never guessed, only measured.
+// the OS kept it off a CPU. And a hold ran at most what its native thread's CPU time grew from
+// the tick before it to the tick after it. Either is a lower bound of the time off a CPU (the
+// larger is taken): off-CPU time is never guessed, only measured.
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,23 +82,37 @@ static const eng_cpu_sample *first_sample_from(const eng_cpu *cpu, uint32_t nati
     return &cpu->samples[low];
 }
 
+// Two lower bounds of the time a hold [start, end] on native was off a CPU; the larger is taken.
+// Inside: between the first and the last tick inside the hold, the wall time less what the CPU
+// time grew (the parts before and after count as running). Around: the hold's wall time less
+// what the CPU time grew from the last tick before it to the first after it (the thread may have
+// run outside the hold too: more CPU, a smaller bound), which also measures a hold shorter than
+// the gap between two ticks.
 int64_t cpu_time_off(const eng_engine *engine, const eng_interval *interval) {
     const eng_cpu *cpu = &engine->cpu;
-    if (!cpu->tick_count || !interval->has_native) return 0;
+    int64_t wall = interval->end - interval->start;
+    if (!cpu->tick_count || !interval->has_native || wall <= 0) return 0;
+    uint32_t native = interval->native;
+    int64_t inside = 0, around = 0;
     size_t first = tick_at_or_after(cpu, interval->start);
     size_t past = tick_at_or_after(cpu, interval->end + 1);  // ticks at or before end: [first, past)
-    if (past <= first + 1) return 0;
-    int64_t last_tick = cpu->ticks[past - 1];
-    const eng_cpu_sample *end = sample_at(cpu, interval->native, last_tick);
-    if (!end) return 0;
-    int64_t first_tick = cpu->ticks[first];
-    const eng_cpu_sample *begin = sample_at(cpu, interval->native, first_tick);
-    if (!begin) {  // first listed inside the hold: measured from there
-        begin = first_sample_from(cpu, interval->native, first_tick);
-        first_tick = begin->time;
+    if (past >= first + 2) {
+        int64_t first_tick = cpu->ticks[first], last_tick = cpu->ticks[past - 1];
+        const eng_cpu_sample *end = sample_at(cpu, native, last_tick);
+        const eng_cpu_sample *begin = sample_at(cpu, native, first_tick);
+        if (end && !begin) {  // first listed inside the hold: measured from there
+            begin = first_sample_from(cpu, native, first_tick);
+            first_tick = begin->time;
+        }
+        int64_t span = last_tick - first_tick, ran = end && begin ? end->cpu - begin->cpu : span;
+        if (span > 0 && ran < span) inside = ran < 0 ? span : span - ran;
     }
-    int64_t wall = last_tick - first_tick;
-    int64_t ran = end->cpu - begin->cpu;
-    if (wall <= 0 || ran >= wall) return 0;
-    return ran < 0 ? wall : wall - ran;
+    size_t after = tick_at_or_after(cpu, interval->end);
+    size_t before_past = tick_at_or_after(cpu, interval->start + 1);  // ticks at or before start: [0, before_past)
+    if (before_past > 0 && after < cpu->tick_count) {
+        const eng_cpu_sample *begin = sample_at(cpu, native, cpu->ticks[before_past - 1]);
+        const eng_cpu_sample *end = sample_at(cpu, native, cpu->ticks[after]);
+        if (begin && end && end->cpu - begin->cpu < wall) around = end->cpu < begin->cpu ? wall : wall - (end->cpu - begin->cpu);
+    }
+    return inside > around ? inside : around;
 }

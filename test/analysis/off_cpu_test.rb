@@ -88,31 +88,33 @@ class OffCPUTest < Minitest::Test
       assert_match(/^tp 1 +1000\.0 ms +0\.0 ms +\d+\.\d ms +0\.0 ms +700\.0 ms /, text)
       assert_includes text, GVLScope::Formats::ThreadTable::OFF_CPU
       json = JSON.parse(GVLScope::Formats::ReportJSON.new(report(write_trace(dir, cpu_ms_per_tick: 30))).to_s)
-      assert_equal [700 * MS, 0], json["threads"].map { |row| row["held_off_cpu_ns"] }
+      assert_equal [700 * MS, 5 * MS], json["threads"].map { |row| row["held_off_cpu_ns"] }
       old = GVLScope::Formats::ReportText.new(report(write_trace(dir, cpu_ms_per_tick: nil))).to_s
       refute_includes old, "off CPU"
       assert_nil JSON.parse(GVLScope::Formats::ReportJSON.new(report(write_trace(dir, cpu_ms_per_tick: nil))).to_s)["threads"].first["held_off_cpu_ns"]
     end
   end
 
-  # Only what the samples inside a hold measure: a hold between two ticks, or whose ticks show
-  # its native thread's CPU time grow as fast as the wall clock, has nothing off a CPU.
-  def test_holds_without_two_samples_inside_have_nothing_off_a_cpu
+  # A hold between two ticks (10-190 ms; ticks at 0, 100, 200) ran at most what its native
+  # thread's CPU time grew from the tick before it to the tick after it: 2 ms, so 178 ms off a
+  # CPU. A thread that ran as fast as the wall clock around the hold has nothing off a CPU.
+  def test_a_hold_between_two_ticks_is_bounded_by_the_ticks_around_it
     Dir.mktmpdir("gvlscope-off-cpu") do |dir|
-      path = File.join(dir, "short.gvl")
-      File.open(path, "wb") do |io|
-        writer = GVLScope::Model::GvlWriter.new(io, pid: 1, timeslice_ns: 100 * MS)
-        [[10, :ready], [10, :resumed], [190, :suspended]].each { |ms, kind| writer.add(ms * MS, kind, 1) }
-        [0, 100, 200].each { |ms| writer.cpu(ms * MS, { 1 => (1 + ms / 100) * MS }) }
-        writer.finish(threads: [GVLScope::Model::ThreadInfo.new(serial: 1, name: "w 1", ractor_id: 1)], end_ns: 300 * MS)
+      { 1 => 178 * MS, 100 => 0 }.each do |cpu_ms_per_tick, off|
+        path = File.join(dir, "short#{cpu_ms_per_tick}.gvl")
+        File.open(path, "wb") do |io|
+          writer = GVLScope::Model::GvlWriter.new(io, pid: 1, timeslice_ns: 100 * MS)
+          [[10, :ready], [10, :resumed], [190, :suspended]].each { |ms, kind| writer.add(ms * MS, kind, 1) }
+          [0, 100, 200].each { |ms| writer.cpu(ms * MS, { 1 => (1 + ms / 100 * cpu_ms_per_tick) * MS }) }
+          writer.finish(threads: [GVLScope::Model::ThreadInfo.new(serial: 1, name: "w 1", ractor_id: 1)], end_ns: 300 * MS)
+        end
+        assert_equal [180 * MS, off], report(path).all_rows.first.then { |row| [row.run_ns, row.held_off_cpu_ns] }
+        assert_equal ReferenceReport.new(ReferenceTimeline.open(path)).all_rows.map(&:to_h), report(path).all_rows.map(&:to_h)
       end
-      assert_equal [180 * MS, 0], report(path).all_rows.first.then { |row| [row.run_ns, row.held_off_cpu_ns] }
     end
   end
 end
 
-# A CPU chunk whose lengths do not add up, or whose numbers no clock gives, is refused in one line
-# naming the file and the byte (docs/format.md), before the engine sees it.
 class OffCPUCorruptTest < Minitest::Test
   include GVLScopeTestHelper
 

@@ -374,23 +374,34 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
     { ticks: file.cpu_ticks.unpack("q<*").sort, by_native: by_native.transform_values { |rows| rows.map { |_, time, cpu| [time, cpu] }.sort } }
   end
 
-  # Of a run or gc interval, the ns its native thread was measurably off a CPU: between the first
-  # and the last tick inside it, the wall time less what its CPU time grew (docs/format.md, type 5).
+  # Of a run or gc interval, the ns its native thread was measurably off a CPU (docs/format.md,
+  # type 5): the larger of two lower bounds, inside (between the first and the last tick inside
+  # the hold, the wall time less what the CPU time grew) and around (the hold's wall time less what
+  # the CPU time grew from the last tick at or before its start to the first at or after its end).
   def off_cpu_ns(interval)
-    return 0 unless @cpu && interval.native
+    samples = @cpu && interval.native && @cpu[:by_native][interval.native]
+    wall = interval.end_ns - interval.start_ns
+    return 0 if samples.nil? || wall <= 0
 
+    cpu_at = ->(tick) { samples.select { |time, _| time <= tick }.last }
     ticks = @cpu[:ticks].select { |tick| tick.between?(interval.start_ns, interval.end_ns) }
-    samples = @cpu[:by_native][interval.native]
-    return 0 if ticks.size < 2 || samples.nil?
-
-    last = samples.select { |time, _| time <= ticks.last }.last or return 0
-    first = samples.select { |time, _| time <= ticks.first }.last
-    first_tick = first ? ticks.first : (first = samples.find { |time, _| time >= ticks.first })[0]
-    wall = ticks.last - first_tick
-    ran = last[1] - first[1]
-    return 0 if wall <= 0 || ran >= wall
-
-    ran.negative? ? wall : wall - ran
+    inside = 0
+    if ticks.size >= 2 && (last = cpu_at.(ticks.last))
+      first = cpu_at.(ticks.first)
+      first_tick = first ? ticks.first : (first = samples.find { |time, _| time >= ticks.first })[0]
+      span = ticks.last - first_tick
+      ran = last[1] - first[1]
+      inside = ran.negative? ? span : span - ran if span.positive? && ran < span
+    end
+    before = @cpu[:ticks].select { |tick| tick <= interval.start_ns }.last
+    after = @cpu[:ticks].find { |tick| tick >= interval.end_ns }
+    begin_cpu = before && cpu_at.(before)
+    end_cpu = after && cpu_at.(after)
+    around = 0
+    if begin_cpu && end_cpu && end_cpu[1] - begin_cpu[1] < wall
+      around = end_cpu[1] < begin_cpu[1] ? wall : wall - (end_cpu[1] - begin_cpu[1])
+    end
+    [inside, around].max
   end
 
   # A thread's hold streaks (see ThreadStats::Row), from its intervals in order.
