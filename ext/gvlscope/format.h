@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #define GVLS_MAGIC "GVLSCOPE"
-#define GVLS_FORMAT_VERSION 2  // 2: header flags, thread creation sites, stack records and tables
+#define GVLS_FORMAT_VERSION 3  // 2: header flags, thread creation sites, stack records and tables; 3: CPU chunks
 
 typedef struct {
     char magic[8];            // "GVLSCOPE"
@@ -36,6 +36,7 @@ enum gvls_chunk_type {
     GVLS_CHUNK_THREADS = 2,   // repeated gvls_thread_record + name bytes
     GVLS_CHUNK_END = 3,       // gvls_end_record: written by a clean stop
     GVLS_CHUNK_STACKS = 4,    // gvls_stacks_header, locations, stacks (version 2, stacks on)
+    GVLS_CHUNK_CPU = 5,       // gvls_cpu_header + count × gvls_cpu_record (version 3)
 };
 
 // The events seen on one native thread, in time order.
@@ -73,6 +74,25 @@ enum gvls_event_kind {
 static inline uint64_t gvls_record(unsigned kind, uint32_t thread_serial, uint64_t delta_ns) {
     return (uint64_t)kind | (uint64_t)thread_serial << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;
 }
+
+// The native threads' CPU time, sampled by the drain thread (never by the hook) every
+// GVLS_CPU_SAMPLE_EVERY_NS while a trace runs: holds are wall time, and a hold that spans two
+// samples ran on a CPU only for what its native thread's CPU time grew between them (the rest the
+// OS kept it off a CPU: an overloaded machine, SIGSTOP). One record per native thread whose CPU
+// time changed since its previous record: a native thread not listed has the CPU time of its
+// previous record (idle threads cost no bytes).
+#define GVLS_CPU_SAMPLE_EVERY_NS 100000000ull
+typedef struct {
+    uint64_t at_ns;           // when sampled, relative to start_monotonic_ns
+    uint32_t count;           // records that follow
+    uint32_t reserved;
+} gvls_cpu_header;
+
+typedef struct {
+    uint32_t native_serial;   // as in gvls_events_header
+    uint32_t reserved;
+    uint64_t cpu_ns;          // the native thread's CPU time (CLOCK_THREAD_CPUTIME_ID's) at at_ns
+} gvls_cpu_record;
 
 // Thread table entry, followed by name_bytes of UTF-8 then created_at_bytes (no terminators).
 typedef struct {

@@ -53,7 +53,8 @@ static void file_sink_records_reset(void) {
 // On the drain thread: never touches Ruby, only calls fstat(2) and write(2). After a failed write,
 // or once the file is no longer at its descriptor (the program closed it), the rest is not
 // written but counted as dropped: recorded, then lost, not silently. Thread records (a
-// preformatted chunk from records_job) are written in queue order and freed here.
+// preformatted chunk from records_job) and CPU samples (from the drain thread) are written in
+// queue order and freed here.
 static gvls_chunk *file_consume(gvls_chunk *batch) {
     gvls_chunk *to_pool = NULL, **tail = &to_pool;
     for (gvls_chunk *chunk = batch, *next; chunk; chunk = next) {
@@ -196,6 +197,7 @@ static void file_close(void) {
 static const gvls_sink file_sink = {
     .consume = file_consume,
     .drain_can_block = 1,
+    .cpu_samples = 1,
     .finish = file_finish,
     .after_fork = file_close,
 };

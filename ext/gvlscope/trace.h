@@ -33,6 +33,7 @@ typedef struct gvls_lane {
     uint32_t native_serial;
     uint32_t native_tid;
     uint32_t dropped;          // dropped since the last chunk: goes into the next chunk's header
+    uint64_t cpu_listed_ns;    // the CPU time last written for it (trace_session.c's drain thread only)
 } gvls_lane;
 
 typedef struct gvls_trace {

@@ -7,6 +7,8 @@
 #include "stacks.h"
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/sysinfo.h>
@@ -44,22 +46,98 @@ void gvls_session_machine(uint32_t *cpus, uint32_t *load_max_milli) {
     *load_max_milli = atomic_load(&S.load_max_milli);
 }
 
+// The CPU time of the native thread whose kernel id is tid, or 0 when it is gone. A clock id made
+// from the tid (the kernel's per-thread CPU clock, as glibc's pthread_getcpuclockid makes it:
+// CPUCLOCK_PERTHREAD_MASK 4 | CPUCLOCK_SCHED 2, the tid's complement above 3 bits) rather than
+// pthread_getcpuclockid: a lane outlives its native thread, whose pthread_t must not be used
+// then, while the kernel answers EINVAL for a tid that is no thread of this process. One
+// clock_gettime(2), no file: /proc/self/task/TID/schedstat costs open, read and close, and its
+// run-queue delay misses a holder that is stopped or blocked without releasing the GVL.
+static uint64_t native_cpu_ns(uint32_t tid) {
+#ifdef __linux__
+    clockid_t clock = (clockid_t)((~tid << 3) | 4 | 2);
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#else
+    (void)tid;
+    return 0;
+#endif
+}
+
+// A CPU chunk (format.h, file bytes): each lane's native thread whose CPU time changed since it
+// was last written, at now_ns. Without T.lock: lanes are only ever prepended to the list, and
+// freed after the drain thread is gone. NULL when memory is short (that sample is skipped).
+static gvls_chunk *cpu_chunk(gvls_lane *lanes, uint64_t now_ns) {
+    size_t lane_count = 0;
+    for (gvls_lane *lane = lanes; lane; lane = lane->next) lane_count++;
+    size_t fixed = sizeof(gvls_chunk_header) + sizeof(gvls_cpu_header);
+    gvls_chunk *chunk = malloc(offsetof(gvls_chunk, records) + fixed + lane_count * sizeof(gvls_cpu_record));
+    if (!chunk) return NULL;
+    memset(chunk, 0, offsetof(gvls_chunk, records));
+    chunk->compact = GVLS_CHUNK_PREFORMATTED;
+    char *bytes = (char *)chunk->records;
+    uint32_t count = 0;
+    for (gvls_lane *lane = lanes; lane; lane = lane->next) {
+        uint64_t cpu_ns = native_cpu_ns(lane->native_tid);
+        if (!cpu_ns || cpu_ns == lane->cpu_listed_ns) continue;
+        lane->cpu_listed_ns = cpu_ns;
+        gvls_cpu_record record = { .native_serial = lane->native_serial, .cpu_ns = cpu_ns };
+        memcpy(bytes + fixed + count++ * sizeof(record), &record, sizeof(record));
+    }
+    gvls_cpu_header header = { .at_ns = now_ns - T.start_ns, .count = count };
+    gvls_chunk_header framing = { GVLS_CHUNK_CPU, (uint32_t)(sizeof(header) + count * sizeof(gvls_cpu_record)) };
+    memcpy(bytes, &framing, sizeof(framing));
+    memcpy(bytes + sizeof(framing), &header, sizeof(header));
+    chunk->preformatted_bytes = (uint32_t)sizeof(framing) + framing.payload_bytes;
+    return chunk;
+}
+
+// Under T.lock: waits until a chunk is queued, stop is asked, or (cpu samples) until due_ns.
+static void wait_for_work(const gvls_sink *sink, uint64_t now_ns, uint64_t due_ns) {
+    if (!sink->cpu_samples) { pthread_cond_wait(&T.wake_drain, &T.lock); return; }
+    uint64_t at = gvls_monotonic_ns() + (due_ns > now_ns ? due_ns - now_ns : 0);  // wake_drain's clock
+    struct timespec deadline = { .tv_sec = (time_t)(at / 1000000000ull), .tv_nsec = (long)(at % 1000000000ull) };
+    pthread_cond_timedwait(&T.wake_drain, &T.lock, &deadline);
+}
+
+// wake_drain on CLOCK_MONOTONIC: the drain thread's timed waits (CPU samples) must not move with
+// the wall clock.
+static void init_wake_drain(void) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&T.wake_drain, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
 // Takes the queue under T.lock, hands each batch to the sink without it (a file sink blocks in
 // write(2)), puts back in the pool what the sink returns. Stops once asked and the queue is
-// empty, so everything sealed before the stop reaches the sink.
+// empty, so everything sealed before the stop reaches the sink. For a sink that takes them, also
+// wakes every GVLS_CPU_SAMPLE_EVERY_NS to sample the native threads' CPU time (after the batch
+// it had: a chunk per sample, whatever the events).
 static void *drain_main(void *arg) {
     const gvls_sink *sink = arg;
+    uint64_t cpu_due_ns = T.start_ns + GVLS_CPU_SAMPLE_EVERY_NS;  // the first sample: gvls_session_start
     pthread_mutex_lock(&T.lock);
     for (;;) {
         gvls_chunk *batch = gvls_trace_take_queue();
-        if (!batch) {
+        uint64_t now_ns = gvls_now_ns();
+        gvls_lane *lanes = T.lanes;
+        int sample_cpu = sink->cpu_samples && now_ns >= cpu_due_ns && !S.drain_stop;
+        if (!batch && !sample_cpu) {
             if (S.drain_stop) break;
-            pthread_cond_wait(&T.wake_drain, &T.lock);
+            wait_for_work(sink, now_ns, cpu_due_ns);
             continue;
         }
         pthread_mutex_unlock(&T.lock);
-        gvls_chunk *done = sink->consume(batch);
-        uint64_t now_ns = gvls_now_ns();
+        if (sample_cpu) {
+            cpu_due_ns = now_ns + GVLS_CPU_SAMPLE_EVERY_NS;
+            gvls_chunk *cpu = cpu_chunk(lanes, now_ns), **tail = &batch;
+            while (*tail) tail = &(*tail)->next;
+            if (cpu) { cpu->next = NULL; *tail = cpu; }
+        }
+        gvls_chunk *done = batch ? sink->consume(batch) : NULL;
         if (now_ns - S.load_sampled_ns >= LOAD_EVERY_NS) sample_load(now_ns);
         pthread_mutex_lock(&T.lock);
         for (gvls_chunk *chunk = done, *next; chunk; chunk = next) {
@@ -116,6 +194,14 @@ int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, 
     int err = pthread_create(&S.drain, NULL, drain_main, (void *)sink);
     if (err) { gvls_stacks_pause(); gvls_stacks_free(); return err; }
     S.drain_running = 1;
+    if (sink->cpu_samples) {
+        // The first CPU sample, at time 0 (no lane yet: an empty one), before any event: every
+        // such trace has one, however soon it stops.
+        gvls_chunk *first = cpu_chunk(NULL, start_ns);
+        pthread_mutex_lock(&T.lock);
+        if (first) gvls_trace_queue_locked(first);
+        pthread_mutex_unlock(&T.lock);
+    }
     S.sink = sink;
     gvls_threads_table_open(1);
     atomic_store(&T.active, 1);  // after the generation bump (release): see gvls_trace_record
@@ -181,7 +267,7 @@ VALUE gvls_session_stop(void) {
 // parent's events (the parent does). Locks other threads held at fork are reset.
 int gvls_session_after_fork(void) {
     pthread_mutex_init(&T.lock, NULL);
-    pthread_cond_init(&T.wake_drain, NULL);
+    init_wake_drain();
     int was_tracing = atomic_exchange(&T.active, 0);
     if (S.sink) S.sink->after_fork();
     gvls_stacks_after_fork();
@@ -206,6 +292,7 @@ static int keeps_slot(const gvls_thread *slot) {
 static const gvls_slot_listener slot_listener = { .keeps = keeps_slot };
 
 void gvls_trace_session_init(VALUE mNative) {
+    init_wake_drain();
     gvls_threads_listen(&slot_listener);
     rb_define_singleton_method(mNative, "trace_active?", trace_active_p, 0);
 }

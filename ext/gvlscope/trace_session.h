@@ -14,6 +14,9 @@ typedef struct gvls_sink {
     gvls_chunk *(*consume)(gvls_chunk *batch);
     // Whether consume can block (on a disk or a pipe): then stopping waits without the GVL.
     int drain_can_block;
+    // Whether consume takes the native threads' CPU time samples (a GVLS_CHUNK_PREFORMATTED
+    // chunk of type GVLS_CHUNK_CPU, format.h) the drain thread makes every GVLS_CPU_SAMPLE_EVERY_NS.
+    int cpu_samples;
     // With the GVL, once the drain thread has consumed everything and exited, before the buffers
     // are freed; end_ns is when the hook went off. Its result is gvls_session_stop's.
     VALUE (*finish)(uint64_t end_ns);

@@ -165,7 +165,8 @@ static eng_engine *get_engine(VALUE self) {
 static VALUE option(VALUE options, const char *name) { return rb_hash_aref(options, ID2SYM(rb_intern(name))); }
 
 // Pass.new(index, options): timeslice_ns:, duration_ns:, stack_causes: (a byte per stack id, 0:
-// none), threads: ("L<L<" serial, Ractor id), bins:, blame:, code:, spill:, spill_dir:,
+// none), cpu_ticks: ("q<" per CPU chunk) and cpu_samples: ("Q<Q<Q<" native serial, time, CPU ns
+// per record: cpu_time.c), threads: ("L<L<" serial, Ractor id), bins:, blame:, code:, spill:, spill_dir:,
 // windows: [[start, end, limit], ...], windows_only:, median_budget: (values medians keep exactly),
 // stats: (false: no rows, histograms nor release sites: an export's pass)
 static VALUE pass_new(VALUE klass, VALUE index, VALUE options) {
@@ -183,6 +184,13 @@ static VALUE pass_new(VALUE klass, VALUE index, VALUE options) {
         engine->stack_limit = (size_t)RSTRING_LEN(causes);
         engine->stack_causes = eng_alloc(&engine->memory, engine->stack_limit);
         memcpy(engine->stack_causes, RSTRING_PTR(causes), engine->stack_limit);
+    }
+    VALUE cpu_ticks = option(options, "cpu_ticks"), cpu_samples = option(options, "cpu_samples");
+    if (!NIL_P(cpu_ticks) && !NIL_P(cpu_samples)) {
+        StringValue(cpu_ticks);
+        StringValue(cpu_samples);
+        cpu_time_load(engine, RSTRING_PTR(cpu_ticks), (size_t)RSTRING_LEN(cpu_ticks), RSTRING_PTR(cpu_samples),
+                      (size_t)RSTRING_LEN(cpu_samples));
     }
     VALUE threads = option(options, "threads");
     if (!NIL_P(threads)) {
@@ -243,14 +251,15 @@ static VALUE counts(const uint64_t *values, size_t size) {
 // blocking_waits, slow_blocking_waits, blocking_wait_ns, median_slow_blocking_wait_ns,
 // longest_slow_blocking_wait, median_wait_ns, first_wait, first_after_blocking, first_gc,
 // during_gc_ns, drawn, longest_gc, long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns,
-// idle_by_reason ([reason code, ns] for reasons with idle time), io_overlap_wait_ns]
+// idle_by_reason ([reason code, ns] for reasons with idle time), io_overlap_wait_ns, held_off_cpu_ns,
+// long_streak_off_cpu_ns, longest_streak_off_cpu_ns]
 static VALUE pass_threads(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE rows = rb_ary_new_capa((long)engine->order.size);
     for (size_t i = 0; i < engine->order.size; i++) {
         uint32_t at = VEC_AT(engine->order, uint32_t, i);
         eng_thread *thread = THREAD(engine, at);
-        VALUE row = rb_ary_new_capa(30);
+        VALUE row = rb_ary_new_capa(33);
         rb_ary_push(row, UINT2NUM(thread->serial));
         rb_ary_push(row, UINT2NUM(RACTOR(engine, thread->ractor)->id));
         rb_ary_push(row, LL2NUM(thread->totals[ST_RUN]));
@@ -292,6 +301,9 @@ static VALUE pass_threads(VALUE self) {
         }
         rb_ary_push(row, idle_by_reason);
         rb_ary_push(row, LL2NUM(thread->overlap_counted));
+        rb_ary_push(row, LL2NUM(thread->held_off));
+        rb_ary_push(row, LL2NUM(thread->long_streak_off));
+        rb_ary_push(row, LL2NUM(thread->longest_streak_off));
         rb_ary_push(rows, row);
     }
     return rows;

@@ -20,6 +20,7 @@
 //   thread_stats.c   once final: rows, streaks, IO overlap, histograms, release sites (and the
 //                    exports' names and spill, and the windows)
 //   windows.c        once final: the detail windows' intervals
+//   cpu_time.c       of a hold, the time its native thread was off a CPU (the trace's CPU chunks)
 //   median.c         exact-or-histogram medians
 //   spill.c          the exports' copy of the intervals
 #include <errno.h>
@@ -226,6 +227,7 @@ void eng_pass_free(eng_engine *engine) {
     for (size_t i = 0; i < engine->window_count; i++) vec_free(memory, &engine->windows[i].found);
     eng_free(memory, engine->windows, engine->window_count * sizeof(eng_window));
     eng_stream_free(engine, &engine->counter);
+    cpu_time_free(engine);
     eng_median_free(memory, &engine->all_waits);
     vec_free(memory, &engine->threads);
     vec_free(memory, &engine->order);

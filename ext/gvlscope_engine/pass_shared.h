@@ -50,9 +50,11 @@ typedef struct {
     eng_median wait_median, slow_median;
     // hold streaks (ThreadStats::Row, thread_stats.rb's Streaks): the open one, the long ones
     uint8_t streak_open, has_longest_streak;
-    int64_t streak_start, streak_end, streak_held;
+    int64_t streak_start, streak_end, streak_held, streak_off;
     uint64_t long_streaks;
     int64_t long_streak_held, longest_streak[2], longest_streak_held;
+    // of those holds, the time the OS kept the thread off a CPU, where CPU samples measure it (cpu_time.c)
+    int64_t held_off, long_streak_off, longest_streak_off;
     int64_t idle_by_reason[R_COUNT];
     // IO overlap (ReferenceIOOverlap): counted, pending, the hold since the last release
     int64_t overlap_counted, overlap_pending, overlap_hold;
@@ -142,11 +144,26 @@ typedef struct {
     uint32_t capacity;        // items allocated
 } eng_cursor;
 
+// The CPU chunks of the trace (cpu_time.c): the drain thread's ticks, in time order, and the
+// native threads' CPU time samples, by native serial then time.
+typedef struct {
+    uint32_t native;
+    int64_t time, cpu;
+} eng_cpu_sample;
+
+typedef struct {
+    int64_t *ticks;
+    size_t tick_count;
+    eng_cpu_sample *samples;
+    size_t sample_count;
+} eng_cpu;
+
 struct eng_engine {
     eng_memory memory;
     eng_index *index;
     // configuration
     int64_t timeslice_ns, duration_ns, slow_wait_ns;
+    eng_cpu cpu;              // empty for a trace without CPU chunks
     uint8_t *stack_causes;    // per stack id: its release cause, 0 when the trace has no such stack
     size_t stack_limit;
     eng_map ractor_id_of;     // serial -> Ractor id (the thread table)
@@ -241,6 +258,11 @@ void blame_hold(eng_engine *engine, uint32_t at, const eng_interval *interval);
 void samples_during(eng_engine *engine, uint32_t at, int64_t start, int64_t end);
 // overview.c
 void overview_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval);
+// cpu_time.c
+void cpu_time_load(eng_engine *engine, const char *ticks, size_t tick_bytes, const char *samples, size_t sample_bytes);
+void cpu_time_free(eng_engine *engine);
+// Of a run or gc interval, the ns the OS measurably kept its native thread off a CPU (0 without samples).
+int64_t cpu_time_off(const eng_engine *engine, const eng_interval *interval);
 // thread_stats.c
 void commit_release(eng_engine *engine, uint32_t at, eng_thread *thread);
 void streak_close(eng_engine *engine, eng_thread *thread, bool paused);

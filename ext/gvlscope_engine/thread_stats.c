@@ -13,31 +13,37 @@ void commit_release(eng_engine *engine, uint32_t at, eng_thread *thread) {
     thread->release_open = 0;
 }
 
-// Ends the thread's hold streak: a long one (a timeslice held or more) ended by a pause counts.
+// Ends the thread's hold streak: a long one (a timeslice or more running on a CPU: held, less
+// what the OS measurably kept it off a CPU) ended by a pause counts.
 void streak_close(eng_engine *engine, eng_thread *thread, bool paused) {
     if (!thread->streak_open) return;
     thread->streak_open = 0;
-    if (!paused || thread->streak_held < engine->timeslice_ns) return;
+    int64_t running = thread->streak_held - thread->streak_off;
+    if (!paused || running < engine->timeslice_ns) return;
     thread->long_streaks++;
     thread->long_streak_held += thread->streak_held;
-    if (thread->streak_held > thread->longest_streak_held) {
+    thread->long_streak_off += thread->streak_off;
+    if (running > thread->longest_streak_held - thread->longest_streak_off) {
         thread->has_longest_streak = 1;
         thread->longest_streak[0] = thread->streak_start;
         thread->longest_streak[1] = thread->streak_end;
         thread->longest_streak_held = thread->streak_held;
+        thread->longest_streak_off = thread->streak_off;
     }
 }
 
 // A hold streak goes on across waits and idles shorter than a quarter timeslice (thread_stats.rb's Streaks).
-static void streak_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval) {
+static void streak_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval, int64_t off) {
     uint8_t state = interval->state;
     if (state == ST_RUN || state == ST_GC) {
         if (!thread->streak_open) {
             thread->streak_open = 1;
             thread->streak_start = interval->start;
             thread->streak_held = 0;
+            thread->streak_off = 0;
         }
         thread->streak_held += interval->end - interval->start;
+        thread->streak_off += off;
         thread->streak_end = interval->end;
     } else if (state == ST_IDLE && interval->end - interval->start >= engine->slow_wait_ns) {
         streak_close(engine, thread, true);
@@ -82,7 +88,9 @@ void on_final(eng_engine *engine, uint32_t at, const eng_interval *interval) {
     if (engine->windows_only) goto windows;
     if (!engine->stats) goto exports;
     thread->totals[state] += duration;
-    streak_add(engine, thread, interval);
+    int64_t off = state == ST_RUN || state == ST_GC ? cpu_time_off(engine, interval) : 0;
+    thread->held_off += off;
+    streak_add(engine, thread, interval, off);
     io_overlap_add(thread, state, duration); // before previous_state moves on
     if (state == ST_IDLE && duration > 0) thread->idle_by_reason[interval->reason] += duration;
     if (state == ST_RUN) {

@@ -216,7 +216,8 @@ class ReportTest < Minitest::Test
     assert_equal %w[dropped holders recorded release_sites samples sites unreadable], data["stacks"].keys.sort
     assert_equal data["threads"].sum { |t| t["wait_ns"] }, data["wait_ns"]
     thread = data["threads"].find { |t| t["name"] != "main" } # created during the trace: its creation site is known
-    assert_equal %w[created_at gc_ns holds idle_ns longest_wait_ns name ractor_id released_by run_ns serial wait_ns waits],
+    # held_off_cpu_ns: a recorded trace samples CPU time (format 3; its first sample at time 0)
+    assert_equal %w[created_at gc_ns held_off_cpu_ns holds idle_ns longest_wait_ns name ractor_id released_by run_ns serial wait_ns waits],
                  thread.keys.sort
     assert_match(/\A.+:\d+\z/, thread["created_at"])
     assert_equal %w[hold_ns wait_ns waiters_at_acquire], data["histograms"].keys.sort

@@ -37,6 +37,7 @@ class BenchSmokeTest < Minitest::Test
     "fuzz_cli" => [%w[bench/fuzz_cli.rb], { "TRACES" => "3", "SNAPSHOTS" => "3" }, /^\| inputs \| mutated \| commands run/],
     "report_html" => [%w[bench/report_html.rb], { "THREADS" => "20", "EVENTS" => "100000", "RUNS" => "1" }, /^Chromium \(headless, 1 runs\)/],
     "autorun_boot" => [%w[bench/autorun_boot.rb], { "RUNS" => "2" }, /^autorun, --metrics-only +[\d.]+ ms CPU/],
+    "cpu_samples" => [%w[bench/cpu_samples.rb], { "THREADS" => "1,2", "SECONDS" => "0.3" }, /^\| threads \| seconds \| samples/],
   }.freeze
   CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions].freeze
 

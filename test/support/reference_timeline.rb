@@ -302,6 +302,7 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
   def initialize(timeline) # rubocop:disable Lint/MissingSuper
     @timeline = timeline
     @slow_wait_ns = timeline.file.timeslice_ns / 4
+    @cpu = cpu_samples(timeline.file)
     all_waits = []
     @rows = timeline.threads.values.map { |thread| row_for(thread, all_waits) }
     @median_wait_ns = GVLScope::Analysis.median(all_waits)
@@ -321,9 +322,12 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
     streaks = Streaks.new(@slow_wait_ns, @timeline.file.timeslice_ns)
     idle_by_reason = Hash.new(0)
     overlap = ReferenceIOOverlap.new
+    held_off_cpu = 0
     thread.intervals.each do |interval|
       totals[interval.state] += interval.duration_ns
-      streaks.add(interval.state, interval.start_ns, interval.end_ns)
+      off_cpu = %i[run gc].include?(interval.state) ? off_cpu_ns(interval) : 0
+      held_off_cpu += off_cpu
+      streaks.add(interval.state, interval.start_ns, interval.end_ns, off_cpu)
       overlap.add(interval.state, interval.duration_ns)
       idle_by_reason[interval.reason] += interval.duration_ns if interval.state == :idle && interval.duration_ns.positive?
       case interval.state
@@ -357,10 +361,48 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
             median_slow_blocking_wait_ns: median.(slow_blocking.map(&:duration_ns)),
             longest_slow_blocking_wait: span(longest_slow), median_wait_ns: median.(waits),
             longest_gc: span(longest_gc), idle_by_reason: idle_by_reason, io_overlap_wait_ns: overlap.counted,
-            **streaks.to_h)
+            **streaks.to_h, **(@cpu ? { held_off_cpu_ns: held_off_cpu } : { long_streak_off_cpu_ns: nil, longest_streak_off_cpu_ns: nil }))
   end
 
   def span(interval) = interval && [interval.start_ns, interval.end_ns]
+
+  # The trace's CPU chunks: { ticks: sorted times, by_native: { native => [[time, cpu_ns], ...] } }, nil without.
+  def cpu_samples(file)
+    return nil unless file.respond_to?(:cpu_ticks) && !file.cpu_ticks.empty?
+
+    by_native = file.cpu_samples.unpack("Q<*").each_slice(3).group_by(&:first)
+    { ticks: file.cpu_ticks.unpack("q<*").sort, by_native: by_native.transform_values { |rows| rows.map { |_, time, cpu| [time, cpu] }.sort } }
+  end
+
+  # Of a run or gc interval, the ns its native thread was measurably off a CPU (docs/format.md,
+  # type 5): the larger of two lower bounds, inside (between the first and the last tick inside
+  # the hold, the wall time less what the CPU time grew) and around (the hold's wall time less what
+  # the CPU time grew from the last tick at or before its start to the first at or after its end).
+  def off_cpu_ns(interval)
+    samples = @cpu && interval.native && @cpu[:by_native][interval.native]
+    wall = interval.end_ns - interval.start_ns
+    return 0 if samples.nil? || wall <= 0
+
+    cpu_at = ->(tick) { samples.select { |time, _| time <= tick }.last }
+    ticks = @cpu[:ticks].select { |tick| tick.between?(interval.start_ns, interval.end_ns) }
+    inside = 0
+    if ticks.size >= 2 && (last = cpu_at.(ticks.last))
+      first = cpu_at.(ticks.first)
+      first_tick = first ? ticks.first : (first = samples.find { |time, _| time >= ticks.first })[0]
+      span = ticks.last - first_tick
+      ran = last[1] - first[1]
+      inside = ran.negative? ? span : span - ran if span.positive? && ran < span
+    end
+    before = @cpu[:ticks].select { |tick| tick <= interval.start_ns }.last
+    after = @cpu[:ticks].find { |tick| tick >= interval.end_ns }
+    begin_cpu = before && cpu_at.(before)
+    end_cpu = after && cpu_at.(after)
+    around = 0
+    if begin_cpu && end_cpu && end_cpu[1] - begin_cpu[1] < wall
+      around = end_cpu[1] < begin_cpu[1] ? wall : wall - (end_cpu[1] - begin_cpu[1])
+    end
+    [inside, around].max
+  end
 
   # A thread's hold streaks (see ThreadStats::Row), from its intervals in order.
   class Streaks
@@ -368,19 +410,22 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
       @pause_ns = pause_ns
       @long_ns = long_ns
       @start_ns = nil
-      @to_h = { long_streaks: 0, long_streak_held_ns: 0, longest_streak: nil, longest_streak_held_ns: 0 }
+      @to_h = { long_streaks: 0, long_streak_held_ns: 0, longest_streak: nil, longest_streak_held_ns: 0,
+                long_streak_off_cpu_ns: 0, longest_streak_off_cpu_ns: 0 }
     end
 
     attr_reader :to_h
 
-    def add(state, start_ns, end_ns)
+    def add(state, start_ns, end_ns, off_cpu_ns = 0)
       case state
       when :run, :gc
         unless @start_ns
           @start_ns = start_ns
           @held_ns = 0
+          @off_cpu_ns = 0
         end
         @held_ns += end_ns - start_ns
+        @off_cpu_ns += off_cpu_ns
         @last_end_ns = end_ns
       when :idle then close(paused: true) if end_ns - start_ns >= @pause_ns
       when :exited, :started then close
@@ -391,12 +436,15 @@ class ReferenceStats < GVLScope::Analysis::ThreadStats
       return unless @start_ns
 
       held = @held_ns
-      if paused && held >= @long_ns
+      running = held - @off_cpu_ns # a streak is long when it ran a timeslice (ThreadStats::Row)
+      if paused && running >= @long_ns
         @to_h[:long_streaks] += 1
         @to_h[:long_streak_held_ns] += held
-        if held > @to_h[:longest_streak_held_ns]
+        @to_h[:long_streak_off_cpu_ns] += @off_cpu_ns
+        if running > @to_h[:longest_streak_held_ns] - @to_h[:longest_streak_off_cpu_ns]
           @to_h[:longest_streak] = [@start_ns, @last_end_ns]
           @to_h[:longest_streak_held_ns] = held
+          @to_h[:longest_streak_off_cpu_ns] = @off_cpu_ns
         end
       end
       @start_ns = nil

@@ -25,12 +25,22 @@ module GVLScope
       # +idle_by_reason+: idle ns by idle reason (Vocabulary::IDLE_REASONS; reasons with idle time
       # only); +io_overlap_wait_ns+: the GVL wait IO it had started overlapped (the hook's rule,
       # ext/gvlscope/metrics_event.h; AdvisorInputs::QUICK_RELEASE_NS).
+      # Holds are wall time. In a trace that sampled its native threads' CPU time (format version 3),
+      # +held_off_cpu_ns+ is the part of run + gc the OS measurably kept the thread off a CPU (an
+      # overloaded machine, SIGSTOP; measured between the CPU samples inside each hold, docs/format.md),
+      # and a streak is long when it *ran* a timeslice or more (held less off CPU);
+      # +long_streak_off_cpu_ns+ and +longest_streak_off_cpu_ns+ are the off-CPU parts of
+      # +long_streak_held_ns+ and +longest_streak_held_ns+. All three nil without CPU samples.
       Row = Struct.new(:serial, :label, :created_at, :ractor_id, :run_ns, :wait_ns, :idle_ns, :gc_ns, :holds, :waits,
                        :longest_wait_ns, :released_by, :longest_run, :longest_wait, :blocking_waits,
                        :slow_blocking_waits, :blocking_wait_ns, :median_slow_blocking_wait_ns,
                        :longest_slow_blocking_wait, :median_wait_ns, :longest_gc, :long_streaks, :long_streak_held_ns,
                        :longest_streak, :longest_streak_held_ns, :idle_by_reason, :io_overlap_wait_ns,
-                       keyword_init: true)
+                       :held_off_cpu_ns, :long_streak_off_cpu_ns, :longest_streak_off_cpu_ns,
+                       keyword_init: true) do
+        # What the longest streak ran on a CPU: its hold, less what was measured off a CPU.
+        def longest_streak_running_ns = longest_streak_held_ns - longest_streak_off_cpu_ns.to_i
+      end
 
       attr_reader :rows, :timeline, :median_wait_ns
 
@@ -64,6 +74,7 @@ module GVLScope
           blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
         longest_gc = sums&.at(23)
         long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns, idle_by_reason, io_overlap = sums&.[](24, 6)
+        off_cpu = @timeline.respond_to?(:cpu_sampled?) && @timeline.cpu_sampled? ? (sums&.[](30, 3) || [0, 0, 0]) : []
         Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
                 ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
                 waits: waits, longest_wait_ns: longest_wait_ns,
@@ -75,7 +86,8 @@ module GVLScope
                 long_streak_held_ns: long_streak_held_ns || 0, longest_streak: longest_streak,
                 longest_streak_held_ns: longest_streak_held_ns || 0,
                 idle_by_reason: (idle_by_reason || []).each_with_object(Hash.new(0)) { |(code, ns), by| by[Model::Scan::REASONS[code]] = ns },
-                io_overlap_wait_ns: io_overlap || 0)
+                io_overlap_wait_ns: io_overlap || 0, held_off_cpu_ns: off_cpu[0], long_streak_off_cpu_ns: off_cpu[1],
+                longest_streak_off_cpu_ns: off_cpu[2])
       end
     end
 

@@ -45,7 +45,7 @@ module GVLScope
           serial: row.serial, name: row.label, ractor_id: row.ractor_id, run_ns: row.run_ns,
           wait_ns: row.wait_ns, idle_ns: row.idle_ns, gc_ns: row.gc_ns, holds: row.holds, waits: row.waits,
           longest_wait_ns: row.longest_wait_ns, released_by: row.released_by.transform_keys(&:to_s),
-          created_at: row.created_at
+          created_at: row.created_at, held_off_cpu_ns: row.held_off_cpu_ns
         }.compact
       end
 

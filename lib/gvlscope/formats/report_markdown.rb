@@ -3,6 +3,7 @@
 require_relative "format"
 require_relative "histogram_text"
 require_relative "report_text"
+require_relative "thread_table"
 require_relative "../printable"
 require_relative "../units"
 require_relative "../vocabulary"
@@ -64,16 +65,20 @@ module GVLScope
 
       def threads
         rows = @report.rows.sort_by { |row| -row.wait_ns }
-        lines = ["### Threads", "", "| #{COLUMNS.join(' | ')} |", "|:---|#{'---:|' * 7}:---|"]
+        off_cpu = ThreadTable.off_cpu?(rows) # the column of a trace that sampled CPU time
+        columns = off_cpu ? COLUMNS.dup.insert(5, "off CPU") : COLUMNS
+        lines = ["### Threads", "", "| #{columns.join(' | ')} |", "|:---|#{'---:|' * (columns.size - 2)}:---|"]
         rows.each do |row|
           released = row.released_by.map { |cause, count| "#{cause} #{count}" }.join(", ")
           cells = [code(Vocabulary.thread_display_name(row.label, row.created_at), table: true), Units.ms(row.run_ns),
-                   Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns), Units.ms(row.longest_wait_ns),
+                   Units.ms(row.wait_ns), Units.ms(row.idle_ns), Units.ms(row.gc_ns),
+                   *(off_cpu ? [Units.ms(row.held_off_cpu_ns.to_i)] : []), Units.ms(row.longest_wait_ns),
                    row.holds, row.waits, text(released)]
           lines << "| #{cells.join(' | ')} |"
         end
         legend = legend(rows)
         lines.push("", legend) if legend
+        lines.push("", text(ThreadTable::OFF_CPU.sub("off CPU:", "Off CPU:"))) if off_cpu
         lines.join("\n")
       end
 

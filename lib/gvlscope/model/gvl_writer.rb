@@ -4,7 +4,7 @@ require_relative "../vocabulary"
 
 module GVLScope
   module Model
-    # Writes a .gvl trace (docs/format.md, version 2, no stacks) from events given in time order:
+    # Writes a .gvl trace (docs/format.md, version 3, no stacks) from events given in time order:
     # how an importer (GVLTracing.convert) hands another tool's trace to the report engine without
     # keeping its events. Memory: one buffer of CHUNK_RECORDS records per native thread (lane).
     #
@@ -13,7 +13,7 @@ module GVLScope
     # that lane's pending records go to the file first.
     class GvlWriter
       MAGIC = "GVLSCOPE"
-      VERSION = 2
+      VERSION = 3
       HEADER = "a8L<L<Q<Q<L<L<L<L<"
       HEADER_BYTES = 48
       CHUNK_RECORDS = 8192
@@ -51,9 +51,17 @@ module GVLScope
         @last_lane = native
       end
 
+      # A CPU chunk: at +time_ns+ the drain thread sampled the native threads' CPU time, +cpu_ns+
+      # { native serial => its CPU ns then } (those whose CPU time changed since their previous sample).
+      def cpu(time_ns, cpu_ns)
+        body = [time_ns, cpu_ns.size, 0].pack("Q<L<L<") + cpu_ns.map { |native, ns| [native, 0, ns].pack("L<L<Q<") }.join
+        @io.write([5, body.bytesize].pack("L<L<"), body)
+      end
+
       # Writes what is pending, the thread table (+threads+: ThreadInfo, names in UTF-8) and the end
-      # record; the caller closes the IO.
-      def finish(threads:, end_ns:)
+      # record (with the machine's +cpus+ and highest load x 1000, +load_milli+, when given); the
+      # caller closes the IO.
+      def finish(threads:, end_ns:, cpus: nil, load_milli: 0)
         @lanes.each { |native, lane| flush(native, lane) }
         body = threads.map do |info|
           name = info.name.to_s.b
@@ -61,7 +69,9 @@ module GVLScope
           [info.serial, info.ractor_id.to_i, flags, name.bytesize, 0].pack("L<5") << name
         end.join.b
         @io.write([2, body.bytesize].pack("L<L<"), body)
-        @io.write([3, 24, end_ns, @events, 0].pack("L<L<Q<Q<Q<"))
+        return @io.write([3, 24, end_ns, @events, 0].pack("L<L<Q<Q<Q<")) unless cpus
+
+        @io.write([3, 32, end_ns, @events, 0, cpus, load_milli].pack("L<L<Q<Q<Q<L<L<"))
       end
 
       private

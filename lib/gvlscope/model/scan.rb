@@ -121,6 +121,10 @@ module GVLScope
       # gvl-tracing imports): outputs then say "stacks: not recorded".
       def stacks? = @file.respond_to?(:stacks?) && @file.stacks?
 
+      # True when the trace sampled its native threads' CPU time (format version 3, a file sink's
+      # trace): the engine then tells what of each hold the OS kept its thread off a CPU.
+      def cpu_sampled? = @file.respond_to?(:cpu_ticks) && !@file.cpu_ticks.empty?
+
       # serial => ThreadTimeline, in order of appearance (first event or sample, then the thread
       # table); their intervals come from another pass, on first use.
       def threads
@@ -296,6 +300,7 @@ module GVLScope
         pass = Engine::Pass.create(
           @index,
           { timeslice_ns: @file.timeslice_ns, duration_ns: duration_ns, stack_causes: stack_causes,
+            cpu_ticks: cpu_sampled? ? @file.cpu_ticks : nil, cpu_samples: cpu_sampled? ? @file.cpu_samples : nil,
             threads: @file.thread_info.flat_map { |serial, info| [serial, info.ractor_id] }.pack("L<*"),
             bins: bins, blame: blame, code: code, spill: spill, spill_dir: Dir.tmpdir, windows: windows,
             windows_only: windows_only, median_budget: @exact_medians, stats: stats }

@@ -43,12 +43,15 @@ module GVLScope
     # events. A file cut short reads up to its last whole chunk (truncated? is then true).
     class TraceFile
       MAGIC = "GVLSCOPE"
-      VERSION = 2
+      VERSION = 3
       KINDS = Vocabulary::EVENT_KINDS
       CHUNK_EVENTS = 1
       CHUNK_THREADS = 2
       CHUNK_END = 3
       CHUNK_STACKS = 4
+      CHUNK_CPU = 5 # version 3: the native threads' CPU time, sampled by the drain thread
+      CPU_HEADER_BYTES = 16
+      CPU_RECORD_BYTES = 16
       HEADER = "a8L<L<Q<Q<L<L<" # magic version header_bytes start_mono start_real pid timeslice_us
       HEADER_BYTES = 40
       EVENTS_HEADER_BYTES = 24
@@ -78,6 +81,11 @@ module GVLScope
       #   raw_samples [[time_ns, thread serial, stack id], ...] in time order
       #   stack(id)   the stack (frozen Array of Frame), nil if the file has no table for it
       #   stack_counts { sites:, samples:, dropped:, unreadable: } as the recorder counted them
+      #
+      # CPU samples (version 3; empty before): cpu_ticks "q<" per CPU chunk (when the drain thread
+      # sampled), cpu_samples "Q<Q<Q<" per record (native serial, time, the native thread's CPU ns
+      # then): what Scan hands the engine to tell a hold's running time from its wall time.
+      attr_reader :cpu_ticks, :cpu_samples
       attr_reader :path, :pid, :start_realtime_ns, :timeslice_ns, :times, :kinds, :threads, :natives,
                   :thread_info, :native_tids, :end_ns, :dropped, :warnings, :site_ids, :raw_samples, :stack_counts,
                   :machine
@@ -118,6 +126,8 @@ module GVLScope
         @stacks = {}
         @stack_counts = nil
         @machine = nil
+        @cpu_ticks = +"".b
+        @cpu_samples = +"".b
       end
 
       # True when the trace recorded code locations (release sites and holder samples).
@@ -276,6 +286,7 @@ module GVLScope
         when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
         when CHUNK_END then read_end(data, offset, payload_bytes)
         when CHUNK_STACKS then read_stacks(data, offset, payload_bytes)
+        when CHUNK_CPU then read_cpu(data, offset, payload_bytes)
         else raise FormatError, "#{@path}: unknown chunk type #{type} at byte #{offset} (corrupt file?)"
         end
       end
@@ -407,6 +418,23 @@ module GVLScope
           offset += 4 + 4 * depth
         end
         corrupt!(chunk_offset, "stacks chunk of #{bytes} bytes holds #{offset - start} bytes of tables") if offset != finish
+      end
+
+      # A CPU chunk (format.h, gvls_cpu_header): when the drain thread sampled, and the native
+      # threads whose CPU time changed since their previous record, with that CPU time.
+      def read_cpu(data, offset, bytes)
+        corrupt!(offset, "CPU chunk of #{bytes} bytes, shorter than its header") if bytes < CPU_HEADER_BYTES
+        at_ns, count = data.unpack("Q<L<", offset: offset + 8 - @base)
+        if CPU_HEADER_BYTES + count * CPU_RECORD_BYTES != bytes
+          corrupt!(offset, "CPU chunk of #{bytes} bytes claims #{count} samples")
+        end
+        corrupt!(offset, "CPU chunk at #{at_ns} ns (over 146 years)") if at_ns >= MAX_TIME_NS
+        samples = data.unpack("L<L<Q<" * count, offset: offset + 8 + CPU_HEADER_BYTES - @base).each_slice(3).map do |native, _, cpu_ns|
+          corrupt!(offset, "CPU time of #{cpu_ns} ns (over 146 years)") if cpu_ns >= MAX_TIME_NS
+          [native, at_ns, cpu_ns]
+        end
+        @cpu_ticks << [at_ns].pack("q<")
+        @cpu_samples << samples.flatten.pack("Q<*")
       end
 
       def read_threads(data, chunk_offset, bytes)
