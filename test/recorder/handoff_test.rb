@@ -352,11 +352,17 @@ class HandoffTest < Minitest::Test
       2.times { GVLScope::Rack.new(->(_env) { [200, {}, []] }) }
       print Puma::ThreadPool.ancestors.first == Puma::ThreadPool
     RUBY
+    assert_equal ["true", "gvlscope: Puma 9.0.0 has no ThreadPool#spawn_thread: #{IN_APP_ONLY}"], run_beside_puma(program)
+  end
+
+  IN_APP_ONLY = "gvl-wait counts only the wait inside the app, not the wait before it (no queue entry; docs/web.md)"
+
+  # A program defining its own Puma, run: what it printed, and its one line of errors.
+  def run_beside_puma(program)
     out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
     assert status.success?, err
-    assert_equal "true", out
-    assert_equal ["gvlscope: Puma 9.0.0 has no ThreadPool#spawn_thread: gvl-wait counts only the wait inside the app, " \
-                  "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
+    assert_equal 1, err.lines.size, err
+    [out, err.chomp]
   end
 
   # A pool whose todo list is neither of the kinds Puma 6-8 use: said once, when its first thread
@@ -376,11 +382,7 @@ class HandoffTest < Minitest::Test
       GVLScope::Rack.new(->(_env) { [200, {}, []] })
       2.times { print Puma::ThreadPool.new.todo.class }
     RUBY
-    out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", program)
-    assert status.success?, err
-    assert_equal "HashHash", out
-    assert_equal ["gvlscope: Puma 9.1.0 keeps its todo list in a Hash: gvl-wait counts only the wait inside the app, " \
-                  "not the wait before it (no queue entry; docs/web.md)"], err.lines.map(&:chomp)
+    assert_equal ["HashHash", "gvlscope: Puma 9.1.0 keeps its todo list in a Hash: #{IN_APP_ONLY}"], run_beside_puma(program)
   end
 
   # Puma 6 keeps its todo list in an Array, 7 and 8 in a Thread::Queue; a pool with a minimum of 0
