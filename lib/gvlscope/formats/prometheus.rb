@@ -86,6 +86,13 @@ module GVLScope
         family(out, "#{prefix}_duration_seconds_total", "counter", "Duration of the #{names[:counter]}", series) { |e| e.duration_ns / 1e9 }
         family(out, "#{prefix}_pickup_wait_seconds_total", "counter",
                "GVL wait of their threads before they started (part of state wait)", series) { |e| e.pickup_wait_ns / 1e9 }
+        # Requests on event loops' tasks (Falcon) only: a family of zeros says nothing elsewhere.
+        if series.any? { |entry, _labels| entry.loop_wait_ns.positive? }
+          family(out, "#{prefix}_loop_wait_seconds_total", "counter",
+                 "Wait for their event loop (fiber servers: other fibers ran), apart from the GVL wait", series) do |e|
+            e.loop_wait_ns / 1e9
+          end
+        end
         if names[:queue_latency]
           family(out, "#{prefix}_queue_latency_seconds_total", "counter",
                  "Time in their queue, from enqueued_at to the start (pickup wait is part of it)", series) do |e|
