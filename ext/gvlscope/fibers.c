@@ -49,10 +49,18 @@ static loop_state *loop_of(const gvls_thread *slot, int grow) {
     return &loops[slot->index];
 }
 
-// A freed slot's index goes to a new thread, whose loop is not this one.
+// The turns of loops whose threads are gone, together: counters never go back.
+static loop_state retired;
+
+// A freed slot's index goes to a new thread, whose loop is not this one: its turns are retired.
 static void slot_freed(gvls_thread *slot) {
     loop_state *loop = loop_of(slot, 0);
-    if (loop) memset(loop, 0, sizeof(*loop));
+    if (!loop) return;
+    retired.turns += loop->turns;
+    retired.busy_ns += loop->busy_ns;
+    if (loop->longest_turn_ns > retired.longest_turn_ns) retired.longest_turn_ns = loop->longest_turn_ns;
+    for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) retired.turn_histogram[b] += loop->turn_histogram[b];
+    memset(loop, 0, sizeof(*loop));
 }
 
 static const gvls_slot_listener slot_listener = { .freed = slot_freed };
@@ -153,12 +161,13 @@ static void copy_row(gvls_thread *slot, void *arg) {
 }
 
 // Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
-// for the threads whose loop gave turns while tracking was on.
+// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
 static VALUE native_loop_turns(VALUE self) {
     loop_rows copied = { .capa = gvls_threads_count() + 1 };
     copied.rows = malloc(copied.capa * sizeof(loop_row));
     if (!copied.rows) rb_raise(rb_eNoMemError, "gvlscope loop turns");
     gvls_threads_each(copy_row, &copied);
+    if (retired.turns && copied.count < copied.capa) copied.rows[copied.count++] = (loop_row){ .serial = 0, .loop = retired };
     VALUE rows = rb_ary_new_capa((long)copied.count);
     for (size_t i = 0; i < copied.count; i++) {
         const loop_state *loop = &copied.rows[i].loop;

@@ -43,7 +43,7 @@ class EventLoopTest < Minitest::Test
 
   def teardown
     [@client, @connection, @server].each { |io| io&.close }
-    GVLScope::Native.loop_tracking = false
+    GVLScope::EventLoops.track(false)
     GVLScope::Metrics.disable
   end
 
@@ -93,14 +93,20 @@ class EventLoopTest < Minitest::Test
   end
 
   def test_the_loops_turns_are_counted_with_the_longest
+    before = GVLScope::EventLoops.turns
     serve_beside_a_cpu_task(120)
-    rows = GVLScope::Native.loop_turns
-    refute_empty rows
-    _serial, turns, busy_ns, longest_ns, histogram = rows.max_by { |row| row[3] }
-    assert_operator turns, :>=, 2 # the CPU task's, the request task's after it
-    assert_operator longest_ns, :>=, 120 * MS
-    assert_operator busy_ns, :>=, longest_ns
-    assert_equal turns, histogram.sum
+    turns = GVLScope::EventLoops.turns - before # the loop's thread has exited: its turns are kept
+    assert_operator turns.turns, :>=, 2 # the CPU task's, the request task's after it
+    assert_operator turns.longest_turn_ns, :>=, 120 * MS
+    assert_operator turns.busy_ns, :>=, 120 * MS
+    assert_equal turns.turns, turns.turn_histogram.sum
+    assert_operator turns.turn_histogram[27..].sum, :>=, 1, "a turn of 2^26 ns (67 ms) or more"
+    # Always-on metrics: the turns beside the GVL's, for Prometheus (what Node.js calls event-loop delay).
+    snapshot = GVLScope::Metrics.snapshot
+    text = snapshot.to_prometheus
+    assert_includes text, "gvlscope_event_loop_turns_total #{snapshot.loops.turns}\n"
+    assert_includes text, "gvlscope_event_loop_turn_seconds_count #{snapshot.loops.turns}\n"
+    assert_operator snapshot.loops.turns, :>=, turns.turns
   end
 
   def test_a_request_on_a_thread_without_a_loop_has_no_loop_wait
@@ -111,20 +117,21 @@ class EventLoopTest < Minitest::Test
     assert_equal 0, env["gvlscope"].loop_wait_ns
     refute_match(/loop/, response[1]["server-timing"])
     refute_predicate GVLScope::Native, :loop_tracking?
+    refute_match(/event_loop/, GVLScope::Metrics::Snapshot.from_native(GVLScope::Native.metrics_snapshot).to_prometheus)
   end
 
   # An Enumerator's fiber inside a task switches fibers too: not a turn of the loop.
   def test_an_enumerators_fiber_in_a_task_is_not_a_turn
+    before = GVLScope::EventLoops.turns
     Thread.new do
       Fiber.set_scheduler(TinyScheduler.new)
-      GVLScope::Native.loop_tracking = true
+      GVLScope::EventLoops.track
       Fiber.schedule do
         numbers = [1, 2, 3].each
         3.times { numbers.next }
         sleep 0.001
       end
     end.join
-    _serial, turns, = GVLScope::Native.loop_turns.max_by { |row| row[1] }
-    assert_equal 2, turns # the task's start until its sleep, then from its wake to its end
+    assert_equal 2, (GVLScope::EventLoops.turns - before).turns # the task's start until its sleep, then from its wake to its end
   end
 end

@@ -295,6 +295,13 @@ module GVLScope
                        "1", :observable_gauge, [gauge_point(interval.held_ratio, start, now)])
         data << metric("gvlscope.waiting_threads", "Threads waiting for the GVL now", "{thread}", :observable_gauge,
                        [gauge_point(snapshot.waiting_threads, start, now)])
+        loops = snapshot.loops
+        return unless loops.turns.positive? # event loops (Falcon, async) only
+
+        turn = histogram_point(:loop_turn, {}, loops.turn_histogram, loops.turns, loops.busy_ns, start, now,
+                               @producer.temporality == :cumulative ? loops.longest_turn_ns / 1e9 : nil)
+        data << metric("gvlscope.event_loop.turn", "Turns event loops gave their fibers, each one: how late the loop " \
+                                                   "came back to its select (event-loop delay)", "s", :histogram, [turn])
       end
 
       def breakdown_metrics(data, entries, start, now)
