@@ -10,7 +10,7 @@ require_relative "support/callgrind"
 
 SWITCHES = Integer(ENV.fetch("SWITCHES", 200_000))
 LIB = File.expand_path("../lib", __dir__)
-SCHEDULER = File.expand_path("../test/support/tiny_scheduler.rb", __dir__)
+SCHEDULER = File.expand_path("../lab/tiny_scheduler.rb", __dir__)
 MODES = {
   "none" => "",
   "metrics" => "GVLScope::Metrics.enable",

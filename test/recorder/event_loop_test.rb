@@ -3,7 +3,7 @@
 require "test_helper"
 require "socket"
 require "gvlscope/rack"
-require "support/tiny_scheduler"
+require_relative "../../lab/tiny_scheduler"
 
 # Event loops (ext/gvlscope/fibers.c): a request on a fiber of a thread with a Fiber scheduler
 # waits for the loop while another fiber keeps the thread, though no thread waits for the GVL.

@@ -90,6 +90,29 @@ module GVLScope
                    holds: ->(m) { m[:convoy_found] && m[:convoy_blames] == "cpu" }),
            ]
 
+    define "fiber-convoy", file: "fiber_convoy.rb", seconds: 8,
+           summary: "one-line requests served on fibers of an event loop: alone, beside a fiber burning CPU in 50 ms turns",
+           source: "Falcon's and fiber-profiler's docs: a fiber that does not yield stalls its loop; Node.js event-loop delay",
+           claims: [
+             claim("Beside a CPU-bound fiber a request waits for the loop, though no thread waits for the GVL",
+                   published: "a fiber that does not yield stalls every other fiber of its loop (fiber-profiler)",
+                   tolerance: "median between 0.2x and 3x a turn: a request arriving at random waits the rest of the " \
+                              "turn in progress (half of one on average), and a loaded machine stretches a turn of CPU time",
+                   measured: ->(m) { format("%s per request beside turns of %d ms", ms.call(m[:beside_ms]), m[:turn_ms]) },
+                   holds: ->(m) { (0.2..3.0).cover?(m[:beside_ms] / m[:turn_ms]) }),
+             claim("Alone, a request takes far less than a turn",
+                   published: "sub-millisecond on loopback",
+                   tolerance: "< 0.1 x the turn",
+                   measured: ->(m) { ms.call(m[:alone_ms]) },
+                   holds: ->(m) { m[:alone_ms] < 0.1 * m[:turn_ms] }),
+             claim("gvlscope's loop-wait covers what the loop cost each delayed request",
+                   published: "(gvlscope's own figure: Server-Timing loop-wait, docs/fibers.md)",
+                   tolerance: "loop-wait >= 0.8 x (latency - the median alone) for 9 of 10 delayed requests: the " \
+                              "arrival is the kernel's to a jiffy (4 ms at HZ 250), the rest is the loop's own work",
+                   measured: ->(m) { format("%d of %d delayed requests covered (median %.2f)", m[:covered], m[:delayed], m[:coverage_median] || 0) },
+                   holds: ->(m) { m[:delayed].positive? && m[:covered] >= 0.9 * m[:delayed] }),
+           ]
+
     define "http-neighbour", file: "http_neighbour.rb", seconds: 10,
            summary: "sequential Net::HTTP GETs (server answers after 50 ms), alone and beside a counting thread",
            source: "Ivo Anjo, RubyKaigi 2023 (examples 5 and 6) and blog 2023-02-11",

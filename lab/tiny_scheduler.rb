@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
-# The smallest Fiber scheduler that runs the event-loop tests (test/recorder/event_loop_test.rb):
+# The smallest Fiber scheduler, for the lab's fiber convoy (lab/fiber_convoy.rb) and the event-loop
+# tests (test/recorder/event_loop_test.rb):
 # tasks are non-blocking fibers resumed by the thread's blocking fiber (the loop), which waits for
 # their IO with IO.select and for their sleeps with its timeout, as async's and Falcon's reactor
 # does with epoll. Only what the tests use: readable and writable waits, sleep, block/unblock.
