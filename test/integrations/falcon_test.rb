@@ -122,9 +122,10 @@ class FalconTest < Minitest::Test
   end
 
   # (b) Alone, no fiber holds the loop: between the bytes' arrival and the request's fiber getting
-  # the thread, the worker only wakes from its select, parses and resumes the fiber. That is time
-  # its threads ran or waited for a core, which the kernel counts (/proc/PID/task/*/schedstat):
-  # loop-wait is at most that, plus a jiffy for its start, whatever the machine's load.
+  # the thread, the worker only wakes from its select and resumes that fiber (on a new connection,
+  # after accepting it). That is time its threads ran or waited for a core, which the kernel counts
+  # (/proc/PID/task/*/schedstat): loop-wait is at most that, plus a jiffy for its start, however
+  # loaded the machine is.
   def test_alone_the_loop_wait_is_the_loops_own_work_and_a_jiffy
     skip "no /proc/PID/schedstat (a kernel without CONFIG_SCHED_INFO)" unless File.exist?("/proc/self/schedstat")
     server = start_falcon
