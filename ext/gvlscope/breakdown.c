@@ -4,6 +4,7 @@
 // nine Array updates cost a hello-world request ~14,000 instructions; this call ~200).
 #include "gvlscope.h"
 #include "handoff.h"
+#include "fibers.h"
 #include "request_timing.h"
 #include "histogram.h"
 #include <ruby/encoding.h>
@@ -265,7 +266,9 @@ static VALUE key_env;  // "gvlscope"
 // requests.start(env) -> timing: a RequestTiming of the current thread, started now, as env["gvlscope"].
 static VALUE table_start(VALUE self, VALUE env) {
     // The wait before the app: the connection's hand-off (handoff.c), looked for while some are pending.
-    VALUE timing = gvls_request_timing_start_current(gvls_handoff_rack && gvls_handoff_pending ? gvls_handoff_fd_of_env(env) : -1);
+    // On an event loop's task (Falcon): the wait for the loop since the request's bytes came (fibers.c).
+    VALUE timing = gvls_request_timing_start_current(gvls_handoff_rack && gvls_handoff_pending ? gvls_handoff_fd_of_env(env) : -1,
+                                                     gvls_fibers_on_task() ? gvls_fibers_fd_of_env(env) : -1);
     if (RB_LIKELY(RB_TYPE_P(env, T_HASH))) rb_hash_aset(env, key_env, timing);
     else rb_funcall(env, rb_intern("[]="), 2, key_env, timing);  // env is a Hash (Rack's SPEC); anything else as Ruby would
     return timing;

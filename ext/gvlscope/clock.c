@@ -3,6 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 gvls_clock_calibration gvls_clock;
 
@@ -42,4 +46,13 @@ void gvls_clock_init(void) {
 
 const char *gvls_clock_source(void) {
     return gvls_clock.use_tsc ? "tsc" : "monotonic";
+}
+
+uint64_t gvls_kernel_data_arrival_ns(int fd, uint64_t now_ns) {
+    struct tcp_info info;
+    socklen_t len = sizeof(info);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < offsetof(struct tcp_info, tcpi_last_data_recv) + sizeof(info.tcpi_last_data_recv))
+        return 0;
+    uint64_t ago_ns = (uint64_t)info.tcpi_last_data_recv * 1000000ull;
+    return now_ns > ago_ns ? now_ns - ago_ns : 0;
 }

@@ -40,6 +40,15 @@ static inline uint64_t gvls_now_ns(void) {
     return gvls_monotonic_ns();
 }
 
+// The kernel's clock for a TCP connection's bytes counts jiffies (HZ 250 on Debian's kernels:
+// 4 ms; 1,000 elsewhere: 1 ms). Two readings of it are this far apart at most.
+#define GVLS_KERNEL_SLACK_NS 4000000ull
+
+// When the last bytes to reach a TCP socket arrived (a request's), on this clock, by the kernel:
+// now_ns minus tcpi_last_data_recv (ms); at accept with nothing received yet, when the connection
+// was established. 0 for any other descriptor (a Unix socket, a pipe), or if the kernel does not say.
+uint64_t gvls_kernel_data_arrival_ns(int fd, uint64_t now_ns);
+
 void gvls_clock_init(void);
 const char *gvls_clock_source(void);
 

@@ -2,6 +2,7 @@
 // and the one after-fork reset, which calls each module's in order.
 #include "gvlscope.h"
 #include "handoff.h"
+#include "fibers.h"
 #include "clock.h"
 #include "hook.h"
 #include "metrics.h"
@@ -75,6 +76,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_breakdown_init(mNative);
     gvls_live_answer_init(mNative);
     gvls_handoff_init(mNative);
+    gvls_fibers_init(mNative);
     gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     pthread_atfork(NULL, NULL, atfork_child);

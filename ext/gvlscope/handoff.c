@@ -17,9 +17,6 @@
 #include "metrics.h"
 #include "metrics_event.h"
 #include <ruby/io.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include "thread_state.h"
@@ -88,22 +85,6 @@ static uint64_t arrival_and_mark(gvls_thread *slot, uint64_t *wait_at_arrival) {
     return arrival_ns;
 }
 
-// The kernel's clock for a TCP connection's bytes counts jiffies (HZ 250 on Debian's kernels:
-// 4 ms; 1,000 elsewhere: 1 ms). Two readings of it are this far apart at most.
-#define KERNEL_SLACK_NS 4000000ull
-
-// When the last bytes to reach a TCP socket arrived (its request), by the kernel: now minus
-// tcpi_last_data_recv (ms); at accept with nothing received yet, when the connection was
-// established. 0 for any other descriptor (a Unix socket, a pipe), or if the kernel does not say.
-static uint64_t kernel_data_arrival(int fd, uint64_t now_ns) {
-    struct tcp_info info;
-    socklen_t len = sizeof(info);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || len < offsetof(struct tcp_info, tcpi_last_data_recv) + sizeof(info.tcpi_last_data_recv))
-        return 0;
-    uint64_t ago_ns = (uint64_t)info.tcpi_last_data_recv * 1000000ull;
-    return now_ns > ago_ns ? now_ns - ago_ns : 0;
-}
-
 // When the work handed over now arrived. The kernel knows when a TCP connection's bytes came, to
 // a jiffy either way; the thread's wake for them is exact, and began a wait for the GVL (its wait
 // log has the wake as that wait's start). The latest wait that began within a jiffy of the
@@ -118,14 +99,14 @@ static uint64_t kernel_data_arrival(int fd, uint64_t now_ns) {
 // since the thread's last hand-off (a select), else now. *carried_ns: the thread's GVL wait since.
 static uint64_t arrival_of(gvls_thread *slot, int fd, uint64_t now_ns, uint64_t *carried_ns, int *exact) {
     uint64_t woke_ns = arrival_and_mark(slot, NULL);
-    uint64_t data_ns = kernel_data_arrival(fd, now_ns);
+    uint64_t data_ns = gvls_kernel_data_arrival_ns(fd, now_ns);
     if (!data_ns) {
         uint64_t arrival_ns = woke_ns ? woke_ns : now_ns;
         *carried_ns = gvls_metrics_own_wait_since(slot, arrival_ns, now_ns, exact, NULL);
         return arrival_ns;
     }
-    uint64_t from_ns = data_ns > KERNEL_SLACK_NS ? data_ns - KERNEL_SLACK_NS : 0;
-    return gvls_metrics_own_arrival(slot, from_ns, data_ns + KERNEL_SLACK_NS, now_ns, carried_ns, exact);
+    uint64_t from_ns = data_ns > GVLS_KERNEL_SLACK_NS ? data_ns - GVLS_KERNEL_SLACK_NS : 0;
+    return gvls_metrics_own_arrival(slot, from_ns, data_ns + GVLS_KERNEL_SLACK_NS, now_ns, carried_ns, exact);
 }
 
 // On the thread that hands the work over: it arrived at arrival_of, and this thread's GVL wait

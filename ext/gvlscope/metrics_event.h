@@ -133,6 +133,7 @@ static inline __attribute__((always_inline)) void gvls_metrics_event(unsigned ki
                 }
                 // Where a request's pickup wait starts: a server thread woken for work (RequestTiming).
                 m->wait_ns_at_wake = m->wait_ns;
+                m->woke_ns = now_ns;
                 // A server thread's wait for work, or a job runner's for a job (handoff.c).
                 if (idle >= m->mark_longest_idle_ns) {
                     m->mark_longest_idle_ns = idle;

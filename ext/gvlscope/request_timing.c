@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "metrics.h"
 #include "handoff.h"
+#include "fibers.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +26,8 @@ typedef struct {
     uint64_t blocked_before_start_ns;  // idle between taking the work and starting it (locks, IO on the way)
     uint64_t thread_wait_ns;  // handed over while this thread still ran its previous request: waited for a free thread
     uint64_t cpu_wait_ns;     // handed over while it slept: from the hand-off until it ran (woken, given a core)
+    int loop_known;           // ran on a task of an event loop whose turn and the request's arrival are known
+    uint64_t loop_wait_ns;    // ...from the arrival until its turn began, but the GVL waits in between (fibers.c)
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
     int queue_latency_known;
@@ -91,11 +94,43 @@ static void slot_freed(gvls_thread *slot) {
 
 static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 
-// handed_fd: the connection whose hand-off the current thread claims (handoff.c), or -1.
-static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd) {
+// On an event loop's task (fibers.c), connection fd's request: it waited for the loop from its bytes'
+// arrival until its task's turn began, and for the GVL meanwhile (the loop's thread beside others).
+// The arrival is the kernel's for the bytes, to a jiffy; the loop's return from its select, when
+// that came within a jiffy of it (the loop was idle when they came, and they woke it: exact); else
+// the kernel's a jiffy late, a lower bound (the loop was busy with other turns when they came, and
+// its next select returned at once, long after: never charged to the request as its arrival).
+// Returns 0 when either is unknown (not TCP; tracking just began).
+static int loop_wait_of(request_timing *timing, gvls_thread *slot, int fd) {
+    gvls_loop_turn turn;
+    if (!gvls_fibers_turn(slot, &turn)) return 0;
+    uint64_t data_ns = gvls_kernel_data_arrival_ns(fd, timing->started_ns);
+    if (!data_ns) return 0;
+    int woken_by_them = turn.loop_woke_ns && turn.loop_woke_ns + GVLS_KERNEL_SLACK_NS >= data_ns &&
+                        turn.loop_woke_ns <= data_ns + GVLS_KERNEL_SLACK_NS;
+    uint64_t arrival_ns = woken_by_them ? turn.loop_woke_ns : data_ns + GVLS_KERNEL_SLACK_NS;
+    if (arrival_ns > turn.started_ns) arrival_ns = turn.started_ns;  // came during its own turn
+    int exact;
+    uint64_t wait_since_arrival = gvls_metrics_own_wait_since(slot, arrival_ns, timing->started_ns, &exact, NULL);
+    uint64_t wait_since_turn = gvls_metrics_own_wait_since(slot, turn.started_ns, timing->started_ns, NULL, NULL);
+    timing->loop_wait_ns = minus(turn.started_ns - arrival_ns, minus(wait_since_arrival, wait_since_turn));
+    timing->pickup_wait_ns = wait_since_arrival;
+    timing->pickup_exact = exact;
+    timing->arrival_ns = arrival_ns;
+    timing->loop_known = 1;
+    return 1;
+}
+
+// handed_fd: the connection whose hand-off the current thread claims (handoff.c), or -1. loop_fd:
+// the connection of a request on an event loop's task (fibers.c), or -1.
+static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd, int loop_fd) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
-    if (slot) {
+    if (slot && loop_fd >= 0 && loop_wait_of(timing, slot, loop_fd)) {
+        uint64_t ignored;
+        gvls_metrics_counters_now(slot, timing->started_ns, timing->before, &ignored);
+        gvls_metrics_request_started(slot);
+    } else if (slot) {
         uint64_t wait_at_wake;
         gvls_metrics_counters_now(slot, timing->started_ns, timing->before, &wait_at_wake);
         // The pickup is the wait since the later of two points: the end of the thread's previous
@@ -148,7 +183,7 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
 static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
     rb_check_arity(argc, 0, 1);
     VALUE thread = argc > 0 ? argv[0] : rb_thread_current();
-    return start(self, timing_of(self), thread, slot_of(thread), -1);
+    return start(self, timing_of(self), thread, slot_of(thread), -1, -1);
 }
 
 // RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
@@ -156,21 +191,22 @@ static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
 // the current one: nothing to check.
 static VALUE cRequestTiming;
 
-static VALUE start_current(VALUE klass, int handed_fd) {
+static VALUE start_current(VALUE klass, int handed_fd, int loop_fd) {
     request_timing *timing;
     VALUE self = TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
     VALUE thread = rb_thread_current();
-    return start(self, timing, thread, gvls_thread_for(thread), handed_fd);
+    return start(self, timing, thread, gvls_thread_for(thread), handed_fd, loop_fd);
 }
 
 static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
     if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
-    return start_current(klass, -1);
+    return start_current(klass, -1, -1);
 }
 
 // For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now, which
-// claims connection handed_fd's hand-off (-1: none).
-VALUE gvls_request_timing_start_current(int handed_fd) { return start_current(cRequestTiming, handed_fd); }
+// claims connection handed_fd's hand-off, or waited for its event loop since connection loop_fd's
+// bytes came (-1: none).
+VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd) { return start_current(cRequestTiming, handed_fd, loop_fd); }
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS]) {
@@ -223,6 +259,13 @@ static VALUE timing_gc_ns(VALUE self) { return ULL2NUM(counter(self, GC)); }
 static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->pickup_wait_ns); }
 static VALUE timing_io_overlap_wait_ns(VALUE self) { return ULL2NUM(counter(self, OVERLAP)); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
+
+// Waited for its event loop: from its arrival until the loop gave its task the thread, but the GVL
+// waits in between (gvl-wait's); 0 when not on a loop's task, or when the arrival was not known.
+static VALUE timing_loop_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->loop_wait_ns); }
+
+// Whether the request ran on an event loop's task and loop_wait_ns was measured.
+static VALUE timing_loop_wait_known_p(VALUE self) { return timing_of(self)->loop_known ? Qtrue : Qfalse; }
 
 // Before the request started: from the work's arrival (a server thread's wake for the connection,
 // a job fetch's) to the start, nil when no hand-off told the arrival.
@@ -300,6 +343,7 @@ static void put_values(const request_timing *timing, const uint64_t deltas[COUNT
                        uint64_t out[GVLS_REQUEST_VALUES]) {
     out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
     out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP]; out[7] = timing->queue_latency_ns;
+    out[8] = timing->loop_wait_ns;
 }
 
 // For breakdown.c: a RequestTiming's numbers (so far if it is not finished) into out; 0 if obj is
@@ -357,9 +401,11 @@ static VALUE timing_server_timing(VALUE self) {
     uint64_t values[COUNTERS];
     if (timing->finished) memcpy(values, timing->delta, sizeof(values));
     else deltas_now(timing, gvls_now_ns(), values);
-    char text[352];  // 8 names (110 chars) + 8 numbers of at most 21 + 8 separators
+    char text[432];  // 10 names (140 chars) + 10 numbers of at most 21 + 10 separators
     char *end = text;
     end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
+    // On an event loop's task (Falcon, async): its wait for the loop, which the GVL's says nothing of.
+    if (timing->loop_known) end = put_ms(put_text(end, ", loop-wait;dur="), rounded_us(timing->loop_wait_ns));
     end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
     uint64_t idle_us = rounded_us(values[IDLE]), gc_us = rounded_us(values[GC]);
     if (idle_us) end = put_ms(put_text(end, ", idle;dur="), idle_us);
@@ -377,6 +423,7 @@ static VALUE timing_server_timing(VALUE self) {
         uint64_t thread_us = rounded_us(timing->thread_wait_ns), cpu_us = rounded_us(timing->cpu_wait_ns);
         if (thread_us) end = put_ms(put_text(end, ", queue-threads;dur="), thread_us);
         if (cpu_us) end = put_ms(put_text(end, ", queue-cpu;dur="), cpu_us);
+        if (timing->loop_known) end = put_ms(put_text(end, ", queue-loop;dur="), rounded_us(timing->loop_wait_ns));
     }
     return rb_usascii_str_new(text, end - text);
 }
@@ -449,6 +496,8 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "pickup_wait_ns", timing_pickup_wait_ns, 0);
     rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
     rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
+    rb_define_method(cTiming, "loop_wait_ns", timing_loop_wait_ns, 0);
+    rb_define_method(cTiming, "loop_wait_known?", timing_loop_wait_known_p, 0);
     rb_define_method(cTiming, "enqueued_at=", timing_set_enqueued_at, 1);
     rb_define_method(cTiming, "queue_latency_ns", timing_queue_latency_ns, 0);
     rb_define_method(cTiming, "pickup_exact?", timing_pickup_exact_p, 0);

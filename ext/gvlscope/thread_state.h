@@ -31,6 +31,7 @@ typedef struct gvls_thread_metrics {
     uint64_t gc_started_ns;
     uint64_t run_ns, wait_ns, idle_ns, gc_ns;
     uint64_t wait_ns_at_wake;   // wait_ns when idle last ended (READY after a blocking release)
+    uint64_t woke_ns;           // ...and when (fibers.c: an event loop's last return from its select)
     // The longest idle since the thread's last hand-off mark (handoff.c), and when it ended: a
     // server thread's wait in a select for the next request, a job runner's wait for a job, not
     // the calls that returned at once around them (a nonblocking accept or read, a log write).

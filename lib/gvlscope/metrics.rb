@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
+require_relative "event_loops"
 require_relative "trace"
 require_relative "units"
 require_relative "vocabulary"
@@ -62,7 +63,7 @@ module GVLScope
       def snapshot
         raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
 
-        Snapshot.from_native(Native.metrics_snapshot)
+        Snapshot.from_native(Native.metrics_snapshot, loops: EventLoops.turns)
       end
 
       # The calling thread's counters (like gvltools' LocalTimer), as a ThreadRow.
@@ -89,12 +90,14 @@ module GVLScope
       EXITED_LABEL = "(exited threads)"
 
       attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
+      # The event loops' turns (EventLoops::Turns; EventLoops::NONE without a loop).
+      attr_reader :loops
 
       # +totals+: the counters over all rows, when the caller has them (Native.snapshot_rows_summary:
       # the live socket's answer, which writes the rows itself and unpacks none).
-      def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms), totals: nil)
+      def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms), totals: nil, loops: EventLoops::NONE)
         new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, waiting_threads_by_ractor: waiting,
-            packed: [threads, rows, nil, histograms], totals: totals)
+            packed: [threads, rows, nil, histograms], totals: totals, loops: loops)
       end
 
       def self.row_from(counters, **identity)
@@ -126,8 +129,9 @@ module GVLScope
       end
 
       def initialize(taken_ns:, wall_ns:, waiting_threads_by_ractor:, packed: nil, threads: nil, exited: nil,
-                     histograms: nil, totals: nil)
+                     histograms: nil, totals: nil, loops: EventLoops::NONE)
         @taken_ns = taken_ns
+        @loops = loops
         @wall_ns = wall_ns
         @waiting_threads_by_ractor = waiting_threads_by_ractor.freeze
         @packed = packed
@@ -193,7 +197,8 @@ module GVLScope
         exited_diff = earlier.values.reduce(subtract_row(exited, other.exited)) { |row, gone| subtract_row(row, gone) }
         Snapshot.new(taken_ns: taken_ns, wall_ns: taken_ns - other.taken_ns, threads: rows,
                      exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor,
-                     histograms: histograms.zip(other.histograms).map { |now, before| now.zip(before).map { |a, b| a - b } })
+                     histograms: histograms.zip(other.histograms).map { |now, before| now.zip(before).map { |a, b| a - b } },
+                     loops: loops - other.loops)
       end
 
       # The rows, unpacked on first use (a frozen object can still fill its own cache Hash).

@@ -20,6 +20,10 @@ module GVLScope
   # back while the answer was on its way, then its read blocked: docs/metrics.md). Numbers come
   # from GVLScope::Metrics, which must be enabled. A job's queue_latency_ns: from the enqueued_at
   # its runner gives (#enqueued_at=, wall clock) to the start; nil when none was given.
+  # loop_wait_ns: on an event loop's task (a Falcon request, on a fiber of a thread with a Fiber
+  # scheduler), what the request waited for the loop, from its bytes' arrival until the loop gave
+  # its fiber the thread, but the GVL waits in between (pickup_wait_ns has those); 0 elsewhere,
+  # and loop_wait_known? false (docs/fibers.md).
   class RequestTiming
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6
@@ -31,6 +35,7 @@ module GVLScope
     def queue_thread_ms = (ns = queue_thread_ns) && ns / 1e6
     def queue_cpu_ms = (ns = queue_cpu_ns) && ns / 1e6
     def queue_latency_ms = (ns = queue_latency_ns) && ns / 1e6
+    def loop_wait_ms = loop_wait_ns / 1e6
 
     def blocked_before_start_ms = (ns = blocked_before_start_ns) && ns / 1e6
 
@@ -43,8 +48,11 @@ module GVLScope
       words = format("%.1f ms of it before the %s started", pickup_wait_ms, what)
       return words unless (queue = queue_ms)
 
-      words << format(", which it reached %.1f ms before; %.1f ms of the wait blocked on the way " \
-                      "(locks, log writes: GVL wait by their holders, at most)", queue, blocked_before_start_ms)
+      words << format(", which it reached %.1f ms before", queue)
+      return words << format("; %.1f ms waiting for its event loop (other fibers ran)", loop_wait_ms) if loop_wait_known?
+
+      words << format("; %.1f ms of the wait blocked on the way " \
+                      "(locks, log writes: GVL wait by their holders, at most)", blocked_before_start_ms)
       threads = queue_thread_ms
       words << format("; it waited %.1f ms for a free thread", threads) if threads&.positive?
       cpu = queue_cpu_ms
@@ -55,8 +63,10 @@ module GVLScope
 
     # For structured loggers (lograge's custom_options, semantic_logger payloads).
     def to_h
-      { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
-        gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
+      figures = { gvl_wait_ms: wait_ms.round(3), gvl_run_ms: run_ms.round(3), idle_ms: idle_ms.round(3),
+                  gc_ms: gc_ms.round(3), duration_ms: duration_ms.round(3) }
+      figures[:loop_wait_ms] = loop_wait_ms.round(3) if loop_wait_known?
+      figures
     end
 
     def inspect

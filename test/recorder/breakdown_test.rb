@@ -72,7 +72,7 @@ class BreakdownTest < Minitest::Test
     assert_equal [3, timing.queue_latency_ns + 7_000], [e.count, e.queue_latency_ns]
     assert_equal timing.run_ns + 2, e.run_ns
     assert_equal 0, entry(:route, "GET /").queue_latency_ns
-    assert_equal %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns
+    assert_equal %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns loop_wait_ns
                     sample_rate], GVLScope::Native::BreakdownSeries::FIELDS
     assert_equal GVLScope::Native::BreakdownSeries::FIELDS.size + GVLScope::Breakdown::BUCKETS,
                  GVLScope::Native::BreakdownSeries.new.to_a.size

@@ -19,6 +19,9 @@ module GVLScope
     # request / job counter, the seconds of each state (run, wait, idle, gc: they add up to
     # duration + pickup wait), the duration and pickup wait, and a histogram of GVL waits; for jobs
     # also their queue latency (enqueued_at to start, which the pickup wait is part of).
+    #
+    # Event loops (a snapshot's loops, EventLoops::Turns): their turns, busy time and a histogram
+    # of turn lengths, when some loop gave turns.
     class Prometheus < Format
       # Breakdown histograms share fixed buckets, so that series add up (sum by (le)): 2^b ns for
       # b in 14..33, 16 us to 8.6 s; shorter waits count in the first, longer in +Inf only.
@@ -69,7 +72,21 @@ module GVLScope
         histogram_family(out, "gvlscope_gvl_wait_seconds", "Waits for the GVL", series, :wait_histogram, 1e-9)
         histogram_family(out, "gvlscope_waiters_at_acquire", "Threads still waiting when one acquired the GVL", series,
                          :waiters_at_acquire_histogram, 1)
+        write_event_loops(out, series)
         out
+      end
+
+      # Processes with event loops (Falcon, async: EventLoops) only: families of zeros say nothing elsewhere.
+      def write_event_loops(out, series)
+        loops = series.filter_map { |snapshot, labels| [snapshot.loops, labels] if snapshot.respond_to?(:loops) && snapshot.loops.turns.positive? }
+        return if loops.empty?
+
+        family(out, "gvlscope_event_loop_turns_total", "counter", "Turns event loops gave their fibers", loops, &:turns)
+        family(out, "gvlscope_event_loop_busy_seconds_total", "counter", "Time event loops' fibers kept their threads",
+               loops) { |turns| turns.busy_ns / 1e9 }
+        histogram_family(out, "gvlscope_event_loop_turn_seconds",
+                         "Turns of event loops' fibers: how late the loop came back to its select (event-loop delay)",
+                         loops, :turn_histogram, 1e-9)
       end
 
       def write_breakdown(out, names, series)
@@ -86,6 +103,13 @@ module GVLScope
         family(out, "#{prefix}_duration_seconds_total", "counter", "Duration of the #{names[:counter]}", series) { |e| e.duration_ns / 1e9 }
         family(out, "#{prefix}_pickup_wait_seconds_total", "counter",
                "GVL wait of their threads before they started (part of state wait)", series) { |e| e.pickup_wait_ns / 1e9 }
+        # Requests on event loops' tasks (Falcon) only: a family of zeros says nothing elsewhere.
+        if series.any? { |entry, _labels| entry.loop_wait_ns.positive? }
+          family(out, "#{prefix}_loop_wait_seconds_total", "counter",
+                 "Wait for their event loop (fiber servers: other fibers ran), apart from the GVL wait", series) do |e|
+            e.loop_wait_ns / 1e9
+          end
+        end
         if names[:queue_latency]
           family(out, "#{prefix}_queue_latency_seconds_total", "counter",
                  "Time in their queue, from enqueued_at to the start (pickup wait is part of it)", series) do |e|

@@ -295,13 +295,20 @@ module GVLScope
                        "1", :observable_gauge, [gauge_point(interval.held_ratio, start, now)])
         data << metric("gvlscope.waiting_threads", "Threads waiting for the GVL now", "{thread}", :observable_gauge,
                        [gauge_point(snapshot.waiting_threads, start, now)])
+        loops = snapshot.loops
+        return unless loops.turns.positive? # event loops (Falcon, async) only
+
+        turn = histogram_point(:loop_turn, {}, loops.turn_histogram, loops.turns, loops.busy_ns, start, now,
+                               @producer.temporality == :cumulative ? loops.longest_turn_ns / 1e9 : nil)
+        data << metric("gvlscope.event_loop.turn", "Turns event loops gave their fibers, each one: how late the loop " \
+                                                   "came back to its select (event-loop delay)", "s", :histogram, [turn])
       end
 
       def breakdown_metrics(data, entries, start, now)
         entries.group_by(&:kind).each do |kind, kind_entries|
           base = "gvlscope.#{KIND_METRIC.fetch(kind)}"
           what = kind == :route ? "requests" : "jobs"
-          waits, times, durations, pickups, latencies = [], [], [], [], []
+          waits, times, durations, pickups, latencies, loop_waits = [], [], [], [], [], []
           kind_entries.each do |entry|
             attributes = attributes_of(entry)
             scale = entry.sample_rate < 1.0 ? 1.0 / entry.sample_rate : 1.0
@@ -313,6 +320,7 @@ module GVLScope
             durations << sum_point([kind, :duration], attributes, entry.duration_ns * scale / 1e9, start, now)
             pickups << sum_point([kind, :pickup], attributes, entry.pickup_wait_ns * scale / 1e9, start, now)
             latencies << sum_point([kind, :queue_latency], attributes, entry.queue_latency_ns * scale / 1e9, start, now) if kind == :job
+            loop_waits << sum_point([kind, :loop_wait], attributes, entry.loop_wait_ns * scale / 1e9, start, now) if entry.loop_wait_ns.positive?
           end
           data << metric("#{base}.gvl.wait", "GVL wait of each of the #{what}", "s", :histogram, waits)
           data << metric("#{base}.time", "Time of the #{what} by state: run, wait (for the GVL), idle, gc", "s",
@@ -324,6 +332,10 @@ module GVLScope
           data << metric("#{base}.queue_latency", "Time the #{what} spent in their queue, from enqueued_at to the start " \
                                                   "(the pickup wait is part of it)", "s", :observable_counter, latencies,
                          monotonic: true)
+          next if loop_waits.empty? # requests on event loops' tasks (Falcon) only
+
+          data << metric("#{base}.loop_wait", "Wait of the #{what} for their event loop (other fibers of its thread ran), " \
+                                              "apart from the GVL wait", "s", :observable_counter, loop_waits, monotonic: true)
         end
       end
 

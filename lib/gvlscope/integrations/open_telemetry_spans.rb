@@ -21,6 +21,8 @@ module GVLScope
   #                             the start; only when a hand-off told the arrival
   #   ruby.gvl.queue_latency_ms a job's time in its queue, from its enqueued_at to the start (the
   #                             pickup wait and queue_ms are part of it); jobs only
+  #   ruby.gvl.loop_wait_ms     a request's wait for its event loop (Falcon: other fibers of its
+  #                             thread ran), apart from the GVL wait; only on an event loop's task
   # run + wait + idle + gc = the app call's duration + pickup wait.
   module OpenTelemetrySpans
     WAIT = "ruby.gvl.wait_ms"
@@ -30,7 +32,8 @@ module GVLScope
     PICKUP_WAIT = "ruby.gvl.pickup_wait_ms"
     QUEUE = "ruby.gvl.queue_ms"
     QUEUE_LATENCY = "ruby.gvl.queue_latency_ms"
-    NAMES = [WAIT, RUN, IDLE, GC, PICKUP_WAIT, QUEUE, QUEUE_LATENCY].freeze
+    LOOP_WAIT = "ruby.gvl.loop_wait_ms"
+    NAMES = [WAIT, RUN, IDLE, GC, PICKUP_WAIT, QUEUE, QUEUE_LATENCY, LOOP_WAIT].freeze
 
     module_function
 
@@ -72,6 +75,7 @@ module GVLScope
       attributes[QUEUE] = queue.round(3) if queue
       latency = timing.queue_latency_ms
       attributes[QUEUE_LATENCY] = latency.round(3) if latency
+      attributes[LOOP_WAIT] = timing.loop_wait_ms.round(3) if timing.loop_wait_known?
       attributes
     end
   end

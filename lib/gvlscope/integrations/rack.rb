@@ -22,6 +22,7 @@ module GVLScope
   # Options (anything else is a GVLScope::Error when the app is built, never at request time):
   #   server_timing:     true   adds `Server-Timing: gvl-wait;dur=…, gvl-run;dur=…` (ms; then idle and gc when not zero)
   #   log_wait_over_ms:  nil    logs one line for each request that waited at least this long for the GVL
+  #                             (and, on an event loop's task, for its loop: loop_wait_ns)
   #                             (written by a thread of its own, GVLScope::LogWriter: never by the request)
   #   logger:            nil    #warn receives that line; default env["rack.logger"], else $stderr
   #   flight_recorder:   nil    true or a Hash: keep the last seconds of GVL events and dump them
@@ -142,7 +143,7 @@ module GVLScope
     # once, the response goes out.
     def report(env, timing, response, needs_header)
       response = with_server_timing(response, timing.server_timing) if needs_header
-      log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
+      log_slow(env, timing) if @log_wait_over_ns && timing.wait_ns + timing.loop_wait_ns >= @log_wait_over_ns
       trigger_flight_recorder(env, timing) if @recorder_triggers
       response
     rescue StandardError => e
@@ -205,9 +206,10 @@ module GVLScope
     end
 
     def log_slow(env, timing)
-      line = format("gvlscope: %s %s waited %.1f ms for the GVL (%s); " \
+      loop_words = timing.loop_wait_known? ? format(" and %.1f ms for its event loop", timing.loop_wait_ms) : ""
+      line = format("gvlscope: %s %s waited %.1f ms for the GVL%s (%s); " \
                     "in the app %.1f ms: run %.1f ms, idle %.1f ms, gc %.1f ms",
-                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, timing.before_start_words("app"),
+                    env["REQUEST_METHOD"], env["PATH_INFO"], timing.wait_ms, loop_words, timing.before_start_words("app"),
                     timing.duration_ms, timing.run_ms, timing.idle_ms, timing.gc_ms)
       LogWriter.shared.write(line, @logger || env["rack.logger"])
     end

@@ -47,6 +47,8 @@ module GVLScope
       wait_over, duration_over = thresholds.values_at(:wait_over_ns, :duration_over_ns)
       if wait_over && timing.wait_ns >= wait_over
         format("gvl wait %.0f ms", timing.wait_ms)
+      elsif wait_over && timing.respond_to?(:loop_wait_ns) && timing.loop_wait_ns >= wait_over
+        format("event loop wait %.0f ms", timing.loop_wait_ms)
       elsif duration_over && timing.duration_ns >= duration_over
         format("duration %.0f ms", timing.duration_ms)
       end

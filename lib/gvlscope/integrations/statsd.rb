@@ -215,8 +215,9 @@ module GVLScope
       rate = entry.sample_rate < 1.0 ? "|@#{entry.sample_rate}" : ""
       lines << line("#{base}.#{KIND_COUNT.fetch(entry.kind)}", count, "c", rate, tags)
       { run_ms: :run_ns, gvl_wait_ms: :wait_ns, idle_ms: :idle_ns, gc_ms: :gc_ns, duration_ms: :duration_ns,
-        pickup_wait_ms: :pickup_wait_ns, queue_latency_ms: :queue_latency_ns }.each do |name, field|
+        pickup_wait_ms: :pickup_wait_ns, queue_latency_ms: :queue_latency_ns, loop_wait_ms: :loop_wait_ns }.each do |name, field|
         next if field == :queue_latency_ns && entry.kind != :job
+        next if field == :loop_wait_ns && entry.loop_wait_ns.zero? # requests on event loops' tasks (Falcon) only
 
         lines << line("#{base}.#{name}", ms(entry[field] - (before ? before[field] : 0)), "c", rate, tags)
       end

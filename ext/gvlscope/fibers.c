@@ -1,0 +1,193 @@
+// Event loops. A thread with a Fiber scheduler (Falcon, async) runs its requests on fibers, one at
+// a time: a fiber that keeps the thread makes every other ready fiber wait, as a thread that holds
+// the GVL makes the other threads wait. The GVL hook does not see it (the thread keeps the GVL
+// across fiber switches); a Ruby event hook on fiber switches does, with the GVL, on the thread.
+//
+// The thread's loop is its blocking fiber (the one whose select waits for IO and timers); its
+// tasks are its non-blocking fibers. A *turn* begins when the loop gives the thread to a task and
+// ends when a task gives it back: the task's own work, and that of the tasks it starts (they run
+// at once, inside its turn). A request on a task waited for the loop from when its bytes arrived
+// until its turn began (request_timing.c); the turns' lengths are how late the loop comes back
+// to its select, as Node.js' event-loop delay.
+#include "fibers.h"
+#include "clock.h"
+#include "histogram.h"
+#include <ruby/fiber/scheduler.h>
+#include <ruby/io.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Each thread's loop, by its slot's index: fibers.c's, not a field of the slot (the thread state is
+// below its consumers). Written by the switch hook on the thread itself, with the GVL; snapshots
+// read the counters racily (each field's old or new value on x86-64, as the metrics').
+typedef struct {
+    uint8_t seen;             // a switch of this thread was seen since tracking began
+    uint8_t in_task;          // a task holds the thread (else the loop)
+    uint64_t loop_since_ns;   // when the loop last got the thread back
+    uint64_t turn_started_ns; // when the loop last gave it to a task (0: not seen)
+    uint64_t turn_loop_woke_ns;
+    uint64_t turns, busy_ns, longest_turn_ns;
+    uint64_t turn_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of ns per turn
+} loop_state;
+
+static loop_state *loops;
+static size_t loops_capa;
+static int tracking;
+
+// The slot's entry; NULL if it has none yet and grow is 0, or if there is no memory for it. Grown
+// by malloc, not Ruby's allocator: the switch hook must not start a GC.
+static loop_state *loop_of(const gvls_thread *slot, int grow) {
+    if (RB_LIKELY(slot->index < loops_capa)) return &loops[slot->index];
+    if (!grow) return NULL;
+    size_t capa = loops_capa ? loops_capa : 64;
+    while (capa <= slot->index) capa *= 2;
+    loop_state *grown = realloc(loops, capa * sizeof(*grown));
+    if (!grown) return NULL;
+    memset(grown + loops_capa, 0, (capa - loops_capa) * sizeof(*grown));
+    loops = grown;
+    loops_capa = capa;
+    return &loops[slot->index];
+}
+
+// The turns of loops whose threads are gone, together: counters never go back.
+static loop_state retired;
+
+// A freed slot's index goes to a new thread, whose loop is not this one: its turns are retired.
+static void slot_freed(gvls_thread *slot) {
+    loop_state *loop = loop_of(slot, 0);
+    if (!loop) return;
+    retired.turns += loop->turns;
+    retired.busy_ns += loop->busy_ns;
+    if (loop->longest_turn_ns > retired.longest_turn_ns) retired.longest_turn_ns = loop->longest_turn_ns;
+    for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) retired.turn_histogram[b] += loop->turn_histogram[b];
+    memset(loop, 0, sizeof(*loop));
+}
+
+static const gvls_slot_listener slot_listener = { .freed = slot_freed };
+
+// RUBY_EVENT_FIBER_SWITCH, in the fiber switched to (cont.c fires it after the thread's blocking
+// count follows the new fiber: rb_fiber_scheduler_current is nil in the loop, the scheduler in a task).
+static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
+    (void)data; (void)arg;
+    if (NIL_P(rb_fiber_scheduler_get())) return;  // no loop: an Enumerator's fiber, a plain Fiber
+    int task = !NIL_P(rb_fiber_scheduler_current());
+    gvls_thread *slot = gvls_thread_for(rb_thread_current());
+    loop_state *loop = slot ? loop_of(slot, 1) : NULL;
+    if (!loop || (loop->seen && task == loop->in_task)) return;  // task to task (one starting another), loop to loop
+    uint64_t now_ns = gvls_now_ns();
+    if (task) {
+        loop->turn_started_ns = now_ns;
+        // The loop's select returned after it last got the thread: IO or a timer woke it. Read from
+        // the metrics (the GVL hook's, on this thread: nothing writes them meanwhile).
+        uint64_t woke_ns = slot->metrics.woke_ns;
+        loop->turn_loop_woke_ns = loop->seen && woke_ns > loop->loop_since_ns ? woke_ns : 0;
+    } else {
+        if (loop->seen && loop->turn_started_ns) {
+            uint64_t turn_ns = now_ns > loop->turn_started_ns ? now_ns - loop->turn_started_ns : 0;
+            loop->turns++;
+            loop->busy_ns += turn_ns;
+            if (turn_ns > loop->longest_turn_ns) loop->longest_turn_ns = turn_ns;
+            unsigned bucket = gvls_log2_bucket(turn_ns);
+            loop->turn_histogram[bucket < GVLS_HISTOGRAM_BUCKETS ? bucket : GVLS_HISTOGRAM_BUCKETS - 1]++;
+        }
+        loop->loop_since_ns = now_ns;
+    }
+    loop->in_task = (uint8_t)task;
+    loop->seen = 1;
+}
+
+static void set_tracking(int on) {
+    if (on == tracking) return;
+    if (on) rb_add_event_hook2((rb_event_hook_func_t)fiber_switched, RUBY_EVENT_FIBER_SWITCH, Qnil,
+                               RUBY_EVENT_HOOK_FLAG_SAFE | RUBY_EVENT_HOOK_FLAG_RAW_ARG);
+    else rb_remove_event_hook((rb_event_hook_func_t)fiber_switched);
+    // What was seen before is not continued: a turn in progress while off is unknown.
+    for (size_t i = 0; i < loops_capa; i++) loops[i].seen = 0;
+    tracking = on;
+}
+
+int gvls_fibers_on_task(void) {
+    if (RB_LIKELY(NIL_P(rb_fiber_scheduler_current()))) return 0;
+    if (!tracking) set_tracking(1);
+    return 1;
+}
+
+int gvls_fibers_turn(const gvls_thread *slot, gvls_loop_turn *out) {
+    const loop_state *loop = tracking ? loop_of(slot, 0) : NULL;
+    if (!loop || !loop->seen || !loop->in_task || !loop->turn_started_ns) return 0;
+    *out = (gvls_loop_turn){ .started_ns = loop->turn_started_ns, .loop_woke_ns = loop->turn_loop_woke_ns };
+    return 1;
+}
+
+static VALUE key_protocol_request;  // "protocol.http.request"
+static ID id_connection, id_stream, id_io;
+
+// recv.name, if it answers to it (Qundef otherwise); these are attribute readers in
+// async-http and io-stream, which do not raise.
+static VALUE reader(VALUE recv, ID name) {
+    return NIL_P(recv) || recv == Qundef ? Qundef : rb_check_funcall(recv, name, 0, NULL);
+}
+
+int gvls_fibers_fd_of_env(VALUE env) {
+    if (!RB_TYPE_P(env, T_HASH)) return -1;
+    VALUE request = rb_hash_lookup2(env, key_protocol_request, Qnil);
+    VALUE io = reader(reader(reader(request, id_connection), id_stream), id_io);
+    // Only a real IO (an SSL socket has no descriptor whose bytes are the request's).
+    if (io == Qundef || !RB_TYPE_P(io, T_FILE)) return -1;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return RFILE(io)->fptr ? RFILE(io)->fptr->fd : -1;  // a closed IO: -1 (rb_io_descriptor would raise)
+#pragma GCC diagnostic pop
+}
+
+// Native.loop_tracking = on: the switch hook (GVLScope::Rack turns it on at its first request on a task).
+static VALUE native_set_tracking(VALUE self, VALUE on) {
+    set_tracking(RTEST(on));
+    return on;
+}
+
+static VALUE native_tracking_p(VALUE self) { return tracking ? Qtrue : Qfalse; }
+
+// Copies of the loops with turns, under the registry lock (no Ruby objects made there: a GC's
+// mark takes that lock), then made rows.
+typedef struct { uint32_t serial; loop_state loop; } loop_row;
+typedef struct { loop_row *rows; size_t count, capa; } loop_rows;
+
+static void copy_row(gvls_thread *slot, void *arg) {
+    loop_rows *out = arg;
+    const loop_state *loop = loop_of(slot, 0);
+    if (!loop || !loop->turns || out->count == out->capa) return;
+    out->rows[out->count++] = (loop_row){ .serial = slot->serial, .loop = *loop };
+}
+
+// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
+// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
+static VALUE native_loop_turns(VALUE self) {
+    loop_rows copied = { .capa = gvls_threads_count() + 1 };
+    copied.rows = malloc(copied.capa * sizeof(loop_row));
+    if (!copied.rows) rb_raise(rb_eNoMemError, "gvlscope loop turns");
+    gvls_threads_each(copy_row, &copied);
+    if (retired.turns && copied.count < copied.capa) copied.rows[copied.count++] = (loop_row){ .serial = 0, .loop = retired };
+    VALUE rows = rb_ary_new_capa((long)copied.count);
+    for (size_t i = 0; i < copied.count; i++) {
+        const loop_state *loop = &copied.rows[i].loop;
+        VALUE histogram = rb_ary_new_capa(GVLS_HISTOGRAM_BUCKETS);
+        for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) rb_ary_push(histogram, ULL2NUM(loop->turn_histogram[b]));
+        rb_ary_push(rows, rb_ary_new_from_args(5, UINT2NUM(copied.rows[i].serial), ULL2NUM(loop->turns),
+                                               ULL2NUM(loop->busy_ns), ULL2NUM(loop->longest_turn_ns), histogram));
+    }
+    free(copied.rows);
+    return rows;
+}
+
+void gvls_fibers_init(VALUE mNative) {
+    gvls_threads_listen(&slot_listener);
+    key_protocol_request = rb_obj_freeze(rb_usascii_str_new_cstr("protocol.http.request"));
+    rb_gc_register_mark_object(key_protocol_request);
+    id_connection = rb_intern("connection");
+    id_stream = rb_intern("stream");
+    id_io = rb_intern("io");
+    rb_define_singleton_method(mNative, "loop_tracking=", native_set_tracking, 1);
+    rb_define_singleton_method(mNative, "loop_tracking?", native_tracking_p, 0);
+    rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
+}

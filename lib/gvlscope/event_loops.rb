@@ -1,0 +1,43 @@
+# frozen_string_literal: true
+
+require_relative "native"
+require_relative "units"
+
+module GVLScope
+  # Event loops (ext/gvlscope/fibers.c): on a thread with a Fiber scheduler (Falcon, async), the
+  # loop gives the thread to one task (a non-blocking fiber) at a time; a *turn* lasts until a task
+  # gives it back. Every fiber that became ready meanwhile (its IO came, its sleep ended) waits for
+  # the turn to end, as every thread waits for the GVL while one holds it. The turns' lengths are
+  # how late the loop came back to its select: what Node.js' event-loop delay
+  # (perf_hooks.monitorEventLoopDelay) tells of a Node process.
+  #
+  # Tracking (an event hook on fiber switches) starts at GVLScope::Rack's first request on a
+  # loop's task, or with EventLoops.track; the counts run from then on.
+  module EventLoops
+    # All loops of the process together. turn_histogram: Log2 buckets of ns per turn (bucket b >= 1
+    # counts turns in [2^(b-1), 2^b) ns). longest_turn_ns: since tracking began.
+    Turns = Struct.new(:turns, :busy_ns, :longest_turn_ns, :turn_histogram, keyword_init: true) do
+      # The interval between two readings: counts subtract, the longest keeps the later value.
+      def -(other)
+        Turns.new(turns: turns - other.turns, busy_ns: busy_ns - other.busy_ns, longest_turn_ns: longest_turn_ns,
+                  turn_histogram: turn_histogram.zip(other.turn_histogram).map { |now, before| now - before }.freeze).freeze
+      end
+    end
+    NONE = Turns.new(turns: 0, busy_ns: 0, longest_turn_ns: 0, turn_histogram: Array.new(Log2::BUCKETS, 0).freeze).freeze
+
+    class << self
+      def track(on = true) = Native.loop_tracking = on
+      def tracking? = Native.loop_tracking?
+
+      # The turns of every loop since tracking began (NONE when no loop gave one).
+      def turns
+        rows = Native.loop_turns
+        return NONE if rows.empty?
+
+        Turns.new(turns: rows.sum { |row| row[1] }, busy_ns: rows.sum { |row| row[2] },
+                  longest_turn_ns: rows.map { |row| row[3] }.max,
+                  turn_histogram: rows.map { |row| row[4] }.transpose.map(&:sum).freeze).freeze
+      end
+    end
+  end
+end

@@ -1,0 +1,137 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "socket"
+require "gvlscope/rack"
+require "support/tiny_scheduler"
+
+# Event loops (ext/gvlscope/fibers.c): a request on a fiber of a thread with a Fiber scheduler
+# waits for the loop while another fiber keeps the thread, though no thread waits for the GVL.
+class EventLoopTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  MS = 1_000_000
+  # The kernel's time for a socket's bytes is in jiffies (tcpi_last_data_recv): 4 ms at HZ 250,
+  # this VM's; the arrival is taken a jiffy late when the loop was busy as they came (a lower bound).
+  JIFFY_NS = 4 * MS
+
+  # What Falcon gives a Rack app: env["protocol.http.request"].connection.stream.io is the socket.
+  Stream = Struct.new(:io)
+  Connection = Struct.new(:stream)
+  Request = Struct.new(:connection)
+
+  def env_for(socket)
+    { "REQUEST_METHOD" => "GET", "PATH_INFO" => "/quick", "rack.input" => StringIO.new,
+      "protocol.http.request" => Request.new(Connection.new(Stream.new(socket))) }
+  end
+
+  def now_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+
+  # Burns +ms+ of the thread's own CPU time: at least that much wall time, however loaded the machine.
+  def burn(ms)
+    deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
+    x = 0
+    x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline
+  end
+
+  def setup
+    GVLScope::Metrics.enable
+    @server = TCPServer.new("127.0.0.1", 0)
+    @client = TCPSocket.new("127.0.0.1", @server.addr[1])
+    @connection = @server.accept
+  end
+
+  def teardown
+    [@client, @connection, @server].each { |io| io&.close }
+    GVLScope::EventLoops.track(false)
+    GVLScope::Metrics.disable
+  end
+
+  # A loop thread: a request task waits for its bytes; a CPU task sends them, then keeps the thread
+  # for 200 ms of CPU; the loop then finds them and resumes the request task, which runs the app
+  # through GVLScope::Rack. Returns what each side saw.
+  def serve_beside_a_cpu_task(burn_ms)
+    seen = {}
+    app = GVLScope::Rack.new(lambda { |env|
+      seen[:app_ns] = now_ns
+      seen[:timing] = env["gvlscope"]
+      [200, {}, ["ok"]]
+    }, route: false)
+    Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.schedule do # a first request turns tracking on (its own turn is not known)
+        app.call(env_for(@connection))
+        @connection.wait_readable
+        @connection.read_nonblock(64)
+        seen[:response] = app.call(env_for(@connection))
+      end
+      Fiber.schedule do
+        @client.write("GET /quick\r\n\r\n")
+        seen[:written_ns] = now_ns
+        burn(burn_ms)
+        seen[:burnt_ns] = now_ns
+      end
+    end.join
+    seen
+  end
+
+  def test_a_request_waits_for_the_loop_while_another_fiber_keeps_the_thread
+    seen = serve_beside_a_cpu_task(200)
+    timing = seen.fetch(:timing)
+    assert_predicate timing, :loop_wait_known?
+    # Its bytes came as the CPU task began (within a jiffy, read a jiffy late); its turn began after
+    # that task gave the thread back, and before the app ran. The GVL wait in between (any other
+    # thread of the test process) is gvl-wait's, not the loop's.
+    waited = timing.loop_wait_ns + timing.pickup_wait_ns
+    assert_operator waited, :>=, seen[:burnt_ns] - seen[:written_ns] - 2 * JIFFY_NS, timing.inspect
+    assert_operator timing.loop_wait_ns, :<=, seen[:app_ns] - seen[:written_ns], timing.inspect
+    assert_operator timing.loop_wait_ns, :>=, 150 * MS, "200 ms of CPU: the wall time is at least that"
+    header = seen.fetch(:response)[1]["server-timing"]
+    assert_match(/\Agvl-wait;dur=[\d.]+, loop-wait;dur=#{format('%.3f', timing.loop_wait_ns / 1e6).sub(/\.?0+\z/, '')}, gvl-run/, header)
+    assert_match(/queue-loop;dur=/, header)
+    assert_includes timing.to_h.keys, :loop_wait_ms
+  end
+
+  def test_the_loops_turns_are_counted_with_the_longest
+    before = GVLScope::EventLoops.turns
+    serve_beside_a_cpu_task(120)
+    turns = GVLScope::EventLoops.turns - before # the loop's thread has exited: its turns are kept
+    assert_operator turns.turns, :>=, 2 # the CPU task's, the request task's after it
+    assert_operator turns.longest_turn_ns, :>=, 120 * MS
+    assert_operator turns.busy_ns, :>=, 120 * MS
+    assert_equal turns.turns, turns.turn_histogram.sum
+    assert_operator turns.turn_histogram[27..].sum, :>=, 1, "a turn of 2^26 ns (67 ms) or more"
+    # Always-on metrics: the turns beside the GVL's, for Prometheus (what Node.js calls event-loop delay).
+    snapshot = GVLScope::Metrics.snapshot
+    text = snapshot.to_prometheus
+    assert_includes text, "gvlscope_event_loop_turns_total #{snapshot.loops.turns}\n"
+    assert_includes text, "gvlscope_event_loop_turn_seconds_count #{snapshot.loops.turns}\n"
+    assert_operator snapshot.loops.turns, :>=, turns.turns
+  end
+
+  def test_a_request_on_a_thread_without_a_loop_has_no_loop_wait
+    app = GVLScope::Rack.new(->(_env) { [200, {}, ["ok"]] }, route: false)
+    env = env_for(@connection)
+    response = app.call(env)
+    refute_predicate env["gvlscope"], :loop_wait_known?
+    assert_equal 0, env["gvlscope"].loop_wait_ns
+    refute_match(/loop/, response[1]["server-timing"])
+    refute_predicate GVLScope::Native, :loop_tracking?
+    refute_match(/event_loop/, GVLScope::Metrics::Snapshot.from_native(GVLScope::Native.metrics_snapshot).to_prometheus)
+  end
+
+  # An Enumerator's fiber inside a task switches fibers too: not a turn of the loop.
+  def test_an_enumerators_fiber_in_a_task_is_not_a_turn
+    before = GVLScope::EventLoops.turns
+    Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      GVLScope::EventLoops.track
+      Fiber.schedule do
+        numbers = [1, 2, 3].each
+        3.times { numbers.next }
+        sleep 0.001
+      end
+    end.join
+    assert_equal 2, (GVLScope::EventLoops.turns - before).turns # the task's start until its sleep, then from its wake to its end
+  end
+end
