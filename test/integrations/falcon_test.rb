@@ -100,6 +100,7 @@ class FalconTest < Minitest::Test
     alone_ms = alone.transform_values { |replies| GVLScope::Units.median(replies.map(&:client_ms)) }
     report = "alone (median #{alone_ms.transform_values { |ms| ms.round(1) }}): #{alone}\nbeside: #{tries}\n" \
              "burns: #{burns}\n#{server.log}"
+    warn report.lines.first(3).join if ENV["GVLSCOPE_TEST_VERBOSE"]
     replies = [*alone.values.flatten, *tries.values.flatten, *burns]
     replies.each { |reply| assert_equal "200", reply.status, report }
     assert_equal [worker_pid(replies.first)], replies.map(&:body).uniq, "one worker served them all: #{report}"
@@ -139,6 +140,7 @@ class FalconTest < Minitest::Test
     end
     kept.finish
     report = measured.map { |reply, busy_ms| "#{reply}, worker busy #{busy_ms.round(2)} ms" }.join("\n")
+    warn report if ENV["GVLSCOPE_TEST_VERBOSE"]
     measured.each do |reply, busy_ms|
       assert_equal "200", reply.status, report
       refute_nil reply.loop_wait, "no loop-wait in Server-Timing: #{report}"
