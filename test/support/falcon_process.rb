@@ -32,8 +32,9 @@ class FalconProcess
 
   # Boots the server and returns once Falcon's container says its workers are ready.
   def start
-    BIND_ATTEMPTS.times do |attempt|
-      @log_path = File.join(@dir, "falcon-#{attempt}.log")
+    BIND_ATTEMPTS.times do
+      # A log of its own for each boot (several servers may share the directory).
+      @log_path = File.join(@dir, "falcon-#{Dir[File.join(@dir, 'falcon-*.log')].size}.log")
       @port = free_port
       @pid = Process.spawn(
         # Falcon's bundle, not the caller's (a test run under the main bundle's `bundle exec`).
