@@ -175,7 +175,7 @@ module WaitTruth
       def percentile(values, q) = values.empty? ? nil : values.sort[[(values.size * q).ceil - 1, 0].max]
 
       HEADER = ["server", "C", "load", "requests", "kind", "n", "delayed", "added p50", "added p90", ">= 0.8",
-                "coverage p50", "Σ ratio", "unnamed p50", "gvl-wait p50", "gvl-wait p99", "broken"].freeze
+                "coverage p50", "Σ ratio", "unnamed p50", "outside p50", "gvl-wait p50", "gvl-wait p99", "broken"].freeze
 
       # The baseline of a kind: wrk's quick requests go on kept-alive connections.
       def alone_ms(run, kind) = run.alone_ms.fetch(kind == "wrk-quick" ? "keepalive" : kind, nil)
@@ -197,12 +197,13 @@ module WaitTruth
         broken = samples.count { |s| !WaitTruth.broken_invariants(s.parts, s.latency_ms).empty? }
         ratio = added.sum.positive? ? delayed.sum { |s| WaitTruth.named_wait_ms(s.parts) } / added.sum : nil
         unnamed = delayed.map { |s| unnamed_queue_ms(s.parts) }
+        outside = delayed.map { |s| outside_server_ms(s) }
         [run.server, run.concurrency.zero? ? "alone #{ALONE_CONCURRENCY}" : run.concurrency.to_s, run.load_average,
          run.concurrency.zero? ? "quick" : "mixed", kind, samples.size.to_s, delayed.size.to_s,
          ms(percentile(added, 0.5)), ms(percentile(added, 0.9)),
          delayed.empty? ? "-" : "#{coverage.count { |c| c >= TARGET }}/#{delayed.size}",
          coverage.empty? ? "-" : format("%.2f", percentile(coverage, 0.5)), ratio ? format("%.2f", ratio) : "-",
-         ms(percentile(unnamed, 0.5)),
+         ms(percentile(unnamed, 0.5)), ms(percentile(outside, 0.5)),
          format("%.2f", percentile(waits, 0.5) || Float::NAN), format("%.1f", percentile(waits, 0.99) || Float::NAN),
          "#{broken}/#{samples.size}"]
       end
@@ -211,6 +212,14 @@ module WaitTruth
       # own Ruby, and time the machine kept its threads off a core).
       def unnamed_queue_ms(parts) = parts.fetch("queue", 0.0) - parts.fetch("queue-gvl", 0.0) - parts.fetch("queue-threads", 0.0) -
                                     parts.fetch("queue-cpu", 0.0)
+
+      # What the client waited beyond the request's time at the server (from its arrival: queue, or
+      # loop-wait, and the app): the client's own process and the kernel's work on the way, which
+      # grow when the machine has more runnable threads than cores (load average above 2 here).
+      def outside_server_ms(sample)
+        parts = sample.parts
+        sample.latency_ms - [parts.fetch("queue", 0.0), parts.fetch("loop-wait", 0.0)].max - WaitTruth.app_ms(parts)
+      end
 
       # The delayed probes whose coverage is under TARGET (at most +limit+ per run), with their parts.
       def missed(run, out, limit: 3)
@@ -223,7 +232,8 @@ module WaitTruth
         end
         found.first(limit).each do |s|
           out.puts "  missed (#{run.server} C=#{run.concurrency}, #{s.extra[:kind]}): client #{ms(s.latency_ms)} ms, alone " \
-                   "#{ms(alone_ms(run, s.extra[:kind]))} ms, #{s.parts.map { |n, v| "#{n} #{ms(v)}" }.join(', ')}"
+                   "#{ms(alone_ms(run, s.extra[:kind]))} ms, #{s.parts.map { |n, v| "#{n} #{ms(v)}" }.join(', ')}; " \
+                   "outside the server #{ms(outside_server_ms(s))} ms"
         end
       end
 
@@ -289,7 +299,7 @@ module WaitTruth
       end
       out.puts "== summary (added: client latency - the kind's median alone, ms; delayed: added >= #{DELAYED_MS} ms; " \
                "coverage: (gvl-wait + queue-threads + queue-cpu) / added; unnamed: queue - queue-gvl - queue-threads - queue-cpu; " \
-               "broken: responses breaking an invariant)"
+               "outside: client latency - (queue + app time), the client's and the kernel's share; broken: responses breaking an invariant)"
       WaitTruth::Table.print_rows(Table::HEADER, rows, out)
     rescue RuntimeError => e
       abort "wait_truth_load: #{e.message}"
