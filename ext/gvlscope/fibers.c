@@ -180,6 +180,17 @@ static VALUE native_loop_turns(VALUE self) {
     return rows;
 }
 
+// Native.loop_turns_reset: the loops' counters start again from zero (Metrics.reset), the turns in
+// progress go on.
+static VALUE native_loop_turns_reset(VALUE self) {
+    for (size_t i = 0; i < loops_capa; i++) {
+        loops[i].turns = loops[i].busy_ns = loops[i].longest_turn_ns = 0;
+        memset(loops[i].turn_histogram, 0, sizeof(loops[i].turn_histogram));
+    }
+    memset(&retired, 0, sizeof(retired));
+    return Qnil;
+}
+
 void gvls_fibers_init(VALUE mNative) {
     gvls_threads_listen(&slot_listener);
     key_protocol_request = rb_obj_freeze(rb_usascii_str_new_cstr("protocol.http.request"));
@@ -190,4 +201,5 @@ void gvls_fibers_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "loop_tracking=", native_set_tracking, 1);
     rb_define_singleton_method(mNative, "loop_tracking?", native_tracking_p, 0);
     rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
+    rb_define_singleton_method(mNative, "loop_turns_reset", native_loop_turns_reset, 0);
 }

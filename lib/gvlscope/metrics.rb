@@ -51,11 +51,12 @@ module GVLScope
         Native.metrics_enabled?
       end
 
-      # Zeroes every counter and histogram; wall time restarts now.
+      # Zeroes every counter and histogram (event loops' turns too); wall time restarts now.
       def reset
         raise Error, "metrics are not enabled (GVLScope::Metrics.enable)" unless enabled?
 
         Native.metrics_reset
+        Native.loop_turns_reset
         nil
       end
 

@@ -107,6 +107,8 @@ class EventLoopTest < Minitest::Test
     assert_includes text, "gvlscope_event_loop_turns_total #{snapshot.loops.turns}\n"
     assert_includes text, "gvlscope_event_loop_turn_seconds_count #{snapshot.loops.turns}\n"
     assert_operator snapshot.loops.turns, :>=, turns.turns
+    GVLScope::Metrics.reset # every counter, the loops' too
+    assert_equal GVLScope::EventLoops::NONE, GVLScope::EventLoops.turns
   end
 
   def test_a_request_on_a_thread_without_a_loop_has_no_loop_wait
