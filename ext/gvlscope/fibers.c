@@ -12,6 +12,8 @@
 #include "fibers.h"
 #include "clock.h"
 #include "histogram.h"
+#include "stacks.h"
+#include "trace_session.h"
 #include <ruby/fiber/scheduler.h>
 #include <ruby/io.h>
 #include <stdlib.h>
@@ -191,7 +193,31 @@ static VALUE native_loop_turns_reset(VALUE self) {
     return Qnil;
 }
 
+// A long turn's code. A loop's thread never waits for the GVL while its task burns CPU, so the
+// SWITCH sampler (which runs while a thread waits) never samples it: at each CPU sample of a file
+// trace with stacks, the drain thread asks for a postponed job, which runs on the thread holding
+// the GVL and samples its stack if it is a task in a turn of SAMPLED_TURN_NS or more (its frames
+// are then the turn's code: a route's CPU-bound work, not where its fiber later gave the loop back).
+#define SAMPLED_TURN_NS 10000000ull  // a turn as long as the GVL's 10 ms tick: shorter ones are no stall
+static rb_postponed_job_handle_t turn_sample_job = POSTPONED_JOB_HANDLE_INVALID;
+
+static void turn_sample_run(void *unused) {
+    if (!tracking) return;
+    gvls_thread *slot = gvls_thread_find_fast(rb_thread_current());
+    const loop_state *loop = slot ? loop_of(slot, 0) : NULL;
+    if (!loop || !loop->seen || !loop->in_task || !loop->turn_started_ns) return;
+    if (gvls_now_ns() - loop->turn_started_ns < SAMPLED_TURN_NS) return;
+    gvls_stacks_sample_running();
+}
+
+// On the drain thread: rb_postponed_job_trigger may be called from any thread.
+static void tick(void) {
+    if (tracking && atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) rb_postponed_job_trigger(turn_sample_job);
+}
+
 void gvls_fibers_init(VALUE mNative) {
+    turn_sample_job = rb_postponed_job_preregister(0, turn_sample_run, NULL);
+    gvls_session_on_tick(tick);
     gvls_threads_listen(&slot_listener);
     key_protocol_request = rb_obj_freeze(rb_usascii_str_new_cstr("protocol.http.request"));
     rb_gc_register_mark_object(key_protocol_request);

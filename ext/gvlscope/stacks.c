@@ -132,7 +132,9 @@ void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns) {
 
 // RUBY_INTERNAL_EVENT_SWITCH: the timer thread's tick reached the GVL holder, which happens only
 // while another thread waits for the GVL. With the GVL, on the holder: its own stack is safe.
-static void on_switch(VALUE tracepoint, void *unused) {
+static void on_switch(VALUE tracepoint, void *unused) { gvls_stacks_sample_running(); }
+
+void gvls_stacks_sample_running(void) {
     if (!atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed) ||
         !atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) return;
     uint64_t now_ns = gvls_now_ns();

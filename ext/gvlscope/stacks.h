@@ -41,6 +41,10 @@ static inline void gvls_stacks_event(unsigned kind, gvls_thread *slot, uint64_t 
     }
 }
 
+// With the GVL, on the thread that holds it: its stack as a holder sample (SAMPLE and its ARG),
+// while a trace with stacks records. The SWITCH sampler's, and fibers.c's for a long loop turn.
+void gvls_stacks_sample_running(void);
+
 void gvls_stacks_init(void);
 // With the GVL, before the hook goes on: allocates the tables, turns on the SWITCH sampler.
 // Returns 0 or ENOMEM.

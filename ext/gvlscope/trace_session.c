@@ -116,6 +116,9 @@ static void init_wake_drain(void) {
 // empty, so everything sealed before the stop reaches the sink. For a sink that takes them, also
 // wakes every GVLS_CPU_SAMPLE_EVERY_NS to sample the native threads' CPU time (after the batch
 // it had: a chunk per sample, whatever the events).
+static void (*tick_fn)(void);
+void gvls_session_on_tick(void (*fn)(void)) { tick_fn = fn; }
+
 static void *drain_main(void *arg) {
     const gvls_sink *sink = arg;
     uint64_t cpu_due_ns = T.start_ns + GVLS_CPU_SAMPLE_EVERY_NS;  // the first sample: gvls_session_start
@@ -136,6 +139,7 @@ static void *drain_main(void *arg) {
             gvls_chunk *cpu = cpu_chunk(lanes, now_ns), **tail = &batch;
             while (*tail) tail = &(*tail)->next;
             if (cpu) { cpu->next = NULL; *tail = cpu; }
+            if (tick_fn) tick_fn();
         }
         gvls_chunk *done = batch ? sink->consume(batch) : NULL;
         if (now_ns - S.load_sampled_ns >= LOAD_EVERY_NS) sample_load(now_ns);

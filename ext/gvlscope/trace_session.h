@@ -37,6 +37,9 @@ size_t gvls_session_check_args(VALUE max_buffer_bytes, size_t min_chunks, VALUE 
 int gvls_session_start(const gvls_sink *sink, VALUE threads, size_t max_chunks, uint64_t start_ns, int stacks);
 // True while a trace into sink records.
 int gvls_session_running(const gvls_sink *sink);
+// fn runs on the drain thread (no GVL: no Ruby, only what is safe from any thread) at each of a
+// file trace's CPU samples, every GVLS_CPU_SAMPLE_EVERY_NS (fibers.c asks for a long turn's code).
+void gvls_session_on_tick(void (*fn)(void));
 // Stops the running trace (check gvls_session_running first); returns sink->finish's result.
 VALUE gvls_session_stop(void);
 // The machine, for a trace's end record: CPUs online now, and the highest 1-minute load average
