@@ -35,6 +35,10 @@ class EventLoopTest < Minitest::Test
   end
 
   def setup
+    # A process whose Puma hand-offs are claimed (test/recorder/handoff_test.rb sets it, as
+    # Handoffs.install_puma does) looks for no event loop: Puma's pool threads run no scheduler.
+    @claimed = GVLScope::Native.handoff_claim_in_rack?
+    GVLScope::Native.handoff_claim_in_rack = false
     GVLScope::Metrics.enable
     @server = TCPServer.new("127.0.0.1", 0)
     @client = TCPSocket.new("127.0.0.1", @server.addr[1])
@@ -44,6 +48,7 @@ class EventLoopTest < Minitest::Test
   def teardown
     [@client, @connection, @server].each { |io| io&.close }
     GVLScope::EventLoops.track(false)
+    GVLScope::Native.handoff_claim_in_rack = @claimed
     GVLScope::Metrics.disable
   end
 
