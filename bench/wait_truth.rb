@@ -63,6 +63,7 @@ require "etc"
 require_relative "../lib/gvlscope/units"
 require_relative "../test/support/redis_server"
 require_relative "../test/support/falcon_process"
+require_relative "../test/support/process_group"
 
 module WaitTruth
   ROOT = File.expand_path("..", __dir__)
@@ -234,15 +235,7 @@ module WaitTruth
       found
     end
 
-    def stop
-      Process.kill(:TERM, -@pid)
-      Timeout.timeout(15) { Process.wait(@pid) }
-    rescue Timeout::Error
-      Process.kill(:KILL, -@pid)
-      Process.wait(@pid)
-    rescue Errno::ESRCH, Errno::ECHILD
-      nil
-    end
+    def stop = ProcessGroup.stop(@pid)
   end
 
   # `puma -C config` on a free loopback port, under the gemfile's Puma and this checkout's lib.

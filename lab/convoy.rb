@@ -11,12 +11,7 @@ include LabHelper
 Warning[:experimental] = false
 MESSAGE = 8192
 
-CLIENT = <<~'RUBY'
-  require "socket"; require "json"
-  $stdout.sync = true
-  port, count = ARGV.map(&:to_i)
-  puts "ready"
-  socket = TCPSocket.new("127.0.0.1", port)
+CLIENT = LabHelper::CLIENT_PROLOGUE + <<~'RUBY'
   payload = "x" * 8192
   times = count.times.map do
     started = Process.clock_gettime(Process::CLOCK_MONOTONIC)

@@ -13,12 +13,7 @@ include LabHelper
 
 TURN_MS = 50
 
-CLIENT = <<~'RUBY'
-  require "socket"; require "json"
-  $stdout.sync = true
-  port, count = ARGV.map(&:to_i)
-  puts "ready"
-  socket = TCPSocket.new("127.0.0.1", port)
+CLIENT = LabHelper::CLIENT_PROLOGUE + <<~'RUBY'
   random = Random.new(7)
   samples = count.times.map do
     sleep(0.005 + random.rand(0.015)) # users do not choose when their requests come

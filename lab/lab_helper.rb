@@ -77,6 +77,16 @@ module LabHelper
 
   # Runs +code+ in a separate Ruby process, untraced: loopback servers and load generators must
   # not compete for the GVL they are measuring. Returns [pid, first line it printed].
+  # The start of a client script for spawn_helper: its port and count from its arguments, "ready"
+  # printed (spawn_helper waits for a first line), connected.
+  CLIENT_PROLOGUE = <<~'RUBY'
+    require "socket"; require "json"
+    $stdout.sync = true
+    port, count = ARGV.map(&:to_i)
+    puts "ready"
+    socket = TCPSocket.new("127.0.0.1", port)
+  RUBY
+
   def spawn_helper(code, *args)
     reader, writer = IO.pipe
     env = { "RUBYOPT" => nil, "GVLSCOPE_OUTPUT" => nil }

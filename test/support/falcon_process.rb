@@ -2,6 +2,7 @@
 
 require "socket"
 require "timeout"
+require_relative "process_group"
 
 # A real Falcon (gemfiles/falcon.gemfile: Falcon 0.57, async 2) for test/integrations/falcon_test.rb
 # and bench/wait_truth.rb's Falcon servers: `falcon serve` on a free loopback port in a child Ruby
@@ -62,13 +63,7 @@ class FalconProcess
   def stop
     return unless @pid
 
-    Process.kill(:TERM, @pid)
-    Timeout.timeout(15) { Process.wait(@pid) }
-  rescue Timeout::Error
-    Process.kill(:KILL, -@pid)
-    Process.wait(@pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    ProcessGroup.stop(@pid, term: @pid)
   ensure
     @pid = nil
   end
