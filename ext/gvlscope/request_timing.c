@@ -172,6 +172,14 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             uint64_t from = end && end->known ? end->wait_ns : 0;
             if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
+            // A connection with no hand-off to claim (Puma served a kept-alive connection's next
+            // request on this thread, its bytes already read): its request's bytes may have come
+            // after that point. Only the waits since then, the kernel's time a jiffy late, are its.
+            uint64_t data_ns = handed_fd >= 0 ? gvls_kernel_data_arrival_ns(handed_fd, timing->started_ns) : 0;
+            if (data_ns) {
+                uint64_t since = gvls_metrics_own_wait_since(slot, data_ns + GVLS_KERNEL_SLACK_NS, timing->started_ns, NULL, NULL);
+                if (since < timing->pickup_wait_ns) timing->pickup_wait_ns = since;
+            }
         }
         // IO the thread started before the request (a response's write) is not the request's.
         if (current) gvls_metrics_request_started(slot);
