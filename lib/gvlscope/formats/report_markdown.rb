@@ -48,10 +48,9 @@ module GVLScope
         list = @report.findings
         return "No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace." if list.empty?
 
-        lines = ["### Findings (#{list.size}), by the GVL wait each explains", ""]
+        lines = ["### Findings (#{list.size}), by #{Analysis::Finding.ranked_by(list)} each explains", ""]
         list.first(SHOWN_FINDINGS).each_with_index do |finding, index|
-          share = format("%s, %d%% of all wait", Units.ms_rounded(finding.explains_wait_ns), (100 * finding.wait_share).round)
-          lines << "#{index + 1}. **#{text(share)}**: #{prose(finding.title, finding)}"
+          lines << "#{index + 1}. **#{text(finding.explains)}**: #{prose(finding.title, finding)}"
           lines << "   - fix: #{prose(finding.fix, finding)}"
         end
         hidden = list.size - SHOWN_FINDINGS

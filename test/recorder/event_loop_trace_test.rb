@@ -1,0 +1,131 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "tmpdir"
+require "gvlscope/model"
+require "gvlscope/analysis"
+require "gvlscope/cli"
+require "support/tiny_scheduler"
+
+# Event loops in a trace (format version 4): fibers.c's switch hook writes each turn's records in
+# the loop thread's lane, and the report names the code of a fiber that kept the loop.
+class EventLoopTraceTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  MS = 1_000_000
+  GIVE_BACK_LINE = __LINE__ + 8 # hold_the_loop's `sleep 0`
+
+  # Keeps the loop for +ms+ of the thread's own CPU time (at least that much wall time, however
+  # loaded the machine), then gives it back to the loop.
+  def hold_the_loop(ms)
+    deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
+    x = 0
+    x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline
+    sleep 0 # gives the loop back
+  end
+
+  def teardown
+    GVLScope.stop if GVLScope.tracing?
+    GVLScope::EventLoops.track(false)
+  end
+
+  # A loop thread with three tasks A, B, C that each sleep 0 at once (one turn each), then the
+  # loop resumes them in that order: A keeps the loop 40 ms and gives it back in hold_the_loop,
+  # B and C (ready all along) end; then A's last turn. Returns the Model::TraceFile and the path.
+  def record_a_loop(dir, stacks: true)
+    path = File.join(dir, "loop.gvl")
+    GVLScope.start(path, fibers: true, stacks: stacks)
+    thread = Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.schedule do
+        sleep 0
+        hold_the_loop(40)
+      end
+      2.times { Fiber.schedule { sleep 0 } }
+    end
+    thread.join
+    summary = GVLScope.stop
+    assert_equal 0, summary.dropped
+    file = GVLScope::Model::TraceFile.read(path)
+    [file, path, file.thread_info.each_value.find { |info| info.created_at&.include?("event_loop_trace_test.rb") }.serial]
+  end
+
+  def test_each_turn_is_recorded_in_the_loops_lane_in_order
+    Dir.mktmpdir do |dir|
+      file, path, loop_thread = record_a_loop(dir)
+      turns = file.raw_turns
+      assert_equal [loop_thread], turns.map { |_, thread, _, _| thread }.uniq, "only the loop's thread takes turns"
+      kinds = turns.map { |_, _, kind, _| kind }
+      assert_equal %i[turn_begin turn_end] * 6 + %i[turn_begin turn_site turn_end], kinds
+      a, b, c = turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last).first(3)
+      assert_equal [a, b, c, a, b, c, a], turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last)
+      assert_equal [a + 1, a + 2], [b, c], "serials in order of first turn"
+      # The engine's first pass finds the same records.
+      scan = GVLScope::Model.timeline(path)
+      assert_equal [a, b, c, a, b, c, a], scan.turns.map(&:fiber)
+      long = scan.turns[3]
+      assert_operator long.duration_ns, :>=, 40 * MS
+      assert_equal [b, c], long.followers.map(&:fiber), "B and C came right after A's long turn"
+      assert_equal "EventLoopTraceTest#hold_the_loop", long.site[3].label
+      assert_equal [__FILE__, GIVE_BACK_LINE], [long.site[3].path, long.site[3].line]
+      assert(scan.turns.each_with_index.all? { |turn, i| i == 3 ? turn.site : turn.site.nil? }, "only the long turn has a site")
+      assert(scan.turns.none?(&:open))
+    end
+  end
+
+  def test_the_report_names_the_fiber_that_kept_the_loop_and_its_code
+    Dir.mktmpdir do |dir|
+      _file, path = record_a_loop(dir)
+      report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path))
+      finding = report.findings.find { |found| found.kind == :loop_stall }
+      refute_nil finding, report.findings.map(&:title).inspect
+      site = "`EventLoopTraceTest#hold_the_loop` (#{GVLScope::Vocabulary.short_site(__FILE__)}:#{GIVE_BACK_LINE})"
+      assert_match(/\AEvent loop stalled: a fiber kept the loop of 'thread \d+ \(.*event_loop_trace_test.rb:\d+\)' for \d+ ms \(its code: #{Regexp.escape(site)}\); 2 turns of other fibers came right after\z/,
+                   finding.title)
+      assert finding.loop_wait
+      assert_nil finding.wait_share
+      assert_operator finding.explains_wait_ns, :>=, 2 * 40 * MS # its length, once for B and once for C
+      text, err, status = gvlscope_in_process("report", path) # the command's text report
+      assert_equal [0, ""], [status, err]
+      assert_includes text, "Findings (#{report.findings.size}), by the wait (GVL or event loop) each explains:"
+      assert_includes text, "ms of loop wait] #{finding.title}\n"
+    end
+  end
+
+  def test_without_stacks_the_turns_are_recorded_without_their_code
+    Dir.mktmpdir do |dir|
+      file, path = record_a_loop(dir, stacks: false)
+      refute_predicate file, :stacks?
+      assert_equal %i[turn_begin turn_end] * 7, file.raw_turns.map { |_, _, kind, _| kind }
+      finding = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.find { |found| found.kind == :loop_stall }
+      assert_includes finding.title, "(its code: not recorded: a trace without stacks)"
+    end
+  end
+
+  def test_a_trace_tracks_loops_only_when_asked_or_under_a_fiber_scheduler
+    Dir.mktmpdir do |dir|
+      GVLScope.start(File.join(dir, "plain.gvl"))
+      refute_predicate GVLScope::EventLoops, :tracking?, "no Fiber scheduler: off by default"
+      GVLScope.stop
+      GVLScope.start(File.join(dir, "asked.gvl"), fibers: true)
+      assert_predicate GVLScope::EventLoops, :tracking?
+      GVLScope.stop
+      refute_predicate GVLScope::EventLoops, :tracking?, "the trace's own tracking ends with it"
+      error = assert_raises(ArgumentError) { GVLScope.start(File.join(dir, "bad.gvl"), fibers: "yes") }
+      assert_equal 'fibers must be true, false or nil, got "yes"', error.message
+    end
+  end
+
+  # Format version 3 (before turns): read as before, with no turns.
+  def test_a_version_3_trace_still_reads
+    path = File.join(ROOT, "test/fixtures/traces/hog-v3.gvl")
+    assert_equal 3, File.binread(path, 4, 8).unpack1("L<")
+    file = GVLScope::Model::TraceFile.read(path)
+    assert_predicate file, :stacks?
+    assert_empty file.raw_turns
+    scan = GVLScope::Model.timeline(path)
+    assert_empty scan.turns
+    assert_equal file.size, scan.file.size
+    assert_equal file.records, scan.file.records
+  end
+end
