@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../rule"
-require_relative "../code_locations"
+require_relative "../../model/turns"
 
 module GVLScope
   module Analysis
