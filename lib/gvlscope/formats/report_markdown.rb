@@ -171,8 +171,10 @@ module GVLScope
 
       def code_labels(finding)
         evidence = finding.evidence.is_a?(Hash) ? finding.evidence : {}
-        labels = %i[holder_frames release_sites].flat_map do |key|
-          Array(evidence[key]).filter_map { |frame| frame.is_a?(Hash) ? (frame[:label] || frame["label"]) : nil }
+        # A finding's frames (its holders', its release sites), or the one frame of its code (a loop stall's).
+        labels = %i[holder_frames release_sites code].flat_map do |key|
+          frames = evidence[key].is_a?(Hash) ? [evidence[key]] : Array(evidence[key])
+          frames.filter_map { |frame| frame.is_a?(Hash) ? (frame[:label] || frame["label"]) : nil }
         end
         code = @report.code_locations
         if code.stacks?
