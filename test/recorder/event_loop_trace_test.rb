@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "json"
 require "tmpdir"
 require "gvlscope/model"
 require "gvlscope/analysis"
@@ -89,6 +90,12 @@ class EventLoopTraceTest < Minitest::Test
       assert_equal [0, ""], [status, err]
       assert_includes text, "Findings (#{report.findings.size}), by the wait (GVL or event loop) each explains:"
       assert_includes text, "ms of loop wait] #{finding.title}\n"
+      html = File.join(dir, "loop.html")
+      _, err, status = gvlscope_in_process("report", path, "--html", html)
+      assert_equal [0, "gvlscope: wrote #{html}\n"], [status, err]
+      page = File.read(html)
+      assert_includes page, JSON.generate(finding.title)
+      assert_includes page, %("explains":"#{GVLScope::Units.ms_rounded(finding.explains_wait_ns)} of loop wait")
     end
   end
 
