@@ -48,6 +48,8 @@ class EventLoopTraceTest < Minitest::Test
     summary = GVLScope.stop
     assert_equal 0, summary.dropped
     file = GVLScope::Model::TraceFile.read(path)
+    # Every record the recorder counted is read: the events, and the ARG, SAMPLE and turn records.
+    assert_equal summary.events, file.records
     [file, path, file.thread_info.each_value.find { |info| info.created_at&.include?("event_loop_trace_test.rb") }.serial]
   end
 
@@ -63,6 +65,7 @@ class EventLoopTraceTest < Minitest::Test
       assert_equal [a + 1, a + 2], [b, c], "serials in order of first turn"
       # The engine's first pass finds the same records.
       scan = GVLScope::Model.timeline(path)
+      assert_equal file.records, scan.file.records
       assert_equal [a, b, c, a, b, c, a], scan.turns.map(&:fiber)
       long = scan.turns[3]
       assert_operator long.duration_ns, :>=, 40 * MS
