@@ -14,6 +14,7 @@ class EventLoopTraceTest < Minitest::Test
   include GVLScopeTestHelper
 
   MS = 1_000_000
+  BURN_LINE = __LINE__ + 8 # hold_the_loop's loop
   GIVE_BACK_LINE = __LINE__ + 8 # hold_the_loop's `sleep 0`
 
   # Keeps the loop for +ms+ of the thread's own CPU time (at least that much wall time, however
@@ -33,9 +34,13 @@ class EventLoopTraceTest < Minitest::Test
   # A loop thread with three tasks A, B, C that each sleep 0 at once (one turn each), then the
   # loop resumes them in that order: A keeps the loop 40 ms and gives it back in hold_the_loop,
   # B and C (ready all along) end; then A's last turn. Returns the Model::TraceFile and the path.
-  def record_a_loop(dir, stacks: true)
+  # +beside+: a thread that runs Ruby code meanwhile (it waits for the GVL while the loop's thread
+  # holds it: the holder sampler runs).
+  def record_a_loop(dir, stacks: true, beside: false)
     path = File.join(dir, "loop.gvl")
     GVLScope.start(path, fibers: true, stacks: stacks)
+    stop = false
+    competitor = Thread.new { nil until stop } if beside
     thread = Thread.new do
       Fiber.set_scheduler(TinyScheduler.new)
       Fiber.schedule do
@@ -45,6 +50,8 @@ class EventLoopTraceTest < Minitest::Test
       2.times { Fiber.schedule { sleep 0 } }
     end
     thread.join
+    stop = true
+    competitor&.join
     summary = GVLScope.stop
     assert_equal 0, summary.dropped
     file = GVLScope::Model::TraceFile.read(path)
@@ -84,6 +91,7 @@ class EventLoopTraceTest < Minitest::Test
       finding = report.findings.find { |found| found.kind == :loop_stall }
       refute_nil finding, report.findings.map(&:title).inspect
       site = "`EventLoopTraceTest#hold_the_loop` (#{GVLScope::Vocabulary.short_site(__FILE__)}:#{GIVE_BACK_LINE})"
+      assert_equal :give_back, finding.evidence[:code_from], "no other thread waited for the GVL: no sample"
       assert_match(/\AEvent loop stalled: a fiber kept the loop of 'thread \d+ \(.*event_loop_trace_test.rb:\d+\)' for \d+ ms \(its code: #{Regexp.escape(site)}\); 2 turns of other fibers came right after\z/,
                    finding.title)
       assert finding.loop_wait
@@ -99,6 +107,19 @@ class EventLoopTraceTest < Minitest::Test
       page = File.read(html)
       assert_includes page, JSON.generate(finding.title)
       assert_includes page, %("explains":"#{GVLScope::Units.ms_rounded(finding.explains_wait_ns)} of loop wait")
+    end
+  end
+
+  # While another thread waits for the GVL, the holder sampler catches the loop's thread in the
+  # long turn: its code is where the turn spent its time, not only where it ended.
+  def test_a_sampled_long_turn_names_the_code_it_ran
+    Dir.mktmpdir do |dir|
+      _file, path = record_a_loop(dir, beside: true)
+      finding = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.find { |found| found.kind == :loop_stall }
+      refute_nil finding
+      assert_equal :samples, finding.evidence[:code_from]
+      assert_equal({ label: "EventLoopTraceTest#hold_the_loop", path: GVLScope::Vocabulary.short_site(__FILE__), line: BURN_LINE },
+                   finding.evidence[:code])
     end
   end
 

@@ -12,8 +12,9 @@ module GVLScope
       # wait for a GVL holder, though no thread waited for the GVL. Readiness is not recorded: the
       # wait it explains is each long turn's length once per other fiber that came right after
       # (Model::Turns.follow), an upper bound (a fiber whose IO came late in the turn waited less).
-      # One finding per loop; its code is where the longest turn's fiber gave the loop back
-      # (TURN_SITE: the callers of the Fiber scheduler's hook it was in).
+      # One finding per loop; its code is where the longest turn spent its time when the holder
+      # sampler caught it (samples are taken only while another thread waits for the GVL), else
+      # where its fiber gave the loop back (TURN_SITE: the caller of the scheduler's hook it was in).
       class LoopStall < Rule
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
         # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
@@ -37,7 +38,7 @@ module GVLScope
 
           longest = long.max_by(&:duration_ns)
           label = @labels.fetch(thread) { Vocabulary.thread_label(nil, thread) }
-          code = code_of(longest)
+          code, code_from = code_of(longest)
           others = long.size - 1
           finding(
             kind: :loop_stall, about: @rows.key?(thread) ? [@rows[thread]] : [], loop_wait: true, explains_wait_ns: waited,
@@ -50,7 +51,7 @@ module GVLScope
             evidence: { thread: label, long_turns: long.size, long_turns_ns: long.sum(&:duration_ns),
                         longest_turn_ns: longest.duration_ns, fiber: longest.fiber,
                         turns_right_after: longest.followers.size, loop_wait_ns: waited,
-                        **(code ? { code: { label: code.label, path: code.path, line: code.line } } : {}) },
+                        **(code ? { code: { label: code.label, path: code.path, line: code.line }, code_from: code_from } : {}) },
             fix: "while a fiber runs, every other fiber of its loop waits, whatever its IO: make that code faster, give " \
                  "the loop back between its parts (`sleep 0` yields to the loop), or run it off the loop (a thread, a " \
                  "background job) so the loop's other requests do not queue behind it",
@@ -58,9 +59,29 @@ module GVLScope
           )
         end
 
+        # [frame, :samples or :give_back], or nil.
+        def code_of(turn)
+          sampled = sampled_code(turn) and return [sampled, :samples]
+          given_back = give_back_code(turn) and return [given_back, :give_back]
+          nil
+        end
+
+        # The code most of the loop thread's holder samples during the turn were in (the first frame
+        # in a source file, as CodeLocations names holders' code).
+        def sampled_code(turn)
+          return nil unless @timeline.stacks? && @timeline.respond_to?(:samples)
+
+          frames = @timeline.samples.filter_map do |sample|
+            next unless sample.thread == turn.thread && sample.stack && sample.time_ns.between?(turn.start_ns, turn.end_ns)
+
+            sample.stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
+          end
+          frames.tally.max_by(&:last)&.first&.shown
+        end
+
         # The task's own frame where it gave the loop back: below the scheduler's hook, the first
         # in a source file (a C method as Kernel#sleep is the call, not the code).
-        def code_of(turn)
+        def give_back_code(turn)
           stack = turn.site or return nil
           hook = stack.rindex { |frame| frame.label.to_s.match?(SCHEDULER_HOOK) }
           callers = hook ? stack.drop(hook + 1) : stack
