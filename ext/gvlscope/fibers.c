@@ -208,10 +208,12 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     int recording = atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire);
     if (task) {
         loop->turn_started_ns = now_ns;
-        // A task is running: rb_fiber_current reads its fiber (only a thread's root fiber is made lazily).
-        loop->turn_fiber = rb_fiber_current();
         loop->turn_generation = recording ? gvls_current_trace.generation : 0;
-        if (recording) record_turn_begin(slot, loop->turn_fiber, now_ns);
+        if (recording) {
+            // A task is running: rb_fiber_current reads its fiber (only a thread's root fiber is made lazily).
+            loop->turn_fiber = rb_fiber_current();
+            record_turn_begin(slot, loop->turn_fiber, now_ns);
+        }
         // The loop's select returned after it last got the thread: IO or a timer woke it. Read from
         // the metrics (the GVL hook's, on this thread: nothing writes them meanwhile).
         uint64_t woke_ns = slot->metrics.woke_ns;
