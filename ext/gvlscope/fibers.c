@@ -74,7 +74,8 @@ static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 // malloc-grown in the hook (never Ruby's allocator). Its fibers are marked (pinned): an address
 // in it stays its fiber's, never reused by a new fiber under an old serial, until the entry goes
 // when its fiber is seen ended at the end of its turn, or when the table must grow (ended
-// fibers are swept first), or when a new trace starts (a trace's serials are its own).
+// fibers are swept first), or when a new trace starts (a trace's serials are its own); the first
+// GC after the trace stops lets the whole table go.
 typedef struct {
     VALUE fiber;              // 0: empty
     uint32_t serial;
@@ -88,7 +89,15 @@ static struct {
     uint32_t next_serial;
 } F;
 
+// With no trace running, the table is let go here rather than keeping its fibers alive until the
+// next trace (the hook uses it only while one records; GC and the hook both hold the GVL).
 static void fibers_mark(void *unused) {
+    if (!atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
+        free(F.entries);
+        F.entries = NULL;
+        F.capa = F.used = 0;
+        return;
+    }
     for (size_t i = 0; i < F.capa; i++) if (F.entries[i].fiber) rb_gc_mark(F.entries[i].fiber);
 }
 

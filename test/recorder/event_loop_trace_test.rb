@@ -123,6 +123,24 @@ class EventLoopTraceTest < Minitest::Test
     end
   end
 
+  # Many fibers alive at once grow the recorder's fiber table (256 entries at first, half full at
+  # most); each keeps its serial across its turns, and an ended fiber's entry goes.
+  def test_each_of_many_fibers_keeps_its_serial
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "many.gvl")
+      GVLScope.start(path, fibers: true)
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        300.times { Fiber.schedule { 2.times { sleep 0 } } }
+      end.join
+      GVLScope.stop
+      serials = GVLScope::Model::TraceFile.read(path).raw_turns.filter_map { |_, _, kind, value| value if kind == :turn_begin }
+      assert_equal 900, serials.size # each: until its first sleep, its second, its end
+      first = serials.first
+      assert_equal (first...first + 300).to_a * 3, serials, "in the order the loop resumed them, the same serial each time"
+    end
+  end
+
   def test_without_stacks_the_turns_are_recorded_without_their_code
     Dir.mktmpdir do |dir|
       file, path = record_a_loop(dir, stacks: false)
