@@ -6,6 +6,8 @@ require "tmpdir"
 require "gvlscope/model"
 require "gvlscope/analysis"
 require "gvlscope/cli"
+require "gvlscope/formats/perfetto"
+require "open3"
 require "support/tiny_scheduler"
 
 # Event loops in a trace (format version 4): fibers.c's switch hook writes each turn's records in
@@ -107,6 +109,29 @@ class EventLoopTraceTest < Minitest::Test
       page = File.read(html)
       assert_includes page, JSON.generate(finding.title)
       assert_includes page, %("explains":"#{GVLScope::Units.ms_rounded(finding.explains_wait_ns)} of loop wait")
+    end
+  end
+
+  # Perfetto shows the turns on a track of their own under the loop's thread: a slice per turn
+  # named by its fiber's serial.
+  def test_perfetto_shows_each_turn_under_the_loops_thread
+    descriptor = File.expand_path("../../../shared/perfetto/perfetto_trace.desc", __dir__)
+    skip "protoc not installed (apt-get install protobuf-compiler)" unless system("command -v protoc >/dev/null")
+    skip "no #{descriptor}" unless File.exist?(descriptor)
+
+    Dir.mktmpdir do |dir|
+      _file, path, loop_thread = record_a_loop(dir)
+      timeline = GVLScope::Model.timeline(path, spill: true)
+      pftrace = File.join(dir, "loop.pftrace")
+      File.open(pftrace, "wb") { |io| GVLScope::Formats::Perfetto.new(timeline).write(io) }
+      text, err, status = Open3.capture3("protoc", "--decode=perfetto.protos.Trace", "--descriptor_set_in=#{descriptor}",
+                                         stdin_data: File.binread(pftrace), binmode: true)
+      assert status.success?, err
+      track = 3_000_000_000 + loop_thread
+      assert_match(/uuid: #{track}\n\s+name: ".*: fibers"\n\s+parent_uuid: #{1_000_000 + loop_thread}\n/, text)
+      events = text.scan(/type: (TYPE_SLICE_BEGIN|TYPE_SLICE_END)\n\s+track_uuid: #{track}\n(?:\s+name: "(fiber \d+)")?/)
+      fibers = timeline.turns.map { |turn| "fiber #{turn.fiber}" }
+      assert_equal fibers.flat_map { |name| [["TYPE_SLICE_BEGIN", name], ["TYPE_SLICE_END", nil]] }, events
     end
   end
 
