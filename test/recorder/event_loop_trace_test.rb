@@ -185,8 +185,30 @@ class EventLoopTraceTest < Minitest::Test
       assert_predicate GVLScope::EventLoops, :tracking?
       GVLScope.stop
       refute_predicate GVLScope::EventLoops, :tracking?, "the trace's own tracking ends with it"
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        GVLScope.start(File.join(dir, "scheduled.gvl"))
+        assert_predicate GVLScope::EventLoops, :tracking?, "started from a thread with a Fiber scheduler: on"
+        GVLScope.stop
+      end.join
+      refute_predicate GVLScope::EventLoops, :tracking?
       error = assert_raises(ArgumentError) { GVLScope.start(File.join(dir, "bad.gvl"), fibers: "yes") }
       assert_equal 'fibers must be true, false or nil, got "yes"', error.message
+    end
+  end
+
+  # `gvlscope run --fibers` records the turns of a program's loops from its start.
+  def test_gvlscope_run_fibers_records_the_turns
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "run.gvl")
+      program = "load #{File.join(ROOT, 'test/support/tiny_scheduler.rb').inspect}; " \
+                "Thread.new { Fiber.set_scheduler(TinyScheduler.new); Fiber.schedule { sleep 0 } }.join"
+      _out, err, status = gvlscope("run", "--fibers", "--no-summary", "-o", path, "--", RbConfig.ruby, "-e", program)
+      assert status.success?, err
+      assert_equal %i[turn_begin turn_end turn_begin turn_end], GVLScope::Model::TraceFile.read(path).raw_turns.map { |row| row[2] }
+      _out, err, status = gvlscope("run", "--no-summary", "-o", File.join(dir, "plain.gvl"), "--", RbConfig.ruby, "-e", program)
+      assert status.success?, err
+      assert_empty GVLScope::Model::TraceFile.read(File.join(dir, "plain.gvl")).raw_turns, "off unless asked"
     end
   end
 
