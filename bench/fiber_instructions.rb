@@ -15,12 +15,17 @@ MODES = {
   "none" => "",
   "metrics" => "GVLScope::Metrics.enable",
   "metrics+loops" => "GVLScope::Metrics.enable; GVLScope::EventLoops.track",
+  # A trace records each turn too (TURN_BEGIN, its ARG, TURN_END: 24 bytes per round trip); its
+  # turns are short, so no stack is read.
+  "metrics+loops+trace" => "GVLScope::Metrics.enable; GVLScope::EventLoops.track; " \
+                           "GVLScope.start(File.join(Dir.mktmpdir, 't.gvl'), fibers: true); at_exit { GVLScope.stop }",
 }.freeze
 
 Callgrind.require!
 totals = MODES.to_h do |mode, setup|
   script = <<~RUBY
     require "gvlscope"
+    require "tmpdir"
     require #{SCHEDULER.inspect}
     #{setup}
     Thread.new do

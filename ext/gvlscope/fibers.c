@@ -14,6 +14,7 @@
 #include "histogram.h"
 #include "stacks.h"
 #include "trace_session.h"
+#include "trace.h"
 #include <ruby/fiber/scheduler.h>
 #include <ruby/io.h>
 #include <stdlib.h>
@@ -28,6 +29,8 @@ typedef struct {
     uint64_t loop_since_ns;   // when the loop last got the thread back
     uint64_t turn_started_ns; // when the loop last gave it to a task (0: not seen)
     uint64_t turn_loop_woke_ns;
+    VALUE turn_fiber;         // the task the loop gave the thread to (a key of the fiber table; never read through)
+    uint64_t turn_generation; // the trace whose TURN_BEGIN began the turn (0: none): only its TURN_END follows
     uint64_t turns, busy_ns, longest_turn_ns;
     uint64_t turn_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of ns per turn
 } loop_state;
@@ -67,6 +70,140 @@ static void slot_freed(gvls_thread *slot) {
 
 static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 
+// Fiber serials for a trace's turn records: 1, 2, ... per process (24 bits, as a record's value;
+// they wrap after 16M fibers, skipping 0). An open-addressing table keyed by the fiber VALUE,
+// malloc-grown in the hook (never Ruby's allocator). Its fibers are marked (pinned): an address
+// in it stays its fiber's, never reused by a new fiber under an old serial, until the entry goes
+// when its fiber is seen ended at the end of its turn, or when the table must grow (ended
+// fibers are swept first), or when a new trace starts (a trace's serials are its own); the first
+// GC after the trace stops lets the whole table go.
+typedef struct {
+    VALUE fiber;              // 0: empty
+    uint32_t serial;
+    uint8_t site_pending;     // its last turn was long: read where it gave the loop back at its next turn
+} fiber_entry;
+
+static struct {
+    fiber_entry *entries;
+    size_t capa, used;        // capa: a power of 2, at most half full
+    uint64_t generation;      // the trace generation the entries belong to
+    uint32_t next_serial;
+} F;
+
+// With no trace running, the table is let go here rather than keeping its fibers alive until the
+// next trace (the hook uses it only while one records; GC and the hook both hold the GVL).
+static void fibers_mark(void *unused) {
+    if (!atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
+        free(F.entries);
+        F.entries = NULL;
+        F.capa = F.used = 0;
+        return;
+    }
+    for (size_t i = 0; i < F.capa; i++) if (F.entries[i].fiber) rb_gc_mark(F.entries[i].fiber);
+}
+
+static const rb_data_type_t fibers_holder_type = {
+    .wrap_struct_name = "gvlscope/fibers",
+    .function = { .dmark = fibers_mark },
+    .flags = RUBY_TYPED_FREE_IMMEDIATELY,
+};
+
+static inline size_t fiber_home(VALUE fiber, size_t capa) {
+    uint64_t x = (uint64_t)fiber >> 3;  // VALUEs of objects are 8-aligned
+    x ^= x >> 33; x *= UINT64_C(0xff51afd7ed558ccd); x ^= x >> 33;
+    return (size_t)x & (capa - 1);
+}
+
+static fiber_entry *fiber_find(VALUE fiber) {
+    if (!F.capa) return NULL;
+    for (size_t i = fiber_home(fiber, F.capa);; i = (i + 1) & (F.capa - 1)) {
+        if (F.entries[i].fiber == fiber) return &F.entries[i];
+        if (!F.entries[i].fiber) return NULL;
+    }
+}
+
+// Linear probing's deletion: later entries of the probe run move back into the hole.
+static void fiber_remove(fiber_entry *entry) {
+    size_t hole = (size_t)(entry - F.entries), mask = F.capa - 1;
+    F.entries[hole].fiber = 0;
+    F.used--;
+    for (size_t i = (hole + 1) & mask; F.entries[i].fiber; i = (i + 1) & mask) {
+        size_t home = fiber_home(F.entries[i].fiber, F.capa);
+        // Movable if its home is not cyclically within (hole, i].
+        if ((i > hole && (home <= hole || home > i)) || (i < hole && home <= hole && home > i)) {
+            F.entries[hole] = F.entries[i];
+            F.entries[i].fiber = 0;
+            hole = i;
+        }
+    }
+}
+
+static void fiber_put(fiber_entry *entries, size_t capa, fiber_entry entry) {
+    size_t i = fiber_home(entry.fiber, capa);
+    while (entries[i].fiber) i = (i + 1) & (capa - 1);
+    entries[i] = entry;
+}
+
+// Room for one more: ended fibers swept out, then the table doubled if still half full. 0: no memory.
+static int fiber_room(void) {
+    if (F.used + 1 <= F.capa / 2) return 1;
+    for (size_t i = 0; i < F.capa; i++) {
+        // rb_fiber_alive_p reads the fiber's status: no allocation. Restart at i: a removal moves entries back.
+        while (F.entries[i].fiber && !RTEST(rb_fiber_alive_p(F.entries[i].fiber))) fiber_remove(&F.entries[i]);
+    }
+    if (F.used + 1 <= F.capa / 2) return 1;
+    size_t capa = F.capa ? F.capa * 2 : 256;
+    fiber_entry *grown = calloc(capa, sizeof(*grown));
+    if (!grown) return 0;
+    for (size_t i = 0; i < F.capa; i++) if (F.entries[i].fiber) fiber_put(grown, capa, F.entries[i]);
+    // The GC marks F.entries: the old table is let go only once the new one is in place (the hook
+    // holds the GVL, so no GC runs in between anyway).
+    fiber_entry *old = F.entries;
+    F.entries = grown;
+    F.capa = capa;
+    free(old);
+    return 1;
+}
+
+// The fiber's entry, made if new; NULL if there is no memory for it.
+static fiber_entry *fiber_entry_of(VALUE fiber) {
+    if (F.generation != gvls_current_trace.generation) {
+        if (F.capa) memset(F.entries, 0, F.capa * sizeof(*F.entries));
+        F.used = 0;
+        F.generation = gvls_current_trace.generation;
+    }
+    fiber_entry *entry = fiber_find(fiber);
+    if (entry) return entry;
+    if (!fiber_room()) return NULL;
+    if (++F.next_serial > GVLS_MAX_THREAD_SERIAL) F.next_serial = 1;
+    fiber_put(F.entries, F.capa, (fiber_entry){ .fiber = fiber, .serial = F.next_serial });
+    F.used++;
+    return fiber_find(fiber);
+}
+
+// A trace records: the turn's records in the thread's lane (trace.h's fast path: no lock unless
+// a chunk fills). A fiber with no serial (no memory) still gets its TURN_BEGIN, with serial 0.
+static void record_turn_begin(const gvls_thread *slot, VALUE fiber, uint64_t now_ns) {
+    fiber_entry *entry = fiber_entry_of(fiber);
+    gvls_trace_record(GVLS_EV_TURN_BEGIN, slot->serial, now_ns);
+    gvls_trace_record(GVLS_EV_ARG, entry ? entry->serial : 0, now_ns);
+    if (!entry || !entry->site_pending) return;
+    entry->site_pending = 0;
+    // Back in the fiber that kept the loop: its frames are where it gave the loop back.
+    uint32_t stack = gvls_stacks_capture_site();
+    if (!stack) return;
+    gvls_trace_record(GVLS_EV_TURN_SITE, slot->serial, now_ns);
+    gvls_trace_record(GVLS_EV_ARG, stack, now_ns);
+}
+
+static void record_turn_end(const gvls_thread *slot, VALUE fiber, uint64_t turn_ns, uint64_t now_ns) {
+    gvls_trace_record(GVLS_EV_TURN_END, slot->serial, now_ns);
+    fiber_entry *entry = F.generation == gvls_current_trace.generation ? fiber_find(fiber) : NULL;
+    if (!entry) return;
+    if (!RTEST(rb_fiber_alive_p(fiber))) fiber_remove(entry);  // it ended: its address may be a new fiber's
+    else if (turn_ns >= GVLS_LONG_TURN_NS && atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) entry->site_pending = 1;
+}
+
 // RUBY_EVENT_FIBER_SWITCH, in the fiber switched to (cont.c fires it after the thread's blocking
 // count follows the new fiber: rb_fiber_scheduler_current is nil in the loop, the scheduler in a task).
 static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
@@ -77,8 +214,16 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     loop_state *loop = slot ? loop_of(slot, 1) : NULL;
     if (!loop || (loop->seen && task == loop->in_task)) return;  // task to task (one starting another), loop to loop
     uint64_t now_ns = gvls_now_ns();
+    // Acquire: pairs with the start's store, so the lane generation read next is the new one (trace.h).
+    int recording = atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire);
     if (task) {
         loop->turn_started_ns = now_ns;
+        loop->turn_generation = recording ? gvls_current_trace.generation : 0;
+        if (recording) {
+            // A task is running: rb_fiber_current reads its fiber (only a thread's root fiber is made lazily).
+            loop->turn_fiber = rb_fiber_current();
+            record_turn_begin(slot, loop->turn_fiber, now_ns);
+        }
         // The loop's select returned after it last got the thread: IO or a timer woke it. Read from
         // the metrics (the GVL hook's, on this thread: nothing writes them meanwhile).
         uint64_t woke_ns = slot->metrics.woke_ns;
@@ -86,6 +231,9 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     } else {
         if (loop->seen && loop->turn_started_ns) {
             uint64_t turn_ns = now_ns > loop->turn_started_ns ? now_ns - loop->turn_started_ns : 0;
+            if (recording && loop->turn_generation == gvls_current_trace.generation) {
+                record_turn_end(slot, loop->turn_fiber, turn_ns, now_ns);
+            }
             loop->turns++;
             loop->busy_ns += turn_ns;
             if (turn_ns > loop->longest_turn_ns) loop->longest_turn_ns = turn_ns;
@@ -196,9 +344,8 @@ static VALUE native_loop_turns_reset(VALUE self) {
 // A long turn's code. A loop's thread never waits for the GVL while its task burns CPU, so the
 // SWITCH sampler (which runs while a thread waits) never samples it: at each CPU sample of a file
 // trace with stacks, the drain thread asks for a postponed job, which runs on the thread holding
-// the GVL and samples its stack if it is a task in a turn of SAMPLED_TURN_NS or more (its frames
+// the GVL and samples its stack if it is a task in a turn of GVLS_LONG_TURN_NS or more (its frames
 // are then the turn's code: a route's CPU-bound work, not where its fiber later gave the loop back).
-#define SAMPLED_TURN_NS 10000000ull  // a turn as long as the GVL's 10 ms tick: shorter ones are no stall
 static rb_postponed_job_handle_t turn_sample_job = POSTPONED_JOB_HANDLE_INVALID;
 
 static void turn_sample_run(void *unused) {
@@ -206,7 +353,7 @@ static void turn_sample_run(void *unused) {
     gvls_thread *slot = gvls_thread_find_fast(rb_thread_current());
     const loop_state *loop = slot ? loop_of(slot, 0) : NULL;
     if (!loop || !loop->seen || !loop->in_task || !loop->turn_started_ns) return;
-    if (gvls_now_ns() - loop->turn_started_ns < SAMPLED_TURN_NS) return;
+    if (gvls_now_ns() - loop->turn_started_ns < GVLS_LONG_TURN_NS) return;
     gvls_stacks_sample_running();
 }
 
@@ -218,6 +365,8 @@ static void tick(void) {
 void gvls_fibers_init(VALUE mNative) {
     turn_sample_job = rb_postponed_job_preregister(0, turn_sample_run, NULL);
     gvls_session_on_tick(tick);
+    // A non-NULL data pointer: CRuby skips the mark function of a T_DATA whose pointer is NULL.
+    rb_gc_register_mark_object(TypedData_Wrap_Struct(0, &fibers_holder_type, &F));
     gvls_threads_listen(&slot_listener);
     key_protocol_request = rb_obj_freeze(rb_usascii_str_new_cstr("protocol.http.request"));
     rb_gc_register_mark_object(key_protocol_request);

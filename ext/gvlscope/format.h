@@ -9,7 +9,8 @@
 #include <stdint.h>
 
 #define GVLS_MAGIC "GVLSCOPE"
-#define GVLS_FORMAT_VERSION 3  // 2: header flags, thread creation sites, stack records and tables; 3: CPU chunks
+#define GVLS_FORMAT_VERSION 4  // 2: header flags, thread creation sites, stack records and tables; 3: CPU chunks;
+                               // 4: event-loop turn records (TURN_BEGIN, TURN_END, TURN_SITE), ARG in any trace
 
 typedef struct {
     char magic[8];            // "GVLSCOPE"
@@ -66,10 +67,26 @@ enum gvls_event_kind {
     GVLS_EV_GC_EXIT = 7,
     // Not events: ARG carries a value (bits 4-27, in place of the thread serial) for the record
     // before it in the same lane, with the same time: after SUSPENDED the stack id of the release
-    // site, after SAMPLE the holder's stack id. Its time stays a time so chunks rebase uniformly.
+    // site, after SAMPLE the holder's stack id, after TURN_BEGIN the fiber's serial, after
+    // TURN_SITE a stack id. Its time stays a time so chunks rebase uniformly. Before version 4
+    // ARG and SAMPLE occur only in traces with GVLS_FILE_STACKS.
     GVLS_EV_ARG = 8,
     GVLS_EV_SAMPLE = 9,       // the holder's stack was sampled while others waited (ARG follows)
+    // Version 4, event loops (fibers.c; recorded while loop tracking is on), on the loop's thread,
+    // in its lane. A turn: the thread's loop (its blocking fiber) gave it to a task (a
+    // non-blocking fiber) until a task gave it back.
+    GVLS_EV_TURN_BEGIN = 10,  // the loop switched to a task; ARG follows: the task fiber's serial
+    GVLS_EV_TURN_END = 11,    // a task switched back to the loop
+    // Where a fiber gave the loop back after a turn longer than GVLS_LONG_TURN_NS (trace with
+    // stacks): read when that fiber next gets a turn (the hook runs in the fiber switched to, so
+    // at TURN_END it is in the loop), right after that TURN_BEGIN and its ARG; ARG follows: the
+    // stack id. It belongs to the fiber's previous turn on this thread.
+    GVLS_EV_TURN_SITE = 12,
 };
+
+// A turn this long names its code (TURN_SITE): 10 ms of one fiber is a delay every other request
+// of the loop feels, while reading a stack for every shorter turn would cost each switch.
+#define GVLS_LONG_TURN_NS 10000000ull
 
 static inline uint64_t gvls_record(unsigned kind, uint32_t thread_serial, uint64_t delta_ns) {
     return (uint64_t)kind | (uint64_t)thread_serial << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;

@@ -130,6 +130,13 @@ void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns) {
     gvls_trace_record(GVLS_EV_ARG, stack, now_ns);  // right after SUSPENDED, in the same lane
 }
 
+uint32_t gvls_stacks_capture_site(void) {
+    if (!atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) return 0;
+    uint32_t stack = capture(SITE_DEPTH);
+    if (stack) atomic_fetch_add_explicit(&S.sites, 1, memory_order_relaxed);
+    return stack;
+}
+
 // RUBY_INTERNAL_EVENT_SWITCH: the timer thread's tick reached the GVL holder, which happens only
 // while another thread waits for the GVL. With the GVL, on the holder: its own stack is safe.
 static void on_switch(VALUE tracepoint, void *unused) { gvls_stacks_sample_running(); }

@@ -22,6 +22,9 @@ extern gvls_stacks_state gvls_stacks;
 
 // Out of line: reads frames (only while someone waits, so the cost stays off the fast path).
 void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns);
+// With the GVL, in a Ruby event hook on the running fiber: its own frames as a release site's, the
+// stack id (counted as a site), or 0 (none, dropped, or no trace with stacks).
+uint32_t gvls_stacks_capture_site(void);
 
 // After the trace recorded the event. The waiting count decides whether a release is worth its
 // site: with nobody waiting, the sysread fast path pays two counter updates and no frame reads.

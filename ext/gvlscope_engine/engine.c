@@ -45,9 +45,9 @@ static index_box *get_index(VALUE self) {
     return box;
 }
 
-// Index.open(path, stacks, chunks): chunks packed "Q<Q<Q<" per events chunk, in file order:
+// Index.open(path, args, chunks): args: ARG records carry values (stacks, or version 4); chunks packed "Q<Q<Q<" per events chunk, in file order:
 // offset of its records, base_ns, count | native serial << 32.
-static VALUE index_open(VALUE klass, VALUE path, VALUE stacks, VALUE chunks) {
+static VALUE index_open(VALUE klass, VALUE path, VALUE args, VALUE chunks) {
     StringValue(chunks);
     FilePathValue(path);
     index_box *box;
@@ -55,7 +55,7 @@ static VALUE index_open(VALUE klass, VALUE path, VALUE stacks, VALUE chunks) {
     size_t count = (size_t)RSTRING_LEN(chunks) / 24;
     uint64_t *packed = ALLOC_N(uint64_t, count * 3 + 1);
     memcpy(packed, RSTRING_PTR(chunks), count * 24);
-    int status = eng_index_open(&box->index, StringValueCStr(path), RTEST(stacks), packed, count);
+    int status = eng_index_open(&box->index, StringValueCStr(path), RTEST(args), packed, count);
     xfree(packed);
     box->open = true;
     if (status) rb_syserr_fail_str(-status, path);
@@ -124,6 +124,30 @@ static VALUE index_serials(VALUE self) {
     for (size_t i = 0; i < count; i++) rb_ary_push(serials, UINT2NUM(sorted[i].serial));
     xfree(sorted);
     return serials;
+}
+
+static int compare_turn_records(const void *a, const void *b) {
+    const eng_turn_record *x = a, *y = b;
+    if (x->time != y->time) return x->time < y->time ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+// The event loops' turn records (version 4), in (time, file order): "q<L<L<L<" each (time, thread
+// serial, kind, value: the fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, else 0).
+static VALUE index_turns(VALUE self) {
+    eng_index *index = &get_index(self)->index;
+    size_t count = index->turns.size;
+    eng_turn_record *sorted = ALLOC_N(eng_turn_record, count + 1);
+    if (count) memcpy(sorted, index->turns.data, count * sizeof(eng_turn_record));
+    if (count > 1) qsort(sorted, count, sizeof(eng_turn_record), compare_turn_records);
+    VALUE packed = rb_str_buf_new((long)count * 20);
+    for (size_t i = 0; i < count; i++) {
+        struct __attribute__((packed)) { int64_t time; uint32_t serial, kind, arg; } row = {
+            sorted[i].time, sorted[i].serial, sorted[i].kind, sorted[i].arg };
+        rb_str_buf_cat(packed, (const char *)&row, sizeof(row));
+    }
+    xfree(sorted);
+    return packed;
 }
 
 static VALUE index_memory(VALUE self) {
@@ -738,6 +762,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_method(cIndex, "summary", index_summary, 0);
     rb_define_method(cIndex, "memory", index_memory, 0);
     rb_define_method(cIndex, "serials", index_serials, 0);
+    rb_define_method(cIndex, "turns", index_turns, 0);
 
     cPass = rb_define_class_under(mEngine, "Pass", rb_cObject);
     rb_undef_alloc_func(cPass);

@@ -16,15 +16,16 @@
 typedef struct {
     int32_t last_chunk; // the chunk holding the lane's last record that is not an ARG, or -1
     uint8_t last_kind;  // its kind; 0 after an ARG (nothing to attach to)
+    uint32_t last_turn; // the turn record the lane's last record is (its ARG is its value), or UINT32_MAX
 } eng_lane;
 
 #define RECORD_BLOCK 8192
 
-int eng_index_open(eng_index *index, const char *path, bool stacks, const uint64_t *packed, size_t count) {
+int eng_index_open(eng_index *index, const char *path, bool args, const uint64_t *packed, size_t count) {
     memset(index, 0, sizeof(*index));
     index->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (index->fd < 0) return -errno;
-    index->stacks = stacks;
+    index->args = args;
     index->chunk_count = count;
     index->chunks = eng_alloc(&index->memory, (count ? count : 1) * sizeof(eng_chunk));
     // packed: per chunk offset of its records, base_ns, count | native << 32
@@ -39,6 +40,7 @@ int eng_index_open(eng_index *index, const char *path, bool stacks, const uint64
     }
     map_init(&index->memory, &index->lane_of, 16);
     vec_init(&index->lanes, sizeof(eng_lane));
+    vec_init(&index->turns, sizeof(eng_turn_record));
     map_init(&index->memory, &index->first_of, 64);
     vec_init(&index->firsts, sizeof(eng_first));
     return 0;
@@ -73,6 +75,7 @@ void eng_index_imported(eng_index *index, const int64_t *times, const uint8_t *k
     vec_init(&index->firsts, sizeof(eng_first));
     map_init(&index->memory, &index->lane_of, 16);
     vec_init(&index->lanes, sizeof(eng_lane));
+    vec_init(&index->turns, sizeof(eng_turn_record));
     index->items = eng_alloc(&index->memory, (count ? count : 1) * sizeof(eng_item));
     index->item_count = count;
     for (size_t i = 0; i < count; i++) {
@@ -111,6 +114,7 @@ static eng_lane *lane_for(eng_index *index, uint32_t native) {
         at = (uint32_t)index->lanes.size;
         eng_lane *lane = vec_push(&index->memory, &index->lanes);
         lane->last_chunk = -1;
+        lane->last_turn = UINT32_MAX;
         map_put(&index->memory, &index->lane_of, native, at);
     }
     return &VEC_AT(index->lanes, eng_lane, at);
@@ -137,7 +141,7 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
             uint64_t order = index->record_index++;
             if (time < previous_time) chunk->sorted = 0;
             previous_time = time;
-            if (index->stacks && kind >= EV_ARG) {
+            if (index->args && kind >= EV_ARG) {
                 index->stack_records++;
                 if (kind == EV_ARG) {
                     // An ARG after the lane's last record of an earlier chunk: that chunk's trailer.
@@ -145,12 +149,22 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
                         (lane->last_kind == EV_SUSPENDED || lane->last_kind == EV_SAMPLE)) {
                         index->chunks[lane->last_chunk].trailing_arg = (int32_t)serial;
                     }
+                    if (lane->last_turn != UINT32_MAX) VEC_AT(index->turns, eng_turn_record, lane->last_turn).arg = serial;
                     lane->last_kind = 0;
                     lane->last_chunk = -1;
+                    lane->last_turn = UINT32_MAX;
                     continue;
                 }
                 lane->last_chunk = (int32_t)number;
                 lane->last_kind = kind;
+                lane->last_turn = UINT32_MAX;
+                if (kind >= EV_TURN_BEGIN && kind <= EV_TURN_SITE) {
+                    // Kept apart for the loops' turns (Index#turns); the passes never see them.
+                    lane->last_turn = (uint32_t)index->turns.size;
+                    eng_turn_record *turn = vec_push(&index->memory, &index->turns);
+                    *turn = (eng_turn_record){ .time = time, .index = order, .serial = serial, .kind = kind };
+                    continue;
+                }
                 if (kind == EV_SAMPLE) {
                     if (!chunk->has_items || time < chunk->min_time ||
                         (time == chunk->min_time && order < chunk->min_index)) {
@@ -160,10 +174,11 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
                     chunk->has_items = 1;
                     continue;
                 }
-                // kinds 10-15 fall through: events of an unknown kind
+                // kinds 13-15 fall through: events of an unknown kind
             } else {
                 lane->last_chunk = (int32_t)number;
                 lane->last_kind = kind;
+                lane->last_turn = UINT32_MAX;
             }
             uint64_t kept = index->events++;
             if (!chunk->has_items || time < chunk->min_time || (time == chunk->min_time && order < chunk->min_index)) {
@@ -223,6 +238,7 @@ void eng_index_free(eng_index *index) {
     index->items = NULL;
     map_free(&index->memory, &index->lane_of);
     vec_free(&index->memory, &index->lanes);
+    vec_free(&index->memory, &index->turns);
     map_free(&index->memory, &index->first_of);
     vec_free(&index->memory, &index->firsts);
 }

@@ -19,6 +19,15 @@ typedef struct {
     uint8_t has_arg; // an ARG followed it (a SAMPLE without one is not a sample)
 } eng_item;
 
+// ---- an event loop's turn record (version 4), as pass 1 finds it: not an event, not a merge item.
+typedef struct {
+    int64_t time;
+    uint64_t index;  // file order: the tie-break of equal times
+    uint32_t serial; // the loop's thread
+    uint32_t arg;    // TURN_BEGIN: the fiber's serial; TURN_SITE: a stack id; 0: none
+    uint8_t kind;    // EV_TURN_BEGIN, EV_TURN_END, EV_TURN_SITE
+} eng_turn_record;
+
 // ---- the index (pass 1): what every later pass needs to know before it starts.
 typedef struct {
     uint64_t offset;      // file offset of its first record
@@ -43,7 +52,7 @@ typedef struct {
 typedef struct {
     eng_memory memory;
     int fd;
-    bool stacks;
+    bool args;            // ARG records carry values (a trace with stacks, or version 4): not events
     eng_chunk *chunks;
     size_t chunk_count;
     eng_item *items;      // imported events (gvl-tracing): already in order, in memory
@@ -52,7 +61,8 @@ typedef struct {
     uint64_t record_index;
     // lanes, for an ARG that follows its record across chunks
     eng_map lane_of;
-    eng_vec lanes;        // {int32 last chunk, uint8 last kind}
+    eng_vec lanes;        // {int32 last chunk, uint8 last kind, last turn record}
+    eng_vec turns;        // eng_turn_record, in file order
     // results
     eng_map first_of;     // serial -> index in firsts
     eng_vec firsts;       // eng_first
@@ -68,7 +78,7 @@ typedef struct {
     uint64_t bytes_done;
 } eng_index;
 
-int eng_index_open(eng_index *index, const char *path, bool stacks, const uint64_t *chunks, size_t count);
+int eng_index_open(eng_index *index, const char *path, bool args, const uint64_t *chunks, size_t count);
 void eng_index_imported(eng_index *index, const int64_t *times, const uint8_t *kinds, const uint32_t *serials,
                         size_t count);
 int eng_index_step(eng_index *index, uint64_t budget_bytes, bool *done); // 0 or -errno

@@ -89,7 +89,11 @@ static int load_chunk(eng_engine *engine, size_t number) {
         uint64_t record = engine->records[i];
         uint8_t kind = record & 15;
         uint32_t serial = (record >> 4) & 0xFFFFFF;
-        if (index->stacks && kind == EV_ARG) {
+        if (index->args && kind >= EV_TURN_BEGIN && kind <= EV_TURN_SITE) {
+            last = -1;  // not an item (Index#turns has them); its ARG attaches to nothing here
+            continue;
+        }
+        if (index->args && kind == EV_ARG) {
             if (last >= 0 && (items[last].kind == EV_SUSPENDED || items[last].kind == EV_SAMPLE)) {
                 items[last].aux = serial;
                 items[last].has_arg = 1;

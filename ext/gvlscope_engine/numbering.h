@@ -10,13 +10,15 @@
 
 #include "../gvlscope/format.h"
 
-// X(engine name, format.h name, word): every kind of record, events first, then ARG and SAMPLE.
+// X(engine name, format.h name, word): every kind of record, events first, then ARG, SAMPLE and
+// the event loops' turn records (version 4).
 #define ENG_EVENT_KINDS(X)                                                                         \
     X(EV_STARTED, GVLS_EV_STARTED, "started") X(EV_READY, GVLS_EV_READY, "ready")                  \
     X(EV_RESUMED, GVLS_EV_RESUMED, "resumed") X(EV_SUSPENDED, GVLS_EV_SUSPENDED, "suspended")      \
     X(EV_EXITED, GVLS_EV_EXITED, "exited") X(EV_GC_ENTER, GVLS_EV_GC_ENTER, "gc_enter")            \
     X(EV_GC_EXIT, GVLS_EV_GC_EXIT, "gc_exit") X(EV_ARG, GVLS_EV_ARG, "arg")                        \
-    X(EV_SAMPLE, GVLS_EV_SAMPLE, "sample")
+    X(EV_SAMPLE, GVLS_EV_SAMPLE, "sample") X(EV_TURN_BEGIN, GVLS_EV_TURN_BEGIN, "turn_begin")      \
+    X(EV_TURN_END, GVLS_EV_TURN_END, "turn_end") X(EV_TURN_SITE, GVLS_EV_TURN_SITE, "turn_site")
 
 // X(name, word), from 0: the state of a thread in the pass (ST_NONE: before its first event, no
 // word in Ruby; ST_GONE: after it exited or the trace ended).

@@ -278,6 +278,7 @@ module GVLScope
       metrics_only = false
       buffer_mb = nil
       stacks = true
+      fibers = false
       live = false
       force = false
       parser = OptionParser.new do |opts|
@@ -292,6 +293,7 @@ module GVLScope
         opts.on("--force", "replace the --html and --format files if they exist (a trace, -o, is never replaced)") { force = true }
         opts.on("--metrics-only", "no trace: print GVL metrics of each process at its exit") { metrics_only = true }
         opts.on("--no-stacks", "do not record code locations (release sites, holder stacks while threads wait)") { stacks = false }
+        opts.on("--fibers", "record event loops' turns (Fiber scheduler threads: Falcon, async) from the start") { fibers = true }
         opts.on("--live", "each process also opens its live socket for `gvlscope top PID` (pids printed as they start)") do
           live = true
         end
@@ -328,7 +330,7 @@ module GVLScope
       Dir.mktmpdir("gvlscope-run") do |run_dir|
         announcer = announce_live(run_dir) if live
         status = spawn_traced(command, run_dir, output: output, metrics_only: metrics_only, buffer_mb: buffer_mb,
-                                                   stacks: stacks, live: live)
+                                                   stacks: stacks, fibers: fibers, live: live)
         announcer&.call
         messages = File.join(run_dir, "messages")
         @err.print File.read(messages) if File.exist?(messages)
@@ -339,9 +341,9 @@ module GVLScope
       end
     end
 
-    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:, live: false)
+    def spawn_traced(command, run_dir, output:, metrics_only:, buffer_mb:, stacks:, fibers: false, live: false)
       env = Launch.environment(output: output, run_dir: run_dir, metrics_only: metrics_only, buffer_mb: buffer_mb,
-                               stacks: stacks, live: live)
+                               stacks: stacks, fibers: fibers, live: live)
       forwarding = forward_signals
       pid = begin
         Process.spawn(env, *command)

@@ -4,6 +4,7 @@ require_relative "errors"
 require_relative "model/trace_file"
 require_relative "model/gvl_tracing"
 require_relative "model/interval"
+require_relative "model/turns"
 require_relative "model/scan"
 
 module GVLScope

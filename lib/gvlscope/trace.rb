@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
+require_relative "event_loops"
 
 module GVLScope
   # What GVLScope.stop returns.
@@ -25,19 +26,32 @@ module GVLScope
     #   buffer_bytes: memory for events not yet written; past it events are dropped (and counted).
     #   stacks: also record code locations while threads wait for the GVL: each release's site
     #           (the Ruby frames that gave the GVL up) and the holder's stack every ~10 ms.
-    def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES, stacks: true)
+    #   fibers: also record event loops' turns (GVLScope::EventLoops; docs/fibers.md): true, false,
+    #           or nil (the default): when the calling thread has a Fiber scheduler. Tracking that
+    #           starts later (GVLScope::Rack's first request on a task) is recorded too.
+    def start(path, buffer_bytes: DEFAULT_BUFFER_BYTES, stacks: true, fibers: nil)
       raise Error, "a trace is already running (to #{@trace_path})" if tracing?
       raise Error, "the flight recorder is running (GVLScope::FlightRecorder.stop it first)" if Native.flight_active?
       unless buffer_bytes.is_a?(Integer) && buffer_bytes >= 1 << 20
         raise ArgumentError, "buffer_bytes must be an Integer >= 1 MiB, got #{buffer_bytes.inspect}"
       end
       raise ArgumentError, "stacks must be true or false, got #{stacks.inspect}" unless [true, false].include?(stacks)
+      raise ArgumentError, "fibers must be true, false or nil, got #{fibers.inspect}" unless [true, false, nil].include?(fibers)
 
       path = File.expand_path(path.to_path) if path.respond_to?(:to_path)
       path = String(path)
-      Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list, stacks)
+      fibers = !Fiber.scheduler.nil? if fibers.nil?
+      # Before the trace: its first turns are whole (a turn that began untracked is not recorded).
+      @tracking_loops = fibers && !EventLoops.tracking?
+      EventLoops.track if @tracking_loops
+      begin
+        Native.trace_start(path, buffer_bytes, timeslice_us, Thread.list, stacks)
+      rescue StandardError
+        untrack_loops
+        raise
+      end
       @trace_path = path
-      @trace_options = { buffer_bytes: buffer_bytes, stacks: stacks }
+      @trace_options = { buffer_bytes: buffer_bytes, stacks: stacks, fibers: fibers }
       self
     end
 
@@ -46,6 +60,7 @@ module GVLScope
       raise Error, "no trace is running" unless tracing?
 
       events, dropped, duration_ns, write_error = Native.trace_stop
+      untrack_loops
       TraceSummary.new(path: @trace_path, events: events, dropped: dropped,
                        duration: duration_ns / 1e9, write_error: write_error)
     ensure
@@ -70,6 +85,12 @@ module GVLScope
         summary = stop
       end
       summary
+    end
+
+    # Loop tracking that the trace's start turned on ends with it.
+    def untrack_loops
+      EventLoops.track(false) if @tracking_loops
+      @tracking_loops = false
     end
 
     # NAME-2.gvl for app.gvl (suffix 2): the name of a process's next trace when its first is taken.

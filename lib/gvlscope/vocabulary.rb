@@ -71,7 +71,8 @@ module GVLScope
     # The GVL events of the native trace, by the number ext/gvlscope/format.h gives them; then the
     # two records of a trace with stacks that are not events (the reader takes them out). Ruby's
     # numbers of them all come from here (test/engine/numbering_test.rb checks it against format.h).
-    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit, :arg, :sample].freeze
+    EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit, :arg, :sample,
+                   :turn_begin, :turn_end, :turn_site].freeze
 
     # States in which the thread holds the GVL.
     HOLDING = %i[run gc].freeze

@@ -7,15 +7,16 @@ require "tmpdir"
 require "gvlscope/cli"
 
 # The outputs of recorded traces (test/fixtures/traces; hog.gvl and thrash.gvl have stacks, format
-# version 2, made by hog.rb and thrash.rb there; and the gvl-tracing fixture), byte for
+# version 2, made by hog.rb and thrash.rb there; hog-v3.gvl is hog.rb recorded in format version 3;
+# loop.gvl, format version 4, has an event loop's turns, made by loop.rb; and the gvl-tracing fixture), byte for
 # byte: a change to the model, the analysis or a format that changes what users see shows up
 # here. When the change is meant, write the new expectations with GOLDEN=write and review the diff.
 class GoldenTest < Minitest::Test
   TRACES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces")
   EXPECTED = File.join(TRACES, "expected")
-  INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl thrash.gvl gvl-tracing-1.7.0.json].freeze
+  INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl hog-v3.gvl thrash.gvl loop.gvl gvl-tracing-1.7.0.json].freeze
   # Small enough to keep; the others' exports are checked by test/formats/export_test.rb's invariants.
-  EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl gvl-tracing-1.7.0.json].freeze
+  EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl loop.gvl gvl-tracing-1.7.0.json].freeze
   # The traces recorded with stacks: their folded stacks and pprof profile too (the others have none to export).
   WITH_STACKS = %w[hog.gvl].freeze
 

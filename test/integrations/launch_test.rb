@@ -18,10 +18,10 @@ class LaunchTest < Minitest::Test
     lib = File.join(GVLScopeTestHelper::ROOT, "lib")
     ENV.stub(:fetch, ->(name, *default) { name == "RUBYOPT" ? "-W0" : default.first }) do
       env = GVLScope::Launch.environment(load_path: ["/ext"], stacks: false, live: true, trace: false, metrics_only: true,
-                                         buffer_mb: 1024)
+                                         buffer_mb: 1024, fibers: true)
       assert_equal "-W0 -I/ext -I#{lib} -rgvlscope/autorun", env["RUBYOPT"]
       assert_equal({ "GVLSCOPE_STACKS" => "0", "GVLSCOPE_LIVE" => "1", "GVLSCOPE_TRACE" => "0", "GVLSCOPE_METRICS_ONLY" => "1",
-                     "GVLSCOPE_BUFFER_MB" => "1024" }, env.compact.except("RUBYOPT"))
+                     "GVLSCOPE_BUFFER_MB" => "1024", "GVLSCOPE_FIBERS" => "1" }, env.compact.except("RUBYOPT"))
     end
   end
 end

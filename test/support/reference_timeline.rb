@@ -45,6 +45,12 @@ class ReferenceTimeline
   # gvl-tracing imports): outputs then say "stacks: not recorded".
   def stacks? = @file.respond_to?(:stacks?) && @file.stacks?
 
+  # The event loops' turns (Model::Turns) from the Ruby reader's turn records (none in an import).
+  def turns
+    records = @file.respond_to?(:raw_turns) ? @file.raw_turns : []
+    @turns ||= GVLScope::Model::Turns.build(records, end_ns: @duration_ns, stack: ->(id) { @file.stack(id) })
+  end
+
   def each_thread(&block) = @threads.each_value(&block)
 
   def ractors

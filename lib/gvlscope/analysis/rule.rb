@@ -36,7 +36,10 @@ module GVLScope
       def finding(kind:, about:, others: [], explains_wait_ns:, **fields)
         about = about.map(&:label)
         Finding.new(kind: kind, about: about, threads: (about + others).uniq, explains_wait_ns: explains_wait_ns,
-                    wait_share: @all_wait_ns.positive? ? (explains_wait_ns.to_f / @all_wait_ns).round(4) : 0.0,
+                    wait_share: if fields[:loop_wait] then nil
+                                elsif @all_wait_ns.positive? then (explains_wait_ns.to_f / @all_wait_ns).round(4)
+                                else 0.0
+                                end,
                     **fields)
       end
 

@@ -6,11 +6,14 @@ require_relative "rules/long_hold"
 require_relative "rules/contention"
 require_relative "rules/hand_off"
 require_relative "rules/garbage_collection"
+require_relative "rules/loop_stall"
 
 module GVLScope
   module Analysis
-    # The finding rules. Report#findings ranks their findings by the GVL wait each explains; this
-    # order breaks ties. A new finding is one file in rules/ (a subclass of Rule) and one entry here.
-    RULES = [Rules::Convoy, Rules::Hog, Rules::LongHold, Rules::Contention, Rules::HandOff, Rules::GarbageCollection].freeze
+    # The finding rules. Report#findings ranks their findings by the wait each explains (GVL wait,
+    # or an event loop's: Finding#loop_wait); this order breaks ties. A new finding is one file in
+    # rules/ (a subclass of Rule) and one entry here.
+    RULES = [Rules::Convoy, Rules::Hog, Rules::LongHold, Rules::Contention, Rules::HandOff, Rules::GarbageCollection,
+             Rules::LoopStall].freeze
   end
 end

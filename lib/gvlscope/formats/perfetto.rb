@@ -7,8 +7,10 @@ require_relative "../vocabulary"
 module GVLScope
   module Formats
     # A trace (Model::Scan) -> Perfetto protobuf trace (.pftrace), hand-encoded: a process track per Ractor,
-    # a thread track per Ruby thread with a slice per state, a counter track of threads waiting for
-    # the GVL, and a "native threads" process whose tracks show which Ruby thread each ran.
+    # a thread track per Ruby thread with a slice per state, under it a track of the fibers its
+    # event loop gave turns to (a slice per turn, "fiber N": traces with turns, docs/fibers.md), a
+    # counter track of threads waiting for the GVL, and a "native threads" process whose tracks
+    # show which Ruby thread each ran.
     # Field numbers are Perfetto's (protos/perfetto/trace/perfetto_trace.proto); the test suite
     # decodes our output with protoc against ../shared/perfetto/perfetto_trace.desc.
     #
@@ -60,6 +62,7 @@ module GVLScope
                                 field_string(THREAD_NAME, thread.display_name),
                                 parent: process_uuid(thread.ractor_id)))
           stream(:perfetto_slices, thread.serial, uuid)
+          write_turns(io, thread, uuid)
         end
         write_counter(io)
         write_native_lanes(io)
@@ -82,6 +85,25 @@ module GVLScope
       def process_uuid(ractor_id) = 1_000 + ractor_id
       def thread_uuid(serial) = 1_000_000 + serial
       def native_uuid(serial) = 2_000_000_000 + serial
+      def fibers_uuid(serial) = 3_000_000_000 + serial
+
+      # The loop's turns on a track of their own under the thread's: they overlap its GVL states.
+      def write_turns(io, thread, thread_uuid)
+        turns = turns_by_thread[thread.serial] or return
+
+        uuid = fibers_uuid(thread.serial)
+        packet(io, field_bytes(TRACK_DESCRIPTOR, field_varint(UUID, uuid) + field_varint(PARENT_UUID, thread_uuid) +
+                                                 field_string(TRACK_NAME, "#{thread.display_name}: fibers")))
+        turns.each do |turn|
+          packet(io, field_varint(TIMESTAMP, turn.start_ns) +
+                     field_bytes(TRACK_EVENT, field_varint(EVENT_TYPE, SLICE_BEGIN) + field_varint(TRACK_UUID, uuid) +
+                                              field_string(EVENT_NAME, "fiber #{turn.fiber}")))
+          packet(io, field_varint(TIMESTAMP, turn.end_ns) +
+                     field_bytes(TRACK_EVENT, field_varint(EVENT_TYPE, SLICE_END) + field_varint(TRACK_UUID, uuid)))
+        end
+      end
+
+      def turns_by_thread = @turns_by_thread ||= (timeline.respond_to?(:turns) ? timeline.turns : []).group_by(&:thread)
       COUNTER_UUID = 42
 
       def write_counter(io)

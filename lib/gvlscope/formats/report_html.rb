@@ -112,11 +112,10 @@ module GVLScope
           labels: CODES.keys.map { |code| label(code) },
           summary: "#{ReportText.new(report).header.join("\n")}\n",
           findings: findings.map do |finding|
-            explains_ns = finding.to_h[:explains_wait_ns] # findings that say which share of the wait they explain
+            # Findings that say which wait they explain (a Report's; not every finding-like row does).
+            explains = finding.to_h[:explains_wait_ns] && finding.explains
             { kind: finding.kind, thread: finding.thread, title: finding.title, fix: finding.fix,
-              focus_ns: finding.focus_ns, holder: holder_of(finding),
-              explains: explains_ns && format("%s, %d%% of all wait", Units.ms_rounded(explains_ns),
-                                              (100 * finding.to_h[:wait_share]).round) }
+              focus_ns: finding.focus_ns, holder: holder_of(finding), explains: explains }
           end,
           findingsTotal: report.findings.size,
           # The text report's own sentence, which names the findings it looks for.

@@ -48,10 +48,9 @@ module GVLScope
         list = @report.findings
         return "No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace." if list.empty?
 
-        lines = ["### Findings (#{list.size}), by the GVL wait each explains", ""]
+        lines = ["### Findings (#{list.size}), by #{Analysis::Finding.ranked_by(list)} each explains", ""]
         list.first(SHOWN_FINDINGS).each_with_index do |finding, index|
-          share = format("%s, %d%% of all wait", Units.ms_rounded(finding.explains_wait_ns), (100 * finding.wait_share).round)
-          lines << "#{index + 1}. **#{text(share)}**: #{prose(finding.title, finding)}"
+          lines << "#{index + 1}. **#{text(finding.explains)}**: #{prose(finding.title, finding)}"
           lines << "   - fix: #{prose(finding.fix, finding)}"
         end
         hidden = list.size - SHOWN_FINDINGS
@@ -172,8 +171,10 @@ module GVLScope
 
       def code_labels(finding)
         evidence = finding.evidence.is_a?(Hash) ? finding.evidence : {}
-        labels = %i[holder_frames release_sites].flat_map do |key|
-          Array(evidence[key]).filter_map { |frame| frame.is_a?(Hash) ? (frame[:label] || frame["label"]) : nil }
+        # A finding's frames (its holders', its release sites), or the one frame of its code (a loop stall's).
+        labels = %i[holder_frames release_sites code].flat_map do |key|
+          frames = evidence[key].is_a?(Hash) ? [evidence[key]] : Array(evidence[key])
+          frames.filter_map { |frame| frame.is_a?(Hash) ? (frame[:label] || frame["label"]) : nil }
         end
         code = @report.code_locations
         if code.stacks?

@@ -109,10 +109,9 @@ module GVLScope
         list = @subject.findings
         return ["No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace."] if list.empty?
 
-        lines = ["Findings (#{list.size}), by the GVL wait each explains:"]
+        lines = ["Findings (#{list.size}), by #{Analysis::Finding.ranked_by(list)} each explains:"]
         list.first(SHOWN_FINDINGS).each_with_index do |finding, index|
-          lines << format("%d. [%s, %d%% of all wait] %s", index + 1, Units.ms_rounded(finding.explains_wait_ns),
-                          (100 * finding.wait_share).round, finding.title)
+          lines << format("%d. [%s] %s", index + 1, finding.explains, finding.title)
           lines << "   fix: #{finding.fix}" if fixes
         end
         hidden = list.size - SHOWN_FINDINGS

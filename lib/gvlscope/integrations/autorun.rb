@@ -57,7 +57,7 @@ module GVLScope
 
     # Starts the trace at the first of +paths+ not taken yet; returns that path.
     def claim(paths)
-      GVLScope.start(paths.first, buffer_bytes: buffer_bytes, stacks: stacks?)
+      GVLScope.start(paths.first, buffer_bytes: buffer_bytes, stacks: stacks?, fibers: fibers?)
       paths.first
     rescue Errno::EEXIST
       raise if paths.size == 1
@@ -77,6 +77,10 @@ module GVLScope
 
     # GVLSCOPE_STACKS=0 (`gvlscope run --no-stacks`): no code locations in the trace.
     def stacks? = ENV["GVLSCOPE_STACKS"] != "0"
+
+    # GVLSCOPE_FIBERS=1 (`gvlscope run --fibers`): event loops' turns in the trace from the start
+    # (without it, from GVLScope::Rack's first request on a loop's task).
+    def fibers? = ENV["GVLSCOPE_FIBERS"] == "1" || nil
 
     # GVLSCOPE_LIVE=1 (`gvlscope run --live`, `gvlscope top -- COMMAND`): each process also opens
     # its live socket (integrations/live_server.rb) for `gvlscope top PID`.

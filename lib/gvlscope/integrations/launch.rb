@@ -13,7 +13,7 @@ module GVLScope
     # launch's own, never one left over in the caller's environment. +load_path+: directories put
     # before lib on the load path (the lab's extension built for another Ruby).
     def environment(output: nil, run_dir: nil, load_path: [], metrics_only: false, buffer_mb: nil, stacks: true,
-                    live: false, trace: true)
+                    live: false, trace: true, fibers: false)
       {
         "RUBYOPT" => [ENV.fetch("RUBYOPT", nil), *load_path.map { |dir| "-I#{dir}" }, "-I#{LIB}", "-rgvlscope/autorun"]
           .compact.join(" "),
@@ -22,6 +22,7 @@ module GVLScope
         "GVLSCOPE_METRICS_ONLY" => metrics_only ? "1" : nil,
         "GVLSCOPE_BUFFER_MB" => buffer_mb&.to_s,
         "GVLSCOPE_STACKS" => stacks ? nil : "0",
+        "GVLSCOPE_FIBERS" => fibers ? "1" : nil,
         "GVLSCOPE_LIVE" => live ? "1" : nil,
         "GVLSCOPE_TRACE" => trace ? nil : "0",
       }

@@ -155,6 +155,16 @@ module GVLScope
       def code_rows(kind) = (@code_rows ||= {})[kind] ||= pass.code(kind)
       def release_site_rows = @release_site_rows ||= pass.release_sites
 
+      # The event loops' turns (Model::Turns; none before format version 4, nor in imports).
+      def turns
+        @turns ||= begin
+          packed = @file.chunk_index ? @index.turns : "".b
+          records = packed.unpack("q<L<L<L<" * (packed.bytesize / 20))
+          rows = records.each_slice(4).map { |time, thread, kind, value| [time, thread, TraceFile::KINDS[kind], value] }
+          Turns.build(rows, end_ns: duration_ns, stack: ->(id) { @file.stack(id) })
+        end
+      end
+
       # The holders' samples (Model::Sample), kept while threads waited: at most ~100 a second.
       def samples
         @samples ||= any_pass.samples.each_slice(4).map do |time, serial, stack, waiters|
@@ -280,7 +290,7 @@ module GVLScope
 
       def index_of(file)
         index = if file.chunk_index
-                  Engine::Index.open(file.data_path, file.stacks?, file.chunk_index)
+                  Engine::Index.open(file.data_path, file.args?, file.chunk_index)
                 else
                   Engine::Index.imported(file.times.pack("q<*"), file.kinds.map { |kind| KIND_CODES.fetch(kind) }.pack("C*"),
                                          file.threads.pack("L<*"))

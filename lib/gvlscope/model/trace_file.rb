@@ -43,7 +43,7 @@ module GVLScope
     # events. A file cut short reads up to its last whole chunk (truncated? is then true).
     class TraceFile
       MAGIC = "GVLSCOPE"
-      VERSION = 3
+      VERSION = 4 # 4: event loops' turn records; an ARG carries a value in any trace
       KINDS = Vocabulary::EVENT_KINDS
       CHUNK_EVENTS = 1
       CHUNK_THREADS = 2
@@ -64,11 +64,13 @@ module GVLScope
       STACKS_HEADER_BYTES = 40
       FLAG_STACKS = 1 # header flags (version 2, at byte 40)
       # Lane records that are not events (format.h): ARG carries a value for the record before it
-      # in its lane (a SUSPENDED's release site, a SAMPLE's stack); SAMPLE is a holder sample.
+      # in its lane (a SUSPENDED's release site, a SAMPLE's stack, a TURN_BEGIN's fiber, a
+      # TURN_SITE's stack); SAMPLE is a holder sample; TURN_* are event loops' turns (version 4).
       EVENTS = KINDS.take(KINDS.index(:gc_exit) + 1).freeze
       ARG = KINDS.index(:arg)
       SAMPLE = KINDS.index(:sample)
       SUSPENDED = KINDS.index(:suspended)
+      TURN_KINDS = (KINDS.index(:turn_begin)..KINDS.index(:turn_site)).freeze
 
       # Events in time order, as parallel arrays (a trace holds millions: no object per event).
       #   times[i]   ns since the trace started
@@ -128,10 +130,21 @@ module GVLScope
         @machine = nil
         @cpu_ticks = +"".b
         @cpu_samples = +"".b
+        @raw_turns = []
       end
 
       # True when the trace recorded code locations (release sites and holder samples).
       def stacks? = @flags.anybits?(FLAG_STACKS)
+
+      # True when ARG records carry values, so they are not events: with stacks, or from version 4
+      # (turn records need them in any trace).
+      def args? = stacks? || @version.to_i >= 4
+
+      # The event loops' turn records (version 4) of a file #read whole, in time order:
+      # [[time_ns, thread serial, kind (:turn_begin, :turn_end, :turn_site), value], ...] (value: the
+      # fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, else 0). An indexed file's
+      # are the engine's (Engine::Index#turns).
+      def raw_turns = @raw_turns
 
       def stack(id) = @stacks[id]
 
@@ -207,7 +220,7 @@ module GVLScope
       def indexed(events:, stack_records:, last_time:, serials:, bad_kind:)
         corrupt!(bad_kind[1], "unknown event kind #{bad_kind[0]}") if bad_kind
         @events = events
-        @stack_records = stack_records if stacks?
+        @stack_records = stack_records if args?
         @last_time = last_time
         serials.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
         self
@@ -271,6 +284,8 @@ module GVLScope
         end
         @data = nil
         @raw_samples.sort_by!(&:first)
+        # Ties keep file order (a TURN_SITE has its TURN_BEGIN's time).
+        @raw_turns = @raw_turns.each_with_index.sort_by { |(time, *), i| [time, i] }.map!(&:first)
         sort_events(times, metas)
         @dropped = @end_dropped if @end_dropped
         @threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
@@ -333,7 +348,7 @@ module GVLScope
         @dropped += dropped_before
         records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES - @base)
         native_bits = native << 28
-        return read_events_with_stacks(records, base, native_bits, times, metas) if stacks?
+        return read_events_with_stacks(records, base, native_bits, times, metas) if args?
 
         times.concat(records.map { |record| base + (record >> 28) })
         metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
@@ -370,12 +385,19 @@ module GVLScope
               @site_ids[(last[2] << 24) | last[1]] = serial
             elsif last && last[0] == SAMPLE
               @raw_samples << [last[2], last[1], serial]
+            elsif last && TURN_KINDS.cover?(last[0])
+              last[3][3] = serial
             end
             last = nil
             next
           end
           last = [kind, serial, time]
           next if kind == SAMPLE
+
+          if TURN_KINDS.cover?(kind)
+            @raw_turns << (last[3] = [time, serial, KINDS[kind], 0])
+            next
+          end
 
           times << time
           metas << ((record & 0xFFFFFFF) | native_bits)

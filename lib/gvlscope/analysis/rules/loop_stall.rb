@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+require_relative "../rule"
+require_relative "../../model/turns"
+
+module GVLScope
+  module Analysis
+    module Rules
+      # Event loop stalled: on a thread with a Fiber scheduler (Falcon, async), one fiber kept the
+      # loop for a long turn (Model::Turn, LONG_TURN_NS or more; a trace with turns: format 4),
+      # and other fibers' turns came right after it: they were ready and waited for it, as threads
+      # wait for a GVL holder, though no thread waited for the GVL. Readiness is not recorded: the
+      # wait it explains is each long turn's length once per other fiber that came right after
+      # (Model::Turns.follow), an upper bound (a fiber whose IO came late in the turn waited less).
+      # One finding per loop; its code is where the longest turn spent its time when the holder
+      # sampler caught it (samples are taken only while another thread waits for the GVL), else
+      # where its fiber gave the loop back (TURN_SITE: the caller of the scheduler's hook it was in).
+      class LoopStall < Rule
+        LONG_TURN_NS = Model::Turns::LONG_TURN_NS
+        # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
+        # frames above them are the scheduler's, the one below names the task's code.
+        SCHEDULER_HOOKS = %w[kernel_sleep io_wait io_read io_write io_pread io_pwrite io_select block process_wait
+                             address_resolve timeout_after blocking_operation_wait].freeze
+        SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
+
+        def findings
+          turns = @timeline.respond_to?(:turns) ? @timeline.turns : []
+          turns.select { |turn| turn.duration_ns >= LONG_TURN_NS && turn.followers.any? }
+               .group_by(&:thread).filter_map { |thread, long| stall(thread, long) }
+        end
+
+        private
+
+        def stall(thread, long)
+          waited = long.sum { |turn| turn.duration_ns * turn.followers.size }
+          # A quarter timeslice, as a GC stall: a healthy loop's odd 10 ms turn is no finding.
+          return if waited < @timeslice_ns / 4
+
+          longest = long.max_by(&:duration_ns)
+          label = @labels.fetch(thread) { Vocabulary.thread_label(nil, thread) }
+          code, code_from = code_of(longest)
+          others = long.size - 1
+          finding(
+            kind: :loop_stall, about: @rows.key?(thread) ? [@rows[thread]] : [], loop_wait: true, explains_wait_ns: waited,
+            title: format("Event loop stalled: a fiber kept the loop of %s for %s (its code: %s); %d turn%s of other fibers " \
+                          "came right after%s",
+                          quote(label), ms(longest.duration_ns), code ? describe(code) : unknown_code(longest),
+                          longest.followers.size, longest.followers.size == 1 ? "" : "s",
+                          others.zero? ? "" : format(" (%d more such turn%s, %s in all)", others, others == 1 ? "" : "s",
+                                                     ms(long.sum(&:duration_ns)))),
+            evidence: { thread: label, long_turns: long.size, long_turns_ns: long.sum(&:duration_ns),
+                        longest_turn_ns: longest.duration_ns, fiber: longest.fiber,
+                        turns_right_after: longest.followers.size, loop_wait_ns: waited,
+                        **(code ? { code: { label: code.label, path: code.path, line: code.line }, code_from: code_from } : {}) },
+            fix: "while a fiber runs, every other fiber of its loop waits, whatever its IO: make that code faster, give " \
+                 "the loop back between its parts (`sleep 0` yields to the loop), or run it off the loop (a thread, a " \
+                 "background job) so the loop's other requests do not queue behind it",
+            focus_ns: [longest.start_ns, longest.end_ns]
+          )
+        end
+
+        # [frame, :samples or :give_back], or nil.
+        def code_of(turn)
+          sampled = sampled_code(turn) and return [sampled, :samples]
+          given_back = give_back_code(turn) and return [given_back, :give_back]
+          nil
+        end
+
+        # The code most of the loop thread's holder samples during the turn were in (the first frame
+        # in a source file, as CodeLocations names holders' code).
+        def sampled_code(turn)
+          return nil unless @timeline.stacks? && @timeline.respond_to?(:samples)
+
+          frames = @timeline.samples.filter_map do |sample|
+            next unless sample.thread == turn.thread && sample.stack && sample.time_ns.between?(turn.start_ns, turn.end_ns)
+
+            sample.stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
+          end
+          frames.tally.max_by(&:last)&.first&.shown
+        end
+
+        # The task's own frame where it gave the loop back: below the scheduler's hook, the first
+        # in a source file (a C method as Kernel#sleep is the call, not the code).
+        def give_back_code(turn)
+          stack = turn.site or return nil
+          hook = stack.rindex { |frame| frame.label.to_s.match?(SCHEDULER_HOOK) }
+          callers = hook ? stack.drop(hook + 1) : stack
+          frame = callers.find { |f| f.path && !f.path.start_with?("<internal:") } || callers.first
+          frame&.shown
+        end
+
+        # As CodeLocations::Row#name: "`Object#spin` (app.rb:6)".
+        def describe(frame) = frame.path ? "`#{frame.label}` (#{frame.path}:#{frame.line})" : "`#{frame.label}`"
+
+        def unknown_code(turn)
+          return "not recorded: a trace without stacks" unless @timeline.stacks?
+          return "unknown: the trace ended during it" if turn.open
+
+          "unknown: the fiber ended in it"
+        end
+      end
+    end
+  end
+end

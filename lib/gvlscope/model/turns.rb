@@ -1,0 +1,77 @@
+# frozen_string_literal: true
+
+module GVLScope
+  module Model
+    # An event loop's turn (docs/fibers.md): the loop of thread +thread+ (a serial) gave the
+    # thread to the task fiber +fiber+ (its serial in the trace; 0 when the recorder had none for
+    # it) from +start_ns+ to +end_ns+ (the trace's end if it was still running: +open+ is then
+    # true). +site+: where the fiber gave the loop back, a stack (Frame array), for a turn of
+    # 10 ms or more in a trace with stacks, read when that fiber next got a turn (none if it did
+    # not: it ended). +followers+: the turns of other fibers that began right after it on the
+    # same loop (Turns.follow): those it most likely kept waiting.
+    Turn = Struct.new(:thread, :fiber, :start_ns, :end_ns, :open, :site, :followers) do
+      def duration_ns = end_ns - start_ns
+    end
+
+    # Turns from a trace's turn records (format version 4).
+    module Turns
+      module_function
+
+      # Readiness is not recorded: a fiber whose IO came during a turn is not seen waiting. The
+      # turns that began right after one (each within this of the previous turn's end) are the
+      # fibers the loop resumed next without waiting for anything in between: an idle select
+      # that waited for IO or a timer takes longer, so the chain ends there.
+      BACK_TO_BACK_NS = 1_000_000
+      # ext/gvlscope/format.h's GVLS_LONG_TURN_NS: a turn this long has its site recorded.
+      LONG_TURN_NS = 10_000_000
+
+      # +records+: [[time_ns, thread, kind, value], ...] in time order (TraceFile#raw_turns, or
+      # the engine's Index#turns unpacked); +stack+: id -> stack (nil if unknown); +end_ns+: the
+      # trace's end. Returns the turns, in order of their start; followers only for the long ones
+      # (LONG_TURN_NS: the ones a finding tells of).
+      def build(records, end_ns:, stack: ->(_id) {})
+        turns = []
+        open = {}  # thread -> its turn in progress
+        last = {}  # [thread, fiber] -> its last ended turn
+        records.each do |time, thread, kind, value|
+          case kind
+          when :turn_begin
+            open[thread] = Turn.new(thread, value, time, nil, false, nil, [])
+            turns << open[thread]
+          when :turn_end
+            turn = open.delete(thread) or next # a turn begun before the trace is not one of its turns
+            turn.end_ns = time
+            last[[thread, turn.fiber]] = turn
+          when :turn_site
+            fiber = open[thread]&.fiber
+            previous = last[[thread, fiber]] if fiber
+            previous.site = stack.call(value) if previous
+          end
+        end
+        open.each_value do |turn|
+          turn.end_ns = [end_ns, turn.start_ns].max
+          turn.open = true
+        end
+        follow(turns)
+      end
+
+      # Sets each long turn's followers: per loop, the turns after it that began back to back.
+      def follow(turns)
+        turns.group_by(&:thread).each_value do |loop_turns|
+          loop_turns.each_with_index do |turn, i|
+            next if turn.duration_ns < LONG_TURN_NS
+
+            previous_end = turn.end_ns
+            loop_turns.drop(i + 1).each do |later|
+              break if later.start_ns - previous_end > BACK_TO_BACK_NS
+
+              turn.followers << later unless later.fiber == turn.fiber
+              previous_end = later.end_ns
+            end
+          end
+        end
+        turns
+      end
+    end
+  end
+end

@@ -1,0 +1,227 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "tmpdir"
+require "gvlscope/model"
+require "gvlscope/analysis"
+require "gvlscope/cli"
+require "gvlscope/formats/perfetto"
+require "open3"
+require "support/tiny_scheduler"
+
+# Event loops in a trace (format version 4): fibers.c's switch hook writes each turn's records in
+# the loop thread's lane, and the report names the code of a fiber that kept the loop.
+class EventLoopTraceTest < Minitest::Test
+  include GVLScopeTestHelper
+
+  MS = 1_000_000
+  BURN_LINE = __LINE__ + 8 # hold_the_loop's loop
+  GIVE_BACK_LINE = __LINE__ + 8 # hold_the_loop's `sleep 0`
+
+  # Keeps the loop for +ms+ of the thread's own CPU time (at least that much wall time, however
+  # loaded the machine), then gives it back to the loop.
+  def hold_the_loop(ms)
+    deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
+    x = 0
+    x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline
+    sleep 0 # gives the loop back
+  end
+
+  def teardown
+    GVLScope.stop if GVLScope.tracing?
+    GVLScope::EventLoops.track(false)
+  end
+
+  # A loop thread with three tasks A, B, C that each sleep 0 at once (one turn each), then the
+  # loop resumes them in that order: A keeps the loop 40 ms and gives it back in hold_the_loop,
+  # B and C (ready all along) end; then A's last turn. Returns the Model::TraceFile and the path.
+  # +beside+: a thread that runs Ruby code meanwhile (it waits for the GVL while the loop's thread
+  # holds it: the holder sampler runs).
+  def record_a_loop(dir, stacks: true, beside: false)
+    path = File.join(dir, "loop.gvl")
+    GVLScope.start(path, fibers: true, stacks: stacks)
+    stop = false
+    competitor = Thread.new { nil until stop } if beside
+    thread = Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.schedule do
+        sleep 0
+        hold_the_loop(40)
+      end
+      2.times { Fiber.schedule { sleep 0 } }
+    end
+    thread.join
+    stop = true
+    competitor&.join
+    summary = GVLScope.stop
+    assert_equal 0, summary.dropped
+    file = GVLScope::Model::TraceFile.read(path)
+    # Every record the recorder counted is read: the events, and the ARG, SAMPLE and turn records.
+    assert_equal summary.events, file.records
+    [file, path, file.thread_info.each_value.find { |info| info.created_at&.include?("event_loop_trace_test.rb") }.serial]
+  end
+
+  def test_each_turn_is_recorded_in_the_loops_lane_in_order
+    Dir.mktmpdir do |dir|
+      file, path, loop_thread = record_a_loop(dir)
+      turns = file.raw_turns
+      assert_equal [loop_thread], turns.map { |_, thread, _, _| thread }.uniq, "only the loop's thread takes turns"
+      kinds = turns.map { |_, _, kind, _| kind }
+      assert_equal %i[turn_begin turn_end] * 6 + %i[turn_begin turn_site turn_end], kinds
+      a, b, c = turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last).first(3)
+      assert_equal [a, b, c, a, b, c, a], turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last)
+      assert_equal [a + 1, a + 2], [b, c], "serials in order of first turn"
+      # The engine's first pass finds the same records.
+      scan = GVLScope::Model.timeline(path)
+      assert_equal file.records, scan.file.records
+      assert_equal [a, b, c, a, b, c, a], scan.turns.map(&:fiber)
+      long = scan.turns[3]
+      assert_operator long.duration_ns, :>=, 40 * MS
+      assert_equal [b, c], long.followers.map(&:fiber), "B and C came right after A's long turn"
+      assert_equal "EventLoopTraceTest#hold_the_loop", long.site[3].label
+      assert_equal [__FILE__, GIVE_BACK_LINE], [long.site[3].path, long.site[3].line]
+      assert(scan.turns.each_with_index.all? { |turn, i| i == 3 ? turn.site : turn.site.nil? }, "only the long turn has a site")
+      assert(scan.turns.none?(&:open))
+    end
+  end
+
+  def test_the_report_names_the_fiber_that_kept_the_loop_and_its_code
+    Dir.mktmpdir do |dir|
+      _file, path = record_a_loop(dir)
+      report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path))
+      finding = report.findings.find { |found| found.kind == :loop_stall }
+      refute_nil finding, report.findings.map(&:title).inspect
+      site = "`EventLoopTraceTest#hold_the_loop` (#{GVLScope::Vocabulary.short_site(__FILE__)}:#{GIVE_BACK_LINE})"
+      assert_equal :give_back, finding.evidence[:code_from], "no other thread waited for the GVL: no sample"
+      assert_match(/\AEvent loop stalled: a fiber kept the loop of 'thread \d+ \(.*event_loop_trace_test.rb:\d+\)' for \d+ ms \(its code: #{Regexp.escape(site)}\); 2 turns of other fibers came right after\z/,
+                   finding.title)
+      assert finding.loop_wait
+      assert_nil finding.wait_share
+      assert_operator finding.explains_wait_ns, :>=, 2 * 40 * MS # its length, once for B and once for C
+      text, err, status = gvlscope_in_process("report", path) # the command's text report
+      assert_equal [0, ""], [status, err]
+      assert_includes text, "Findings (#{report.findings.size}), by the wait (GVL or event loop) each explains:"
+      assert_includes text, "ms of loop wait] #{finding.title}\n"
+      html = File.join(dir, "loop.html")
+      _, err, status = gvlscope_in_process("report", path, "--html", html)
+      assert_equal [0, "gvlscope: wrote #{html}\n"], [status, err]
+      page = File.read(html)
+      assert_includes page, JSON.generate(finding.title)
+      assert_includes page, %("explains":"#{GVLScope::Units.ms_rounded(finding.explains_wait_ns)} of loop wait")
+    end
+  end
+
+  # Perfetto shows the turns on a track of their own under the loop's thread: a slice per turn
+  # named by its fiber's serial.
+  def test_perfetto_shows_each_turn_under_the_loops_thread
+    descriptor = File.expand_path("../../../shared/perfetto/perfetto_trace.desc", __dir__)
+    skip "protoc not installed (apt-get install protobuf-compiler)" unless system("command -v protoc >/dev/null")
+    skip "no #{descriptor}" unless File.exist?(descriptor)
+
+    Dir.mktmpdir do |dir|
+      _file, path, loop_thread = record_a_loop(dir)
+      timeline = GVLScope::Model.timeline(path, spill: true)
+      pftrace = File.join(dir, "loop.pftrace")
+      File.open(pftrace, "wb") { |io| GVLScope::Formats::Perfetto.new(timeline).write(io) }
+      text, err, status = Open3.capture3("protoc", "--decode=perfetto.protos.Trace", "--descriptor_set_in=#{descriptor}",
+                                         stdin_data: File.binread(pftrace), binmode: true)
+      assert status.success?, err
+      track = 3_000_000_000 + loop_thread
+      assert_match(/uuid: #{track}\n\s+name: ".*: fibers"\n\s+parent_uuid: #{1_000_000 + loop_thread}\n/, text)
+      events = text.scan(/type: (TYPE_SLICE_BEGIN|TYPE_SLICE_END)\n\s+track_uuid: #{track}\n(?:\s+name: "(fiber \d+)")?/)
+      fibers = timeline.turns.map { |turn| "fiber #{turn.fiber}" }
+      assert_equal fibers.flat_map { |name| [["TYPE_SLICE_BEGIN", name], ["TYPE_SLICE_END", nil]] }, events
+    end
+  end
+
+  # While another thread waits for the GVL, the holder sampler catches the loop's thread in the
+  # long turn: its code is where the turn spent its time, not only where it ended.
+  def test_a_sampled_long_turn_names_the_code_it_ran
+    Dir.mktmpdir do |dir|
+      _file, path = record_a_loop(dir, beside: true)
+      finding = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.find { |found| found.kind == :loop_stall }
+      refute_nil finding
+      assert_equal :samples, finding.evidence[:code_from]
+      assert_equal({ label: "EventLoopTraceTest#hold_the_loop", path: GVLScope::Vocabulary.short_site(__FILE__), line: BURN_LINE },
+                   finding.evidence[:code])
+    end
+  end
+
+  # Many fibers alive at once grow the recorder's fiber table (256 entries at first, half full at
+  # most); each keeps its serial across its turns, and an ended fiber's entry goes.
+  def test_each_of_many_fibers_keeps_its_serial
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "many.gvl")
+      GVLScope.start(path, fibers: true)
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        300.times { Fiber.schedule { 2.times { sleep 0 } } }
+      end.join
+      GVLScope.stop
+      serials = GVLScope::Model::TraceFile.read(path).raw_turns.filter_map { |_, _, kind, value| value if kind == :turn_begin }
+      assert_equal 900, serials.size # each: until its first sleep, its second, its end
+      first = serials.first
+      assert_equal (first...first + 300).to_a * 3, serials, "in the order the loop resumed them, the same serial each time"
+    end
+  end
+
+  def test_without_stacks_the_turns_are_recorded_without_their_code
+    Dir.mktmpdir do |dir|
+      file, path = record_a_loop(dir, stacks: false)
+      refute_predicate file, :stacks?
+      assert_equal %i[turn_begin turn_end] * 7, file.raw_turns.map { |_, _, kind, _| kind }
+      finding = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.find { |found| found.kind == :loop_stall }
+      assert_includes finding.title, "(its code: not recorded: a trace without stacks)"
+    end
+  end
+
+  def test_a_trace_tracks_loops_only_when_asked_or_under_a_fiber_scheduler
+    Dir.mktmpdir do |dir|
+      GVLScope.start(File.join(dir, "plain.gvl"))
+      refute_predicate GVLScope::EventLoops, :tracking?, "no Fiber scheduler: off by default"
+      GVLScope.stop
+      GVLScope.start(File.join(dir, "asked.gvl"), fibers: true)
+      assert_predicate GVLScope::EventLoops, :tracking?
+      GVLScope.stop
+      refute_predicate GVLScope::EventLoops, :tracking?, "the trace's own tracking ends with it"
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        GVLScope.start(File.join(dir, "scheduled.gvl"))
+        assert_predicate GVLScope::EventLoops, :tracking?, "started from a thread with a Fiber scheduler: on"
+        GVLScope.stop
+      end.join
+      refute_predicate GVLScope::EventLoops, :tracking?
+      error = assert_raises(ArgumentError) { GVLScope.start(File.join(dir, "bad.gvl"), fibers: "yes") }
+      assert_equal 'fibers must be true, false or nil, got "yes"', error.message
+    end
+  end
+
+  # `gvlscope run --fibers` records the turns of a program's loops from its start.
+  def test_gvlscope_run_fibers_records_the_turns
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "run.gvl")
+      program = "load #{File.join(ROOT, 'test/support/tiny_scheduler.rb').inspect}; " \
+                "Thread.new { Fiber.set_scheduler(TinyScheduler.new); Fiber.schedule { sleep 0 } }.join"
+      _out, err, status = gvlscope("run", "--fibers", "--no-summary", "-o", path, "--", RbConfig.ruby, "-e", program)
+      assert status.success?, err
+      assert_equal %i[turn_begin turn_end turn_begin turn_end], GVLScope::Model::TraceFile.read(path).raw_turns.map { |row| row[2] }
+      _out, err, status = gvlscope("run", "--no-summary", "-o", File.join(dir, "plain.gvl"), "--", RbConfig.ruby, "-e", program)
+      assert status.success?, err
+      assert_empty GVLScope::Model::TraceFile.read(File.join(dir, "plain.gvl")).raw_turns, "off unless asked"
+    end
+  end
+
+  # Format version 3 (before turns): read as before, with no turns.
+  def test_a_version_3_trace_still_reads
+    path = File.join(ROOT, "test/fixtures/traces/hog-v3.gvl")
+    assert_equal 3, File.binread(path, 4, 8).unpack1("L<")
+    file = GVLScope::Model::TraceFile.read(path)
+    assert_predicate file, :stacks?
+    assert_empty file.raw_turns
+    scan = GVLScope::Model.timeline(path)
+    assert_empty scan.turns
+    assert_equal file.size, scan.file.size
+    assert_equal file.records, scan.file.records
+  end
+end
