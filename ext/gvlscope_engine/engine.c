@@ -371,12 +371,11 @@ static VALUE pass_blame(VALUE self) {
     return rows;
 }
 
-// The samples as a flat Array: time, holder serial, stack id, waiters, ... in time order.
-static VALUE pass_samples(VALUE self) {
-    eng_engine *engine = get_engine(self);
-    VALUE flat = rb_ary_new_capa((long)engine->samples.size * 4);
-    for (size_t i = 0; i < engine->samples.size; i++) {
-        eng_sample *sample = &VEC_AT(engine->samples, eng_sample, i);
+// Samples as a flat Array: time, holder serial, stack id, waiters, ... in time order.
+static VALUE flat_samples(eng_engine *engine, const eng_vec *samples) {
+    VALUE flat = rb_ary_new_capa((long)samples->size * 4);
+    for (size_t i = 0; i < samples->size; i++) {
+        eng_sample *sample = &VEC_AT(*samples, eng_sample, i);
         rb_ary_push(flat, LL2NUM(sample->time));
         rb_ary_push(flat, UINT2NUM(THREAD(engine, sample->thread)->serial));
         rb_ary_push(flat, UINT2NUM(sample->stack));
@@ -384,6 +383,10 @@ static VALUE pass_samples(VALUE self) {
     }
     return flat;
 }
+
+static VALUE pass_samples(VALUE self) { eng_engine *engine = get_engine(self); return flat_samples(engine, &engine->samples); }
+// Those no thread waited for (an event loop's long turn), the same way.
+static VALUE pass_lone_samples(VALUE self) { eng_engine *engine = get_engine(self); return flat_samples(engine, &engine->lone_samples); }
 
 static VALUE pass_sample_count(VALUE self) { return SIZET2NUM(get_engine(self)->samples.size); }
 
@@ -775,6 +778,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_method(cPass, "all_waits_median", pass_all_waits_median, 0);
     rb_define_method(cPass, "blame", pass_blame, 0);
     rb_define_method(cPass, "samples", pass_samples, 0);
+    rb_define_method(cPass, "lone_samples", pass_lone_samples, 0);
     rb_define_method(cPass, "sample_count", pass_sample_count, 0);
     rb_define_method(cPass, "code", pass_code, 1);
     rb_define_method(cPass, "release_sites", pass_release_sites, 0);

@@ -52,6 +52,7 @@ eng_engine *eng_pass_new(eng_index *index) {
     vec_init(&engine->cursor_order, sizeof(uint32_t));
     vec_init(&engine->ractors, sizeof(eng_ractor));
     vec_init(&engine->samples, sizeof(eng_sample));
+    vec_init(&engine->lone_samples, sizeof(eng_sample));
     vec_init(&engine->pairs, sizeof(eng_pair));
     vec_init(&engine->holder_stacks, sizeof(eng_pair));
     vec_init(&engine->stacks_sampled, sizeof(eng_pair));
@@ -234,6 +235,7 @@ void eng_pass_free(eng_engine *engine) {
     vec_free(memory, &engine->cursor_order);
     vec_free(memory, &engine->ractors);
     vec_free(memory, &engine->samples);
+    vec_free(memory, &engine->lone_samples);
     vec_free(memory, &engine->pairs);
     vec_free(memory, &engine->holder_stacks);
     vec_free(memory, &engine->stacks_sampled);

@@ -188,6 +188,7 @@ struct eng_engine {
     uint64_t counter_entries;
     // samples, and what the code locations sum of them
     eng_vec samples;
+    eng_vec lone_samples;   // holder samples no thread waited for: an event loop's long turn (fibers.c asks for them)
     eng_vec pairs;            // eng_pair: blame
     eng_map pair_of;
     eng_vec holder_stacks;    // eng_pair: (holder, stack) weight and count

@@ -231,7 +231,8 @@ void process_event(eng_engine *engine, const eng_item *item) {
     }
 }
 
-// Timeline#add_samples: the holder's stack, kept when threads of its Ractor waited then.
+// Timeline#add_samples: the holder's stack, kept when threads of its Ractor waited then; one no
+// thread waited for (an event loop's long turn: fibers.c samples it) apart, in lone_samples.
 void process_sample(eng_engine *engine, const eng_item *item) {
     uint32_t at = thread_index(engine, item->serial);
     register_thread(engine, at);
@@ -239,7 +240,12 @@ void process_sample(eng_engine *engine, const eng_item *item) {
     int64_t waiters = RACTOR(engine, thread->ractor)->waiting;
     uint32_t stack = item->aux;
     bool known = stack != 0 && stack < engine->stack_limit && engine->stack_causes[stack] != 0;
-    if (waiters <= 0 || !known) return;
+    if (!known) return;
+    if (waiters <= 0) {
+        eng_sample *lone = vec_push(&engine->memory, &engine->lone_samples);
+        *lone = (eng_sample){ .time = item->time, .thread = at, .stack = stack, .waiters = 0 };
+        return;
+    }
     eng_sample *sample = vec_push(&engine->memory, &engine->samples);
     sample->time = item->time;
     sample->thread = at;

@@ -174,6 +174,14 @@ module GVLScope
 
       def sample_count = any_pass.sample_count
 
+      # Holder samples no thread waited for (Model::Sample, waiters 0): a loop thread's task deep in
+      # a long turn, sampled at the trace's CPU ticks (ext/gvlscope/fibers.c).
+      def lone_samples
+        @lone_samples ||= any_pass.lone_samples.each_slice(4).map do |time, serial, stack, waiters|
+          Sample.new(time, serial, @file.stack(stack), waiters)
+        end
+      end
+
       # serial => Array of bins * 4 Integers (Analysis::Overview#lane) for +bins+ bins; another
       # pass when the first had other bins.
       def overview_lanes(bins)

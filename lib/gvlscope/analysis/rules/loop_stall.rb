@@ -71,7 +71,8 @@ module GVLScope
         def sampled_code(turn)
           return nil unless @timeline.stacks? && @timeline.respond_to?(:samples)
 
-          frames = @timeline.samples.filter_map do |sample|
+          lone = @timeline.respond_to?(:lone_samples) ? @timeline.lone_samples : []
+          frames = (@timeline.samples + lone).filter_map do |sample|
             next unless sample.thread == turn.thread && sample.stack && sample.time_ns.between?(turn.start_ns, turn.end_ns)
 
             sample.stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
