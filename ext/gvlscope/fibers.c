@@ -256,8 +256,10 @@ static void set_tracking(int on) {
     tracking = on;
 }
 
+int gvls_fibers_requests;
+
 int gvls_fibers_on_task(void) {
-    if (RB_LIKELY(NIL_P(rb_fiber_scheduler_current()))) return 0;
+    if (RB_LIKELY(!gvls_fibers_requests) || NIL_P(rb_fiber_scheduler_current())) return 0;
     if (!tracking) set_tracking(1);
     return 1;
 }
@@ -297,6 +299,15 @@ static VALUE native_set_tracking(VALUE self, VALUE on) {
 }
 
 static VALUE native_tracking_p(VALUE self) { return tracking ? Qtrue : Qfalse; }
+
+// Native.loop_requests = on: GVLScope::Rack looks for an event loop at each request (an Async
+// server's process: Falcon); elsewhere a request pays one load for it.
+static VALUE native_set_requests(VALUE self, VALUE on) {
+    gvls_fibers_requests = RTEST(on);
+    return on;
+}
+
+static VALUE native_requests_p(VALUE self) { return gvls_fibers_requests ? Qtrue : Qfalse; }
 
 // Copies of the loops with turns, under the registry lock (no Ruby objects made there: a GC's
 // mark takes that lock), then made rows.
@@ -375,6 +386,8 @@ void gvls_fibers_init(VALUE mNative) {
     id_io = rb_intern("io");
     rb_define_singleton_method(mNative, "loop_tracking=", native_set_tracking, 1);
     rb_define_singleton_method(mNative, "loop_tracking?", native_tracking_p, 0);
+    rb_define_singleton_method(mNative, "loop_requests=", native_set_requests, 1);
+    rb_define_singleton_method(mNative, "loop_requests?", native_requests_p, 0);
     rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
     rb_define_singleton_method(mNative, "loop_turns_reset", native_loop_turns_reset, 0);
 }

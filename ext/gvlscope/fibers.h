@@ -15,9 +15,11 @@ typedef struct gvls_loop_turn {
 } gvls_loop_turn;
 
 void gvls_fibers_init(VALUE mNative);
-// Whether the caller runs on a task of an event loop (a non-blocking fiber under a Fiber scheduler).
-// Turns tracking on the first time it is asked for one (a request on a fiber server): that
+// Whether the caller runs on a task of an event loop (a non-blocking fiber under a Fiber scheduler),
+// looked for only where requests may (gvls_fibers_requests: an Async server's process, or loops
+// tracked). Turns tracking on the first time it finds one (a request on a fiber server): that
 // request's turn is unknown.
+extern int gvls_fibers_requests;
 int gvls_fibers_on_task(void);
 // With the GVL, on the slot's own thread, from a task: its turn, if known (then 1).
 int gvls_fibers_turn(const gvls_thread *slot, gvls_loop_turn *out);

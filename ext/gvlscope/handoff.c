@@ -208,8 +208,6 @@ static VALUE handoff_set_rack(VALUE self, VALUE on) {
     return on;
 }
 
-static VALUE handoff_rack_p(VALUE self) { return gvls_handoff_rack ? Qtrue : Qfalse; }
-
 // Native.handoff_fetch_begin / handoff_fetch_end(work) around a job runner's fetch (Sidekiq's
 // Processor#fetch): the job arrived when the fetch's longest block ended (the BRPOP read that
 // returned it; a job that was waiting already: a short one), and the thread's wait from then on
@@ -257,7 +255,6 @@ void gvls_handoff_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "handoff_fetch_end", handoff_fetch_end, 1);
     rb_define_singleton_method(mNative, "handoff_stats", handoff_stats, 0);
     rb_define_singleton_method(mNative, "handoff_claim_in_rack=", handoff_set_rack, 1);
-    rb_define_singleton_method(mNative, "handoff_claim_in_rack?", handoff_rack_p, 0);
     // Interned: the very object Puma's frozen literal key is, so the env Hash compares by identity.
     id_ivar_io = rb_intern("@io");
     id_push = rb_intern("push");

@@ -12,7 +12,8 @@ module GVLScope
   # (perf_hooks.monitorEventLoopDelay) tells of a Node process.
   #
   # Tracking (an event hook on fiber switches) starts at GVLScope::Rack's first request on a
-  # loop's task, or with EventLoops.track; the counts run from then on.
+  # loop's task (looked for in an Async server's process: Falcon), or with EventLoops.track; the
+  # counts run from then on.
   module EventLoops
     # All loops of the process together. turn_histogram: Log2 buckets of ns per turn (bucket b >= 1
     # counts turns in [2^(b-1), 2^b) ns). longest_turn_ns: since tracking began.
@@ -26,7 +27,11 @@ module GVLScope
     NONE = Turns.new(turns: 0, busy_ns: 0, longest_turn_ns: 0, turn_histogram: Array.new(Log2::BUCKETS, 0).freeze).freeze
 
     class << self
-      def track(on = true) = Native.loop_tracking = on
+      # Turns tracking on (or off); on, GVLScope::Rack's requests look for their loop too.
+      def track(on = true)
+        Native.loop_requests = true if on
+        Native.loop_tracking = on
+      end
       def tracking? = Native.loop_tracking?
 
       # The turns of every loop since tracking began (NONE when no loop gave one).

@@ -35,10 +35,7 @@ class EventLoopTest < Minitest::Test
   end
 
   def setup
-    # A process whose Puma hand-offs are claimed (test/recorder/handoff_test.rb sets it, as
-    # Handoffs.install_puma does) looks for no event loop: Puma's pool threads run no scheduler.
-    @claimed = GVLScope::Native.handoff_claim_in_rack?
-    GVLScope::Native.handoff_claim_in_rack = false
+    GVLScope::Native.loop_requests = true # as GVLScope::Rack does where Async is loaded (Falcon)
     GVLScope::Metrics.enable
     @server = TCPServer.new("127.0.0.1", 0)
     @client = TCPSocket.new("127.0.0.1", @server.addr[1])
@@ -48,7 +45,7 @@ class EventLoopTest < Minitest::Test
   def teardown
     [@client, @connection, @server].each { |io| io&.close }
     GVLScope::EventLoops.track(false)
-    GVLScope::Native.handoff_claim_in_rack = @claimed
+    GVLScope::Native.loop_requests = false
     GVLScope::Metrics.disable
   end
 
@@ -125,6 +122,15 @@ class EventLoopTest < Minitest::Test
     refute_match(/loop/, response[1]["server-timing"])
     refute_predicate GVLScope::Native, :loop_tracking?
     refute_match(/event_loop/, GVLScope::Metrics::Snapshot.from_native(GVLScope::Native.metrics_snapshot).to_prometheus)
+  end
+
+  # Outside an Async server's process (Falcon) a request does not look for a loop: Puma's, a
+  # plain Rack server's requests pay one load for it.
+  def test_a_request_looks_for_its_loop_only_where_requests_may_run_on_one
+    GVLScope::Native.loop_requests = false
+    seen = serve_beside_a_cpu_task(20)
+    refute_predicate seen.fetch(:timing), :loop_wait_known?
+    refute_predicate GVLScope::Native, :loop_tracking?
   end
 
   # An Enumerator's fiber inside a task switches fibers too: not a turn of the loop.

@@ -85,6 +85,8 @@ module GVLScope
       # The wait before the app: Puma's threads that ready a request for the pool. A Puma without
       # the method says so once per process, at boot: its numbers leave that wait out.
       Handoffs.install_puma { |line| @warning.warn(line) }
+      # Requests on an event loop's fibers (Falcon runs on Async): each looks for its loop wait.
+      Native.loop_requests = true if defined?(::Async::Scheduler)
     end
 
     def call(env)
