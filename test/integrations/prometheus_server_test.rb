@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../test_helper"
+require_relative "../support/process_group"
 require "json"
 require "net/http"
 require "socket"
@@ -106,13 +107,7 @@ class PrometheusServerTest < Minitest::Test
     pid, = @prometheus
     return unless pid
 
-    Process.kill(:TERM, -pid)
-    Timeout.timeout(20) { Process.wait(pid) }
-  rescue Timeout::Error
-    Process.kill(:KILL, -pid)
-    Process.wait(pid)
-  rescue Errno::ESRCH, Errno::ECHILD
-    nil
+    ProcessGroup.stop(pid, grace: 20)
   end
 
   # Polls the block every 0.2 s until it answers truthy (returned), up to WAIT seconds.

@@ -99,8 +99,8 @@ class EventLoopTest < Minitest::Test
     serve_beside_a_cpu_task(120)
     turns = GVLScope::EventLoops.turns - before # the loop's thread has exited: its turns are kept
     assert_operator turns.turns, :>=, 2 # the CPU task's, the request task's after it
-    assert_operator turns.longest_turn_ns, :>=, 120 * MS
-    assert_operator turns.busy_ns, :>=, 120 * MS
+    assert_operator turns.longest_turn_ns, :>=, 120 * MS * 0.99 # 120 ms of CPU clock, on the trace's clock (TSC): within 1 %
+    assert_operator turns.busy_ns, :>=, 120 * MS * 0.99
     assert_equal turns.turns, turns.turn_histogram.sum
     assert_operator turns.turn_histogram[27..].sum, :>=, 1, "a turn of 2^26 ns (67 ms) or more"
     # Always-on metrics: the turns beside the GVL's, for Prometheus (what Node.js calls event-loop delay).
