@@ -35,4 +35,16 @@ class TurnsTest < Minitest::Test
     assert_equal [2], turns.first.followers.map(&:fiber)
     assert_empty turns[1].followers, "short turns get none"
   end
+
+  # A fiber always ready (it yields at once, again and again) takes turn after turn right after a
+  # long one: it waited once, and what comes after its second turn did not wait for the long one.
+  def test_a_fibers_second_turn_ends_the_followers
+    records = [[0, 1, :turn_begin, 1], [30 * MS, 1, :turn_end, 0]]
+    at = 30 * MS
+    [2, 3, 2, 4, 2].each do |fiber|
+      records << [at + 1, 1, :turn_begin, fiber] << [at + 2, 1, :turn_end, 0]
+      at += 2
+    end
+    assert_equal [2, 3], build(records).first.followers.map(&:fiber)
+  end
 end

@@ -181,6 +181,40 @@ class EventLoopTraceTest < Minitest::Test
     end
   end
 
+  # Another method that keeps the loop for +ms+ of CPU time, for a second kind of long turn.
+  def render_the_report(ms)
+    deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
+    x = 0
+    x += 1 while Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) < deadline
+  end
+
+  # A loop stalled by two pieces of code: a finding for each, ranked by the wait each explains
+  # (its turns' lengths, once per fiber that came right after each), each naming its code from the
+  # drain thread's samples (a turn of 150 ms or more holds one: one every 100 ms, 10 ms into it).
+  def test_each_code_that_stalls_a_loop_has_its_finding
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "loop.gvl")
+      GVLScope.start(path, fibers: true)
+      Thread.new do
+        Fiber.set_scheduler(TinyScheduler.new)
+        done = false
+        Fiber.schedule { sleep 0 until done } # a fiber always ready: its turn comes right after each long one
+        Fiber.schedule { sleep 0; hold_the_loop(150) }
+        Fiber.schedule do
+          2.times { sleep 0.001; render_the_report(150); sleep 0 }
+          done = true
+        end
+      end.join
+      GVLScope.stop
+      findings = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.select { |found| found.kind == :loop_stall }
+      codes = findings.map { |found| found.evidence.dig(:code, :label) }
+      assert_equal %w[EventLoopTraceTest#render_the_report EventLoopTraceTest#hold_the_loop], codes.first(2),
+                   "two turns of render_the_report explain more wait than one of hold_the_loop: #{findings.map(&:title)}"
+      assert_equal codes.uniq, codes, "one finding per code"
+      assert_equal findings.sort_by { |found| -found.explains_wait_ns }, findings, "ranked by the wait each explains"
+    end
+  end
+
   # Many fibers alive at once grow the recorder's fiber table (256 entries at first, half full at
   # most); each keeps its serial across its turns, and an ended fiber's entry goes.
   def test_each_of_many_fibers_keeps_its_serial

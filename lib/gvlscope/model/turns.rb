@@ -62,10 +62,14 @@ module GVLScope
             next if turn.duration_ns < LONG_TURN_NS
 
             previous_end = turn.end_ns
+            seen = { turn.fiber => true }
             loop_turns.drop(i + 1).each do |later|
-              break if later.start_ns - previous_end > BACK_TO_BACK_NS
+              # An idle select (it waited for IO or a timer), or a fiber's second turn (the loop went
+              # around: what ran after it was not waiting for the long turn), ends the chain.
+              break if later.start_ns - previous_end > BACK_TO_BACK_NS || seen[later.fiber]
 
-              turn.followers << later unless later.fiber == turn.fiber
+              seen[later.fiber] = true
+              turn.followers << later
               previous_end = later.end_ns
             end
           end

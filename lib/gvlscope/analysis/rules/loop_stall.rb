@@ -12,9 +12,11 @@ module GVLScope
       # wait for a GVL holder, though no thread waited for the GVL. Readiness is not recorded: the
       # wait it explains is each long turn's length once per other fiber that came right after
       # (Model::Turns.follow), an upper bound (a fiber whose IO came late in the turn waited less).
-      # One finding per loop; its code is where the longest turn spent its time when the holder
-      # sampler caught it (samples are taken only while another thread waits for the GVL), else
-      # where its fiber gave the loop back (TURN_SITE: the caller of the scheduler's hook it was in).
+      # One finding per loop and code: a long turn's code is where it spent its time when holder
+      # samples caught it (the GVL's sampler while another thread waits, the trace's drain thread's
+      # every 100 ms into a long turn), else where its fiber gave the loop back (TURN_SITE: the
+      # caller of the scheduler's hook it was in). A server's loop stalls for its app's boot once
+      # and for a CPU-bound route at each request: each has its finding, ranked by the wait it explains.
       class LoopStall < Rule
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
         # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
@@ -25,8 +27,9 @@ module GVLScope
 
         def findings
           turns = @timeline.respond_to?(:turns) ? @timeline.turns : []
-          turns.select { |turn| turn.duration_ns >= LONG_TURN_NS && turn.followers.any? }
-               .group_by(&:thread).filter_map { |thread, long| stall(thread, long) }
+          long = turns.select { |turn| turn.duration_ns >= LONG_TURN_NS && turn.followers.any? }
+          long.group_by { |turn| [turn.thread, code_of(turn)&.first] }
+              .filter_map { |(thread, _code), same| stall(thread, same) }
         end
 
         private
@@ -61,23 +64,32 @@ module GVLScope
 
         # [frame, :samples or :give_back], or nil.
         def code_of(turn)
-          sampled = sampled_code(turn) and return [sampled, :samples]
-          given_back = give_back_code(turn) and return [given_back, :give_back]
-          nil
+          (@code_of ||= {})[turn] ||= begin
+            sampled = sampled_code(turn)
+            given_back = !sampled && give_back_code(turn)
+            sampled ? [sampled, :samples] : given_back && [given_back, :give_back]
+          end
         end
 
         # The code most of the loop thread's holder samples during the turn were in (the first frame
         # in a source file, as CodeLocations names holders' code).
         def sampled_code(turn)
-          return nil unless @timeline.stacks? && @timeline.respond_to?(:samples)
-
-          lone = @timeline.respond_to?(:lone_samples) ? @timeline.lone_samples : []
-          frames = (@timeline.samples + lone).filter_map do |sample|
-            next unless sample.thread == turn.thread && sample.stack && sample.time_ns.between?(turn.start_ns, turn.end_ns)
-
-            sample.stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
+          samples = samples_of(turn.thread)
+          from = samples.bsearch_index { |sample| sample.time_ns >= turn.start_ns } or return nil
+          frames = samples[from..].take_while { |sample| sample.time_ns <= turn.end_ns }.filter_map do |sample|
+            sample.stack&.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
           end
           frames.tally.max_by(&:last)&.first&.shown
+        end
+
+        # The thread's holder samples, those taken while others waited and those no one waited for, in time order.
+        def samples_of(thread)
+          @samples_of ||= begin
+            stacked = @timeline.stacks? && @timeline.respond_to?(:samples)
+            lone = stacked && @timeline.respond_to?(:lone_samples) ? @timeline.lone_samples : []
+            (stacked ? @timeline.samples + lone : []).group_by(&:thread).transform_values { |list| list.sort_by(&:time_ns) }
+          end
+          @samples_of.fetch(thread, [])
         end
 
         # The task's own frame where it gave the loop back: below the scheduler's hook, the first
