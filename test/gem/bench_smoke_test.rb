@@ -38,8 +38,9 @@ class BenchSmokeTest < Minitest::Test
     "report_html" => [%w[bench/report_html.rb], { "THREADS" => "20", "EVENTS" => "100000", "RUNS" => "1" }, /^Chromium \(headless, 1 runs\)/],
     "autorun_boot" => [%w[bench/autorun_boot.rb], { "RUNS" => "2" }, /^autorun, --metrics-only +[\d.]+ ms CPU/],
     "cpu_samples" => [%w[bench/cpu_samples.rb], { "THREADS" => "1,2", "SECONDS" => "0.3" }, /^\| threads \| seconds \| samples/],
+    "fiber_instructions" => [%w[bench/fiber_instructions.rb], { "SWITCHES" => "2000" }, /^\| mode \| instructions \| extra per switch/],
   }.freeze
-  CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions].freeze
+  CALLGRIND = %w[instructions routes_instructions web_instructions sidekiq_instructions fiber_instructions].freeze
 
   BENCHES.each do |name, (command, env, table)|
     define_method("test_#{name}_runs_tiny") do
