@@ -249,10 +249,16 @@ class TransparencyTest < Minitest::Test
   # Runs +source+ under gvlscope run, sends +signal+ to gvlscope run once the program printed its
   # first line; returns [stdout, stderr, status] of gvlscope run. gvlscope run leads a process
   # group of its own, so a program it left behind is found (and killed) here.
+  # The suite itself may run with INT and QUIT ignored (started as a shell's background job), and
+  # gvlscope run keeps an inherited ignore, as the program would: the signals under test start at
+  # their defaults here (a Ruby that resets them, then execs gvlscope run in its place: same pid).
+  SIGNALS_AT_DEFAULT = '%w[TERM INT HUP QUIT USR1 USR2].each { |name| trap(name, "SYSTEM_DEFAULT") }; exec(*ARGV)'
+
   def run_and_signal(source, signal)
     Dir.mktmpdir("gvlscope-transparency") do |dir|
       File.write(File.join(dir, "app.rb"), source)
-      command = [RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "-o", "t-%p.gvl", "--", RbConfig.ruby, "app.rb"]
+      command = [RbConfig.ruby, "-e", SIGNALS_AT_DEFAULT, RbConfig.ruby, File.join(ROOT, "exe/gvlscope"), "run", "-o", "t-%p.gvl",
+                 "--", RbConfig.ruby, "app.rb"]
       Open3.popen3(ENV_OF_BOTH, *command, chdir: dir, pgroup: true) do |stdin, stdout, stderr, waiter|
         stdin.close
         err = Thread.new { stderr.read }
