@@ -160,20 +160,28 @@ class EventLoopTraceTest < Minitest::Test
                  finding.evidence[:code])
   end
 
+  # A trace (with the loops' turns) of a thread whose Fiber scheduler runs the tasks the block
+  # schedules; its path.
+  def record_tasks(dir, &tasks)
+    path = File.join(dir, "loop.gvl")
+    GVLScope.start(path, fibers: true)
+    Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      tasks.call
+    end.join
+    GVLScope.stop
+    path
+  end
+
   # A loop's thread that no other thread waits for: the trace's drain thread asks for its stack at
   # each CPU sample (every 100 ms) while a task is 10 ms or more into its turn. A turn of 350 ms of
   # CPU time lasts at least 350 ms: at least two of those samples fall in it.
   def test_a_long_turn_nobody_waits_for_is_sampled_by_the_trace
     Dir.mktmpdir do |dir|
-      path = File.join(dir, "loop.gvl")
-      GVLScope.start(path, fibers: true)
-      Thread.new do
-        Fiber.set_scheduler(TinyScheduler.new)
+      scan = GVLScope::Model.timeline(record_tasks(dir) do
         Fiber.schedule { hold_the_loop(350) }
         Fiber.schedule { sleep 0 }
-      end.join
-      GVLScope.stop
-      scan = GVLScope::Model.timeline(path)
+      end)
       assert_empty scan.samples, "no thread waited for the GVL"
       assert_operator scan.lone_samples.size, :>=, 2
       long = scan.turns.max_by(&:duration_ns)
@@ -183,7 +191,8 @@ class EventLoopTraceTest < Minitest::Test
     end
   end
 
-  # Another method that keeps the loop for +ms+ of CPU time, for a second kind of long turn.
+  # Another method that keeps the loop for +ms+ of CPU time, for a second kind of long turn (its
+  # own loop, not a call to hold_the_loop: its samples' first frame must be its own).
   def render_the_report(ms)
     deadline = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) + ms / 1000.0
     x = 0
@@ -195,10 +204,7 @@ class EventLoopTraceTest < Minitest::Test
   # drain thread's samples (a turn of 150 ms or more holds one: one every 100 ms, 10 ms into it).
   def test_each_code_that_stalls_a_loop_has_its_finding
     Dir.mktmpdir do |dir|
-      path = File.join(dir, "loop.gvl")
-      GVLScope.start(path, fibers: true)
-      Thread.new do
-        Fiber.set_scheduler(TinyScheduler.new)
+      path = record_tasks(dir) do
         done = false
         Fiber.schedule { sleep 0 until done } # a fiber always ready: its turn comes right after each long one
         Fiber.schedule { sleep 0; hold_the_loop(150) }
@@ -206,8 +212,7 @@ class EventLoopTraceTest < Minitest::Test
           2.times { sleep 0.001; render_the_report(150); sleep 0 }
           done = true
         end
-      end.join
-      GVLScope.stop
+      end
       findings = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.select { |found| found.kind == :loop_stall }
       codes = findings.map { |found| found.evidence.dig(:code, :label) }
       assert_equal %w[EventLoopTraceTest#render_the_report EventLoopTraceTest#hold_the_loop], codes.first(2),
