@@ -40,11 +40,13 @@ class EventLoopTraceTest < Minitest::Test
   # holds it: the holder sampler runs).
   def record_a_loop(dir, stacks: true, beside: false)
     path = File.join(dir, "loop.gvl")
+    # A name of its own: an earlier recording's loop thread may still be in the registry (a namesake).
+    loop_name = "event loop #{dir.hash.abs}"
     GVLScope.start(path, fibers: true, stacks: stacks)
     stop = false
     competitor = Thread.new { nil until stop } if beside
     thread = Thread.new do
-      Thread.current.name = "event loop"
+      Thread.current.name = loop_name
       Fiber.set_scheduler(TinyScheduler.new)
       Fiber.schedule do
         sleep 0
@@ -61,7 +63,7 @@ class EventLoopTraceTest < Minitest::Test
     # Every record the recorder counted is read: the events, and the ARG, SAMPLE and turn records.
     assert_equal summary.events, file.records
     # By its name: other threads created in this file (an earlier test's, the competitor) may be in the trace.
-    [file, path, file.thread_info.each_value.find { |info| info.name == "event loop" }.serial]
+    [file, path, file.thread_info.each_value.find { |info| info.name == loop_name }.serial, loop_name]
   end
 
   def test_each_turn_is_recorded_in_the_loops_lane_in_order
@@ -90,7 +92,7 @@ class EventLoopTraceTest < Minitest::Test
 
   def test_the_report_names_the_fiber_that_kept_the_loop_and_its_code
     Dir.mktmpdir do |dir|
-      _file, path = record_a_loop(dir)
+      _file, path, _serial, loop_name = record_a_loop(dir)
       report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path))
       finding = report.findings.find { |found| found.kind == :loop_stall }
       refute_nil finding, report.findings.map(&:title).inspect
@@ -99,7 +101,7 @@ class EventLoopTraceTest < Minitest::Test
       # in this 40 ms turn (then the burning line is named) or not (then where it gave the loop back).
       line = finding.evidence[:code_from] == :samples ? BURN_LINE : GIVE_BACK_LINE
       site = "`EventLoopTraceTest#hold_the_loop` (#{GVLScope::Vocabulary.short_site(__FILE__)}:#{line})"
-      assert_match(/\AEvent loop stalled: a fiber kept the loop of 'event loop' for \d+ ms \(its code: #{Regexp.escape(site)}\); 2 turns of other fibers came right after\z/,
+      assert_match(/\AEvent loop stalled: a fiber kept the loop of '#{Regexp.escape(loop_name)}' for \d+ ms \(its code: #{Regexp.escape(site)}\); 2 turns of other fibers came right after\z/,
                    finding.title)
       assert finding.loop_wait
       assert_nil finding.wait_share
