@@ -11,6 +11,7 @@
 // to its select, as Node.js' event-loop delay.
 #include "fibers.h"
 #include "clock.h"
+#include "metrics.h"
 #include "histogram.h"
 #include "stacks.h"
 #include "trace_session.h"
@@ -31,6 +32,7 @@ typedef struct {
     uint64_t turn_loop_woke_ns;
     VALUE turn_fiber;         // the task the loop gave the thread to (a key of the fiber table; never read through)
     uint64_t turn_generation; // the trace whose TURN_BEGIN began the turn (0: none): only its TURN_END follows
+    VALUE current;            // the fiber that holds the thread, while requests are in progress (R): compared, never read through
     uint64_t turns, busy_ns, longest_turn_ns;
     uint64_t turn_histogram[GVLS_HISTOGRAM_BUCKETS];  // log2 of ns per turn
 } loop_state;
@@ -70,36 +72,52 @@ static void slot_freed(gvls_thread *slot) {
 
 static const gvls_slot_listener slot_listener = { .freed = slot_freed };
 
-// Fiber serials for a trace's turn records: 1, 2, ... per process (24 bits, as a record's value;
-// they wrap after 16M fibers, skipping 0). An open-addressing table keyed by the fiber VALUE,
-// malloc-grown in the hook (never Ruby's allocator). Its fibers are marked (pinned): an address
-// in it stays its fiber's, never reused by a new fiber under an old serial, until the entry goes
-// when its fiber is seen ended at the end of its turn, or when the table must grow (ended
-// fibers are swept first), or when a new trace starts (a trace's serials are its own); the first
-// GC after the trace stops lets the whole table go.
+// Tables keyed by the fiber VALUE: open addressing, malloc-grown (the switch hook must never run
+// Ruby's allocator), their fibers marked (pinned), so an address in one stays its fiber's, never
+// reused by a new fiber under an old entry, until the entry goes.
+//
+// F: fiber serials for a trace's turn records, 1, 2, ... per process (24 bits, as a record's value;
+// they wrap after 16M fibers, skipping 0). An entry goes when its fiber is seen ended at the end of
+// its turn, or when the table must grow (ended fibers are swept first), or when a new trace starts
+// (a trace's serials are its own); the first GC after the trace stops lets the whole table go.
+// R: the fibers of requests in progress on loops (a request's own time, below): an entry goes when
+// its request finishes, or when the table must grow and its fiber has ended (a request never finished).
+typedef struct own_request own_request;
 typedef struct {
     VALUE fiber;              // 0: empty
-    uint32_t serial;
-    uint8_t site_pending;     // its last turn was long: read where it gave the loop back at its next turn
+    uint32_t serial;          // F's
+    uint8_t site_pending;     // F's: its last turn was long: read where it gave the loop back at its next turn
+    own_request *own;         // R's (malloc'd, freed with its entry)
 } fiber_entry;
 
-static struct {
+typedef struct {
     fiber_entry *entries;
     size_t capa, used;        // capa: a power of 2, at most half full
+} fiber_table;
+
+static struct {
+    fiber_table table;
     uint64_t generation;      // the trace generation the entries belong to
     uint32_t next_serial;
 } F;
 
-// With no trace running, the table is let go here rather than keeping its fibers alive until the
-// next trace (the hook uses it only while one records; GC and the hook both hold the GVL).
+static fiber_table R;
+
+static void mark_table(const fiber_table *t) {
+    for (size_t i = 0; i < t->capa; i++) if (t->entries[i].fiber) rb_gc_mark(t->entries[i].fiber);
+}
+
+// With no trace running, F is let go here rather than keeping its fibers alive until the next
+// trace (the hook uses it only while one records; GC and the hook both hold the GVL).
 static void fibers_mark(void *unused) {
+    mark_table(&R);
     if (!atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
-        free(F.entries);
-        F.entries = NULL;
-        F.capa = F.used = 0;
+        free(F.table.entries);
+        F.table.entries = NULL;
+        F.table.capa = F.table.used = 0;
         return;
     }
-    for (size_t i = 0; i < F.capa; i++) if (F.entries[i].fiber) rb_gc_mark(F.entries[i].fiber);
+    mark_table(&F.table);
 }
 
 static const rb_data_type_t fibers_holder_type = {
@@ -114,25 +132,26 @@ static inline size_t fiber_home(VALUE fiber, size_t capa) {
     return (size_t)x & (capa - 1);
 }
 
-static fiber_entry *fiber_find(VALUE fiber) {
-    if (!F.capa) return NULL;
-    for (size_t i = fiber_home(fiber, F.capa);; i = (i + 1) & (F.capa - 1)) {
-        if (F.entries[i].fiber == fiber) return &F.entries[i];
-        if (!F.entries[i].fiber) return NULL;
+static fiber_entry *fiber_find(const fiber_table *t, VALUE fiber) {
+    if (!t->capa) return NULL;
+    for (size_t i = fiber_home(fiber, t->capa);; i = (i + 1) & (t->capa - 1)) {
+        if (t->entries[i].fiber == fiber) return &t->entries[i];
+        if (!t->entries[i].fiber) return NULL;
     }
 }
 
 // Linear probing's deletion: later entries of the probe run move back into the hole.
-static void fiber_remove(fiber_entry *entry) {
-    size_t hole = (size_t)(entry - F.entries), mask = F.capa - 1;
-    F.entries[hole].fiber = 0;
-    F.used--;
-    for (size_t i = (hole + 1) & mask; F.entries[i].fiber; i = (i + 1) & mask) {
-        size_t home = fiber_home(F.entries[i].fiber, F.capa);
+static void fiber_remove(fiber_table *t, fiber_entry *entry) {
+    size_t hole = (size_t)(entry - t->entries), mask = t->capa - 1;
+    free(t->entries[hole].own);
+    t->entries[hole] = (fiber_entry){ 0 };
+    t->used--;
+    for (size_t i = (hole + 1) & mask; t->entries[i].fiber; i = (i + 1) & mask) {
+        size_t home = fiber_home(t->entries[i].fiber, t->capa);
         // Movable if its home is not cyclically within (hole, i].
         if ((i > hole && (home <= hole || home > i)) || (i < hole && home <= hole && home > i)) {
-            F.entries[hole] = F.entries[i];
-            F.entries[i].fiber = 0;
+            t->entries[hole] = t->entries[i];
+            t->entries[i] = (fiber_entry){ 0 };
             hole = i;
         }
     }
@@ -145,40 +164,122 @@ static void fiber_put(fiber_entry *entries, size_t capa, fiber_entry entry) {
 }
 
 // Room for one more: ended fibers swept out, then the table doubled if still half full. 0: no memory.
-static int fiber_room(void) {
-    if (F.used + 1 <= F.capa / 2) return 1;
-    for (size_t i = 0; i < F.capa; i++) {
+static int fiber_room(fiber_table *t) {
+    if (t->used + 1 <= t->capa / 2) return 1;
+    for (size_t i = 0; i < t->capa; i++) {
         // rb_fiber_alive_p reads the fiber's status: no allocation. Restart at i: a removal moves entries back.
-        while (F.entries[i].fiber && !RTEST(rb_fiber_alive_p(F.entries[i].fiber))) fiber_remove(&F.entries[i]);
+        while (t->entries[i].fiber && !RTEST(rb_fiber_alive_p(t->entries[i].fiber))) fiber_remove(t, &t->entries[i]);
     }
-    if (F.used + 1 <= F.capa / 2) return 1;
-    size_t capa = F.capa ? F.capa * 2 : 256;
+    if (t->used + 1 <= t->capa / 2) return 1;
+    size_t capa = t->capa ? t->capa * 2 : 256;
     fiber_entry *grown = calloc(capa, sizeof(*grown));
     if (!grown) return 0;
-    for (size_t i = 0; i < F.capa; i++) if (F.entries[i].fiber) fiber_put(grown, capa, F.entries[i]);
-    // The GC marks F.entries: the old table is let go only once the new one is in place (the hook
-    // holds the GVL, so no GC runs in between anyway).
-    fiber_entry *old = F.entries;
-    F.entries = grown;
-    F.capa = capa;
+    for (size_t i = 0; i < t->capa; i++) if (t->entries[i].fiber) fiber_put(grown, capa, t->entries[i]);
+    // The GC marks the entries: the old table is let go only once the new one is in place (the
+    // hook holds the GVL, so no GC runs in between anyway).
+    fiber_entry *old = t->entries;
+    t->entries = grown;
+    t->capa = capa;
     free(old);
     return 1;
 }
 
-// The fiber's entry, made if new; NULL if there is no memory for it.
+// The fiber's entry in t, made (empty but for the fiber) if new; NULL if there is no memory for it.
+static fiber_entry *fiber_entry_in(fiber_table *t, VALUE fiber) {
+    fiber_entry *entry = fiber_find(t, fiber);
+    if (entry) return entry;
+    if (!fiber_room(t)) return NULL;
+    fiber_put(t->entries, t->capa, (fiber_entry){ .fiber = fiber });
+    t->used++;
+    return fiber_find(t, fiber);
+}
+
+// The fiber's entry in F, with a serial if new; NULL if there is no memory for it.
 static fiber_entry *fiber_entry_of(VALUE fiber) {
     if (F.generation != gvls_current_trace.generation) {
-        if (F.capa) memset(F.entries, 0, F.capa * sizeof(*F.entries));
-        F.used = 0;
+        if (F.table.capa) memset(F.table.entries, 0, F.table.capa * sizeof(*F.table.entries));
+        F.table.used = 0;
         F.generation = gvls_current_trace.generation;
     }
-    fiber_entry *entry = fiber_find(fiber);
-    if (entry) return entry;
-    if (!fiber_room()) return NULL;
-    if (++F.next_serial > GVLS_MAX_THREAD_SERIAL) F.next_serial = 1;
-    fiber_put(F.entries, F.capa, (fiber_entry){ .fiber = fiber, .serial = F.next_serial });
-    F.used++;
-    return fiber_find(fiber);
+    fiber_entry *entry = fiber_entry_in(&F.table, fiber);
+    if (entry && !entry->serial) {
+        if (++F.next_serial > GVLS_MAX_THREAD_SERIAL) F.next_serial = 1;
+        entry->serial = F.next_serial;
+    }
+    return entry;
+}
+
+// A request's own time (R). A request on a task shares its thread with the loop's other fibers:
+// its run, GVL wait, idle and GC are the thread's while its own fiber holds the thread, summed over
+// its stretches; while it is suspended (its IO, its sleep, or other fibers' turns) it is idle
+// (request_timing.c), never charged with another fiber's run or wait.
+struct own_request {
+    size_t slot_index;        // its loop's thread: a stale `current` of another loop is never it
+    uint8_t in;               // its fiber holds the thread
+    uint64_t since[GVLS_COUNTERS_NOW];  // the thread's counters when it last got the thread
+    uint64_t sums[GVLS_COUNTERS_NOW];   // its stretches' so far
+};
+
+static void own_in(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW]) {
+    memcpy(own->since, counters, sizeof(own->since));
+    own->in = 1;
+}
+
+static void own_out(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW]) {
+    for (int i = 0; i < GVLS_COUNTERS_NOW; i++) own->sums[i] += counters[i] > own->since[i] ? counters[i] - own->since[i] : 0;
+    own->in = 0;
+}
+
+// Every switch of a loop's thread while requests are in progress, task to task too (a task that
+// starts another runs it at once, inside its turn: Falcon's connection tasks, started by its
+// acceptor's): the fiber that had the thread and the one that has it now.
+static void own_switched(const gvls_thread *slot, loop_state *loop) {
+    VALUE now_fiber = rb_fiber_current();
+    VALUE before = loop->current;
+    loop->current = now_fiber;
+    if (before == now_fiber) return;
+    fiber_entry *out = before ? fiber_find(&R, before) : NULL;
+    fiber_entry *in = fiber_find(&R, now_fiber);
+    int leaving = out && out->own->in && out->own->slot_index == slot->index;
+    int coming = in && !in->own->in && in->own->slot_index == slot->index;
+    if (!leaving && !coming) return;
+    uint64_t counters[GVLS_COUNTERS_NOW];
+    gvls_metrics_counters_now(slot, gvls_now_ns(), counters, NULL);
+    if (leaving) own_out(out->own, counters);
+    if (coming) own_in(in->own, counters);
+}
+
+int gvls_fibers_own_start(const gvls_thread *slot, const uint64_t counters[GVLS_COUNTERS_NOW]) {
+    loop_state *loop = tracking ? loop_of(slot, 1) : NULL;
+    if (!loop) return 0;
+    VALUE fiber = rb_fiber_current();
+    fiber_entry *entry = fiber_entry_in(&R, fiber);
+    if (!entry) return 0;
+    if (!entry->own && !(entry->own = malloc(sizeof(own_request)))) {
+        fiber_remove(&R, entry);
+        return 0;
+    }
+    *entry->own = (own_request){ .slot_index = slot->index };
+    own_in(entry->own, counters);
+    loop->current = fiber;
+    return 1;
+}
+
+int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW]) {
+    fiber_entry *entry = slot ? fiber_find(&R, fiber) : NULL;
+    if (!entry || entry->own->slot_index != slot->index) return 0;
+    memcpy(out, entry->own->sums, sizeof(entry->own->sums));
+    if (entry->own->in) {
+        uint64_t counters[GVLS_COUNTERS_NOW];
+        gvls_metrics_counters_now(slot, now_ns, counters, NULL);
+        for (int i = 0; i < GVLS_COUNTERS_NOW; i++) out[i] += counters[i] > entry->own->since[i] ? counters[i] - entry->own->since[i] : 0;
+    }
+    return 1;
+}
+
+void gvls_fibers_own_stop(VALUE fiber) {
+    fiber_entry *entry = fiber_find(&R, fiber);
+    if (entry) fiber_remove(&R, entry);
 }
 
 // A trace records: the turn's records in the thread's lane (trace.h's fast path: no lock unless
@@ -198,9 +299,9 @@ static void record_turn_begin(const gvls_thread *slot, VALUE fiber, uint64_t now
 
 static void record_turn_end(const gvls_thread *slot, VALUE fiber, uint64_t turn_ns, uint64_t now_ns) {
     gvls_trace_record(GVLS_EV_TURN_END, slot->serial, now_ns);
-    fiber_entry *entry = F.generation == gvls_current_trace.generation ? fiber_find(fiber) : NULL;
+    fiber_entry *entry = F.generation == gvls_current_trace.generation ? fiber_find(&F.table, fiber) : NULL;
     if (!entry) return;
-    if (!RTEST(rb_fiber_alive_p(fiber))) fiber_remove(entry);  // it ended: its address may be a new fiber's
+    if (!RTEST(rb_fiber_alive_p(fiber))) fiber_remove(&F.table, entry);  // it ended: its address may be a new fiber's
     else if (turn_ns >= GVLS_LONG_TURN_NS && atomic_load_explicit(&gvls_stacks.on, memory_order_relaxed)) entry->site_pending = 1;
 }
 
@@ -212,7 +313,9 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     int task = !NIL_P(rb_fiber_scheduler_current());
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
     loop_state *loop = slot ? loop_of(slot, 1) : NULL;
-    if (!loop || (loop->seen && task == loop->in_task)) return;  // task to task (one starting another), loop to loop
+    if (!loop) return;
+    if (R.used) own_switched(slot, loop);
+    if (loop->seen && task == loop->in_task) return;  // task to task (one starting another), loop to loop
     uint64_t now_ns = gvls_now_ns();
     // Acquire: pairs with the start's store, so the lane generation read next is the new one (trace.h).
     int recording = atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire);

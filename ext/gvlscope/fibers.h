@@ -5,6 +5,7 @@
 
 #include "gvlscope.h"
 #include "thread_state.h"
+#include "metrics.h"
 #include <stdint.h>
 
 // The turn the calling task runs in: when the thread's loop gave the thread to a task (the caller's,
@@ -23,6 +24,13 @@ extern int gvls_fibers_requests;
 int gvls_fibers_on_task(void);
 // With the GVL, on the slot's own thread, from a task: its turn, if known (then 1).
 int gvls_fibers_turn(const gvls_thread *slot, gvls_loop_turn *out);
+// A request's own time on a task: from now, the thread's counters (given, read now) count for the
+// calling fiber only while it holds the thread. 1 if it is counted (turns tracked, memory for it).
+int gvls_fibers_own_start(const gvls_thread *slot, const uint64_t counters[GVLS_COUNTERS_NOW]);
+// The fiber's counters since its start, its stretch in progress counted up to now_ns; 0 if it has
+// none (never started, stopped, or its slot's thread is not the one given).
+int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW]);
+void gvls_fibers_own_stop(VALUE fiber);
 // The descriptor of the connection a Rack request on a fiber server came on: Falcon's
 // (env["protocol.http.request"].connection.stream.io), else -1. Never raises.
 int gvls_fibers_fd_of_env(VALUE env);

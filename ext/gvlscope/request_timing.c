@@ -18,6 +18,7 @@ enum { RUN, WAIT, IDLE, GC, OVERLAP, COUNTERS };
 
 typedef struct {
     VALUE thread;
+    VALUE fiber;              // on a loop's task: the request's fiber, whose own time it counts (fibers.c), else 0
     uint64_t started_ns, duration_ns;
     uint64_t before[COUNTERS], delta[COUNTERS];
     uint64_t pickup_wait_ns;  // waited for the GVL between the thread's previous request and this one
@@ -34,7 +35,11 @@ typedef struct {
     uint64_t queue_latency_ns;  // a job's: from its enqueued_at (wall clock) to its start (#enqueued_at=)
 } request_timing;
 
-static void timing_mark(void *ptr) { rb_gc_mark(((request_timing *)ptr)->thread); }
+static void timing_mark(void *ptr) {
+    request_timing *timing = ptr;
+    rb_gc_mark(timing->thread);
+    if (timing->fiber) rb_gc_mark(timing->fiber);
+}
 static size_t timing_size(const void *ptr) { return sizeof(request_timing); }
 
 static const rb_data_type_t timing_type = {
@@ -126,9 +131,12 @@ static int loop_wait_of(request_timing *timing, gvls_thread *slot, int fd) {
 static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd, int loop_fd) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
-    if (slot && loop_fd >= 0 && loop_wait_of(timing, slot, loop_fd)) {
-        uint64_t ignored;
-        gvls_metrics_counters_now(slot, timing->started_ns, timing->before, &ignored);
+    if (slot && thread == rb_thread_current() && gvls_fibers_on_task()) {
+        // On a loop's task: its thread's previous request was another fiber's, so the pickup is
+        // only the wait since its bytes came (when known), and its numbers are its own fiber's.
+        if (loop_fd >= 0) loop_wait_of(timing, slot, loop_fd);
+        gvls_metrics_counters_now(slot, timing->started_ns, timing->before, NULL);
+        if (gvls_fibers_own_start(slot, timing->before)) RB_OBJ_WRITE(self, &timing->fiber, rb_fiber_current());
         gvls_metrics_request_started(slot);
     } else if (slot) {
         uint64_t wait_at_wake;
@@ -218,9 +226,16 @@ VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd) { return sta
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS]) {
-    uint64_t now[COUNTERS] = { 0 };
-    if (slot) gvls_metrics_counters_now(slot, now_ns, now, NULL);
-    for (int i = 0; i < COUNTERS; i++) out[i] = minus(now[i], timing->before[i]);
+    if (timing->fiber && gvls_fibers_own_counters(timing->fiber, slot, now_ns, out)) {
+        // Its fiber's own stretches; the rest of its time its fiber was suspended: idle (its IO,
+        // its sleep, or the loop's other fibers, which readiness, not recorded, would tell apart).
+        uint64_t held_ns = out[RUN] + out[WAIT] + out[GC];
+        out[IDLE] = minus(minus(now_ns, timing->started_ns), held_ns);
+    } else {
+        uint64_t now[COUNTERS] = { 0 };
+        if (slot) gvls_metrics_counters_now(slot, now_ns, now, NULL);
+        for (int i = 0; i < COUNTERS; i++) out[i] = minus(now[i], timing->before[i]);
+    }
     out[WAIT] += timing->pickup_wait_ns;
 }
 
@@ -235,7 +250,9 @@ static void finish(request_timing *timing) {
     gvls_thread *slot = gvls_thread_find_fast(timing->thread);
     deltas_of(timing, slot, now_ns, timing->delta);
     timing->duration_ns = minus(now_ns, timing->started_ns);
-    request_end *end = slot ? end_of(slot, 1) : NULL;
+    if (timing->fiber) gvls_fibers_own_stop(timing->fiber);
+    // A fiber's request ends nothing of its thread's: the next one's pickup is its own loop wait.
+    request_end *end = slot && !timing->fiber ? end_of(slot, 1) : NULL;
     if (end) {
         end->wait_ns = timing->before[WAIT] + timing->delta[WAIT] - timing->pickup_wait_ns;
         end->ended_ns = now_ns;

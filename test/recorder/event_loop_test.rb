@@ -113,6 +113,46 @@ class EventLoopTest < Minitest::Test
     assert_equal GVLScope::EventLoops::NONE, GVLScope::EventLoops.turns
   end
 
+  # Two requests on one loop, started as Falcon starts a connection's task (by its acceptor's, at
+  # once, inside that task's turn): one reads a pipe the other writes after 200 ms of CPU. Each
+  # request's run, wait and GC are its own fiber's; the reader's time suspended is idle.
+  def test_a_requests_numbers_are_its_own_fibers_not_its_threads
+    reader, writer = IO.pipe
+    app = GVLScope::Rack.new(lambda { |env|
+      if env["PATH_INFO"] == "/read"
+        reader.read(1)
+      else
+        burn(200)
+        writer.write("x")
+      end
+      [200, {}, ["ok"]]
+    }, route: false)
+    timings = {}
+    Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.schedule do # the acceptor
+        %w[/read /burn].each do |path|
+          Fiber.schedule do
+            env = { "REQUEST_METHOD" => "GET", "PATH_INFO" => path, "rack.input" => StringIO.new }
+            app.call(env)
+            timings[path] = env["gvlscope"]
+          end
+        end
+      end
+    end.join
+    reading, burning = timings.fetch("/read"), timings.fetch("/burn")
+    assert_operator burning.run_ns, :>=, 200 * MS * 0.99, "200 ms of CPU clock, on the trace's clock: within 1 %"
+    # The reader's own work is a read and a write of a few bytes: what the OS could deschedule it for
+    # on a loaded machine is a few timeslices, far from the other request's 200 ms.
+    assert_operator reading.run_ns + reading.gc_ns, :<, 100 * MS, reading.inspect
+    assert_operator reading.duration_ns, :>=, burning.run_ns, "it waited for the other's write"
+    # Its time is whole: what it did not hold the thread for, its fiber was suspended (idle).
+    assert_equal reading.duration_ns, reading.run_ns + reading.wait_ns + reading.idle_ns + reading.gc_ns - reading.pickup_wait_ns
+    assert_operator reading.idle_ns, :>=, burning.run_ns - 100 * MS
+  ensure
+    [reader, writer].each { |io| io&.close }
+  end
+
   def test_a_request_on_a_thread_without_a_loop_has_no_loop_wait
     app = GVLScope::Rack.new(->(_env) { [200, {}, ["ok"]] }, route: false)
     env = env_for(@connection)
