@@ -216,18 +216,144 @@ static fiber_entry *fiber_entry_of(VALUE fiber) {
 struct own_request {
     size_t slot_index;        // its loop's thread: a stale `current` of another loop is never it
     uint8_t in;               // its fiber holds the thread
+    uint64_t in_ns, out_ns;   // when it last got the thread, and last gave it away
     uint64_t since[GVLS_COUNTERS_NOW];  // the thread's counters when it last got the thread
     uint64_t sums[GVLS_COUNTERS_NOW];   // its stretches' so far
+    // Ready but suspended (the scheduler's waits, wrapped below): the loop's other fibers ran, and
+    // the thread waited for the GVL meanwhile (wait_ready_ns, the GVL wait's part).
+    uint64_t loop_wait_ns, wait_ready_ns;
+    uint64_t unblocked_ns;    // when another fiber or thread unblocked it (Scheduler#unblock)
+    uint64_t ready_told_ns;   // the in_ns whose readiness was counted: a wait inside a wait (async's sleep is a block) counts once
 };
 
-static void own_in(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW]) {
+static void own_in(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW], uint64_t now_ns) {
     memcpy(own->since, counters, sizeof(own->since));
     own->in = 1;
+    own->in_ns = now_ns;
 }
 
-static void own_out(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW]) {
+static void own_out(own_request *own, const uint64_t counters[GVLS_COUNTERS_NOW], uint64_t now_ns) {
     for (int i = 0; i < GVLS_COUNTERS_NOW; i++) own->sums[i] += counters[i] > own->since[i] ? counters[i] - own->since[i] : 0;
     own->in = 0;
+    own->out_ns = now_ns;
+}
+
+uint64_t gvls_fibers_arrival_ns(uint64_t data_ns, uint64_t loop_woke_ns) {
+    int woken_by_them = loop_woke_ns && loop_woke_ns + GVLS_KERNEL_SLACK_NS >= data_ns && loop_woke_ns <= data_ns + GVLS_KERNEL_SLACK_NS;
+    return woken_by_them ? loop_woke_ns : data_ns + GVLS_KERNEL_SLACK_NS;
+}
+
+// The calling request fiber's wait in its scheduler, called at called_ns, just ended (it holds the
+// thread again): it was ready from ready_ns (0: not known), so until its stretch began it waited
+// for the loop's other fibers, and for the GVL while its thread did. Nothing for a wait that never
+// gave the thread away (its IO was ready at once).
+static void own_ready_since(uint64_t ready_ns, uint64_t called_ns) {
+    fiber_entry *entry = ready_ns ? fiber_find(&R, rb_fiber_current()) : NULL;
+    gvls_thread *slot = entry ? gvls_thread_find_fast(rb_thread_current()) : NULL;
+    if (!slot || entry->own->slot_index != slot->index) return;
+    own_request *own = entry->own;
+    if (!own->in || own->in_ns <= called_ns || own->ready_told_ns == own->in_ns) return;
+    own->ready_told_ns = own->in_ns;
+    if (ready_ns < own->out_ns) ready_ns = own->out_ns;  // ready as it gave the thread away: a yield
+    if (ready_ns >= own->in_ns) return;
+    uint64_t now_ns = gvls_now_ns();
+    uint64_t waited_ns = gvls_metrics_own_wait_since(slot, ready_ns, now_ns, NULL, NULL) -
+                         gvls_metrics_own_wait_since(slot, own->in_ns, now_ns, NULL, NULL);
+    uint64_t ready_for_ns = own->in_ns - ready_ns;
+    if (waited_ns > ready_for_ns) waited_ns = ready_for_ns;
+    own->wait_ready_ns += waited_ns;
+    own->loop_wait_ns += ready_for_ns - waited_ns;
+}
+
+// A request's waits in its scheduler, prepended to the scheduler's class (Fiber::Scheduler's
+// required hooks, arguments passed through as given): when each ended, in the request's fiber,
+// it tells when that fiber became ready. IO: a TCP socket's bytes, by the kernel (as a request's
+// arrival); a sleep: its end; a block: its unblock (or its timeout). Other waits (a pipe, a
+// writable socket) have no known readiness: their time stays idle.
+static VALUE mWaits, mReads;
+static VALUE wrapped_class;  // the scheduler class last wrapped (compared only)
+
+static int fd_of(VALUE io) {
+    if (!RB_TYPE_P(io, T_FILE)) return -1;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    return RFILE(io)->fptr ? RFILE(io)->fptr->fd : -1;  // a closed IO: -1 (rb_io_descriptor would raise)
+#pragma GCC diagnostic pop
+}
+
+// 0 when R has no request for the calling fiber (the common case: one load).
+static int own_waits(void) { return R.used && fiber_find(&R, rb_fiber_current()) != NULL; }
+
+static uint64_t duration_end_ns(VALUE duration, uint64_t from_ns) {
+    double seconds = FIXNUM_P(duration) ? (double)FIX2LONG(duration) : RB_FLOAT_TYPE_P(duration) ? RFLOAT_VALUE(duration) : -1;
+    return seconds >= 0 && seconds < 1e9 ? from_ns + (uint64_t)(seconds * 1e9) : 0;  // NaN fails both
+}
+
+// After a wait for fd to be readable, called at called_ns: ready when its bytes came.
+static void own_read_ready(int fd, uint64_t called_ns) {
+    uint64_t now_ns = gvls_now_ns(), data_ns = gvls_kernel_data_arrival_ns(fd, now_ns);
+    gvls_thread *slot = data_ns ? gvls_thread_find_fast(rb_thread_current()) : NULL;
+    if (slot) own_ready_since(gvls_fibers_arrival_ns(data_ns, slot->metrics.woke_ns), called_ns);
+}
+
+static VALUE waits_io_wait(int argc, VALUE *argv, VALUE self) {
+    int fd = own_waits() && argc >= 2 && FIXNUM_P(argv[1]) && (FIX2LONG(argv[1]) & RUBY_IO_READABLE) ? fd_of(argv[0]) : -1;
+    uint64_t called_ns = fd >= 0 ? gvls_now_ns() : 0;
+    VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
+    if (fd >= 0) own_read_ready(fd, called_ns);
+    return result;
+}
+
+// Scheduler#io_read (async's, Ruby >= 3.3.1: reads of a non-blocking IO go there, not io_wait):
+// prepended only to a scheduler that has it (CRuby asks whether it responds).
+static VALUE reads_io_read(int argc, VALUE *argv, VALUE self) {
+    int fd = own_waits() && argc >= 1 ? fd_of(argv[0]) : -1;
+    uint64_t called_ns = fd >= 0 ? gvls_now_ns() : 0;
+    VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
+    if (fd >= 0) own_read_ready(fd, called_ns);
+    return result;
+}
+
+static VALUE waits_kernel_sleep(int argc, VALUE *argv, VALUE self) {
+    uint64_t called_ns = own_waits() ? gvls_now_ns() : 0;
+    uint64_t due_ns = called_ns && argc >= 1 ? duration_end_ns(argv[0], called_ns) : 0;
+    VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
+    if (due_ns) own_ready_since(due_ns, called_ns);
+    return result;
+}
+
+static VALUE waits_block(int argc, VALUE *argv, VALUE self) {
+    int own = own_waits();
+    uint64_t called_ns = own ? gvls_now_ns() : 0;
+    uint64_t due_ns = own && argc >= 2 && !NIL_P(argv[1]) ? duration_end_ns(argv[1], called_ns) : 0;
+    VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
+    if (own) {
+        fiber_entry *entry = fiber_find(&R, rb_fiber_current());
+        uint64_t unblocked_ns = entry ? entry->own->unblocked_ns : 0;
+        if (entry) entry->own->unblocked_ns = 0;
+        own_ready_since(unblocked_ns && (!due_ns || unblocked_ns < due_ns) ? unblocked_ns : due_ns, called_ns);
+    }
+    return result;
+}
+
+// From the fiber or thread that unblocks: the blocked fiber is ready now.
+static VALUE waits_unblock(int argc, VALUE *argv, VALUE self) {
+    if (R.used && argc >= 2) {
+        fiber_entry *entry = fiber_find(&R, argv[1]);
+        if (entry) entry->own->unblocked_ns = gvls_now_ns();
+    }
+    return rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
+}
+
+static void wrap_waits(VALUE scheduler) {
+    if (NIL_P(scheduler)) return;
+    VALUE klass = rb_obj_class(scheduler);
+    if (klass == wrapped_class) return;
+    if (!RTEST(rb_class_inherited_p(klass, mWaits))) {
+        if (rb_method_boundp(klass, rb_intern("io_read"), 0)) rb_prepend_module(klass, mReads);
+        rb_prepend_module(klass, mWaits);
+    }
+    wrapped_class = klass;
 }
 
 // Every switch of a loop's thread while requests are in progress, task to task too (a task that
@@ -243,10 +369,10 @@ static void own_switched(const gvls_thread *slot, loop_state *loop) {
     int leaving = out && out->own->in && out->own->slot_index == slot->index;
     int coming = in && !in->own->in && in->own->slot_index == slot->index;
     if (!leaving && !coming) return;
-    uint64_t counters[GVLS_COUNTERS_NOW];
-    gvls_metrics_counters_now(slot, gvls_now_ns(), counters, NULL);
-    if (leaving) own_out(out->own, counters);
-    if (coming) own_in(in->own, counters);
+    uint64_t counters[GVLS_COUNTERS_NOW], now_ns = gvls_now_ns();
+    gvls_metrics_counters_now(slot, now_ns, counters, NULL);
+    if (leaving) own_out(out->own, counters, now_ns);
+    if (coming) own_in(in->own, counters, now_ns);
 }
 
 int gvls_fibers_own_start(const gvls_thread *slot, const uint64_t counters[GVLS_COUNTERS_NOW]) {
@@ -260,15 +386,19 @@ int gvls_fibers_own_start(const gvls_thread *slot, const uint64_t counters[GVLS_
         return 0;
     }
     *entry->own = (own_request){ .slot_index = slot->index };
-    own_in(entry->own, counters);
+    own_in(entry->own, counters, gvls_now_ns());
     loop->current = fiber;
+    wrap_waits(rb_fiber_scheduler_current());
     return 1;
 }
 
-int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW]) {
+int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
+                             uint64_t *loop_wait_ns) {
     fiber_entry *entry = slot ? fiber_find(&R, fiber) : NULL;
     if (!entry || entry->own->slot_index != slot->index) return 0;
     memcpy(out, entry->own->sums, sizeof(entry->own->sums));
+    out[1] += entry->own->wait_ready_ns;  // gvls_metrics_counters_now's order: run, wait, ...
+    *loop_wait_ns = entry->own->loop_wait_ns;
     if (entry->own->in) {
         uint64_t counters[GVLS_COUNTERS_NOW];
         gvls_metrics_counters_now(slot, now_ns, counters, NULL);
@@ -487,6 +617,13 @@ void gvls_fibers_init(VALUE mNative) {
     id_connection = rb_intern("connection");
     id_stream = rb_intern("stream");
     id_io = rb_intern("io");
+    mWaits = rb_define_module_under(mNative, "LoopWaits");
+    rb_define_method(mWaits, "io_wait", waits_io_wait, -1);
+    rb_define_method(mWaits, "kernel_sleep", waits_kernel_sleep, -1);
+    rb_define_method(mWaits, "block", waits_block, -1);
+    rb_define_method(mWaits, "unblock", waits_unblock, -1);
+    mReads = rb_define_module_under(mNative, "LoopReads");
+    rb_define_method(mReads, "io_read", reads_io_read, -1);
     rb_define_singleton_method(mNative, "loop_tracking=", native_set_tracking, 1);
     rb_define_singleton_method(mNative, "loop_tracking?", native_tracking_p, 0);
     rb_define_singleton_method(mNative, "loop_requests=", native_set_requests, 1);

@@ -29,7 +29,14 @@ int gvls_fibers_turn(const gvls_thread *slot, gvls_loop_turn *out);
 int gvls_fibers_own_start(const gvls_thread *slot, const uint64_t counters[GVLS_COUNTERS_NOW]);
 // The fiber's counters since its start, its stretch in progress counted up to now_ns; 0 if it has
 // none (never started, stopped, or its slot's thread is not the one given).
-int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW]);
+// *loop_wait_ns: its waits for the loop since its start, while ready (a socket's bytes come, a sleep
+// over, unblocked) but suspended; out's GVL wait includes its thread's meanwhile.
+int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
+                             uint64_t *loop_wait_ns);
+// When a task's socket's bytes came (data_ns, the kernel's, a jiffy coarse): the loop's return
+// from its select (loop_woke_ns, 0: none) when that came within a jiffy of them (the loop was idle
+// when they came, and they woke it: exact); else the kernel's a jiffy late (a lower bound on the wait).
+uint64_t gvls_fibers_arrival_ns(uint64_t data_ns, uint64_t loop_woke_ns);
 void gvls_fibers_own_stop(VALUE fiber);
 // The descriptor of the connection a Rack request on a fiber server came on: Falcon's
 // (env["protocol.http.request"].connection.stream.io), else -1. Never raises.

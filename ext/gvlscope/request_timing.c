@@ -27,8 +27,9 @@ typedef struct {
     uint64_t blocked_before_start_ns;  // idle between taking the work and starting it (locks, IO on the way)
     uint64_t thread_wait_ns;  // handed over while this thread still ran its previous request: waited for a free thread
     uint64_t cpu_wait_ns;     // handed over while it slept: from the hand-off until it ran (woken, given a core)
-    int loop_known;           // ran on a task of an event loop whose turn and the request's arrival are known
-    uint64_t loop_wait_ns;    // ...from the arrival until its turn began, but the GVL waits in between (fibers.c)
+    int loop_known;           // ran on a task of an event loop, and a wait of it for the loop was measured:
+    uint64_t queue_loop_ns;   // ...from the arrival until its turn began, but the GVL waits in between (fibers.c)
+    uint64_t loop_wait_ns;    // ...that, and (once finished) its waits for the loop after its start
     int finished;
     int header_added;  // the Server-Timing value is in the response's headers: never added twice
     int queue_latency_known;
@@ -111,14 +112,12 @@ static int loop_wait_of(request_timing *timing, gvls_thread *slot, int fd) {
     if (!gvls_fibers_turn(slot, &turn)) return 0;
     uint64_t data_ns = gvls_kernel_data_arrival_ns(fd, timing->started_ns);
     if (!data_ns) return 0;
-    int woken_by_them = turn.loop_woke_ns && turn.loop_woke_ns + GVLS_KERNEL_SLACK_NS >= data_ns &&
-                        turn.loop_woke_ns <= data_ns + GVLS_KERNEL_SLACK_NS;
-    uint64_t arrival_ns = woken_by_them ? turn.loop_woke_ns : data_ns + GVLS_KERNEL_SLACK_NS;
+    uint64_t arrival_ns = gvls_fibers_arrival_ns(data_ns, turn.loop_woke_ns);
     if (arrival_ns > turn.started_ns) arrival_ns = turn.started_ns;  // came during its own turn
     int exact;
     uint64_t wait_since_arrival = gvls_metrics_own_wait_since(slot, arrival_ns, timing->started_ns, &exact, NULL);
     uint64_t wait_since_turn = gvls_metrics_own_wait_since(slot, turn.started_ns, timing->started_ns, NULL, NULL);
-    timing->loop_wait_ns = minus(turn.started_ns - arrival_ns, minus(wait_since_arrival, wait_since_turn));
+    timing->queue_loop_ns = timing->loop_wait_ns = minus(turn.started_ns - arrival_ns, minus(wait_since_arrival, wait_since_turn));
     timing->pickup_wait_ns = wait_since_arrival;
     timing->pickup_exact = exact;
     timing->arrival_ns = arrival_ns;
@@ -131,7 +130,7 @@ static int loop_wait_of(request_timing *timing, gvls_thread *slot, int fd) {
 static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd, int loop_fd) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
-    if (slot && thread == rb_thread_current() && gvls_fibers_on_task()) {
+    if (slot && RB_UNLIKELY(gvls_fibers_requests) && thread == rb_thread_current() && gvls_fibers_on_task()) {
         // On a loop's task: its thread's previous request was another fiber's, so the pickup is
         // only the wait since its bytes came (when known), and its numbers are its own fiber's.
         if (loop_fd >= 0) loop_wait_of(timing, slot, loop_fd);
@@ -225,12 +224,15 @@ static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
 VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd) { return start_current(cRequestTiming, handed_fd, loop_fd); }
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
-static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS]) {
-    if (timing->fiber && gvls_fibers_own_counters(timing->fiber, slot, now_ns, out)) {
-        // Its fiber's own stretches; the rest of its time its fiber was suspended: idle (its IO,
-        // its sleep, or the loop's other fibers, which readiness, not recorded, would tell apart).
-        uint64_t held_ns = out[RUN] + out[WAIT] + out[GC];
-        out[IDLE] = minus(minus(now_ns, timing->started_ns), held_ns);
+// *loop_wait_after_ns: a fiber's waits for its loop since the start (0 on a thread).
+static void deltas_of(const request_timing *timing, const gvls_thread *slot, uint64_t now_ns, uint64_t out[COUNTERS],
+                      uint64_t *loop_wait_after_ns) {
+    *loop_wait_after_ns = 0;
+    if (timing->fiber && gvls_fibers_own_counters(timing->fiber, slot, now_ns, out, loop_wait_after_ns)) {
+        // Its fiber's own stretches, and its waits while ready; the rest of its time its fiber was
+        // suspended, waiting: idle (its IO, its sleep, or IO whose readiness is not known).
+        uint64_t accounted_ns = out[RUN] + out[WAIT] + out[GC] + *loop_wait_after_ns;
+        out[IDLE] = minus(minus(now_ns, timing->started_ns), accounted_ns);
     } else {
         uint64_t now[COUNTERS] = { 0 };
         if (slot) gvls_metrics_counters_now(slot, now_ns, now, NULL);
@@ -239,8 +241,16 @@ static void deltas_of(const request_timing *timing, const gvls_thread *slot, uin
     out[WAIT] += timing->pickup_wait_ns;
 }
 
-static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *out) {
-    deltas_of(timing, gvls_thread_find(timing->thread), now_ns, out);
+static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *out, uint64_t *loop_wait_after_ns) {
+    deltas_of(timing, gvls_thread_find(timing->thread), now_ns, out, loop_wait_after_ns);
+}
+
+// Its wait for the loop so far (all of it once finished).
+static uint64_t loop_wait_now(const request_timing *timing) {
+    if (timing->finished || !timing->fiber) return timing->loop_wait_ns;
+    uint64_t deltas[COUNTERS], after_ns;
+    deltas_now(timing, gvls_now_ns(), deltas, &after_ns);
+    return timing->loop_wait_ns + after_ns;
 }
 
 // Freezes the numbers at the end of the app call; the thread's next request measures its pickup from here.
@@ -248,7 +258,10 @@ static void finish(request_timing *timing) {
     if (timing->finished) return;
     uint64_t now_ns = gvls_now_ns();
     gvls_thread *slot = gvls_thread_find_fast(timing->thread);
-    deltas_of(timing, slot, now_ns, timing->delta);
+    uint64_t loop_wait_after_ns;
+    deltas_of(timing, slot, now_ns, timing->delta, &loop_wait_after_ns);
+    timing->loop_wait_ns += loop_wait_after_ns;
+    if (loop_wait_after_ns) timing->loop_known = 1;
     timing->duration_ns = minus(now_ns, timing->started_ns);
     if (timing->fiber) gvls_fibers_own_stop(timing->fiber);
     // A fiber's request ends nothing of its thread's: the next one's pickup is its own loop wait.
@@ -272,8 +285,8 @@ static VALUE timing_finished_p(VALUE self) { return timing_of(self)->finished ? 
 static uint64_t counter(VALUE self, int index) {
     request_timing *timing = timing_of(self);
     if (timing->finished) return timing->delta[index];
-    uint64_t so_far[COUNTERS];
-    deltas_now(timing, gvls_now_ns(), so_far);
+    uint64_t so_far[COUNTERS], loop_wait_after_ns;
+    deltas_now(timing, gvls_now_ns(), so_far, &loop_wait_after_ns);
     return so_far[index];
 }
 
@@ -287,7 +300,7 @@ static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
 // Waited for its event loop: from its arrival until the loop gave its task the thread, but the GVL
 // waits in between (gvl-wait's); 0 when not on a loop's task, or when the arrival was not known.
-static VALUE timing_loop_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->loop_wait_ns); }
+static VALUE timing_loop_wait_ns(VALUE self) { return ULL2NUM(loop_wait_now(timing_of(self))); }
 
 // Whether the request ran on an event loop's task and loop_wait_ns was measured.
 static VALUE timing_loop_wait_known_p(VALUE self) { return timing_of(self)->loop_known ? Qtrue : Qfalse; }
@@ -365,10 +378,10 @@ static VALUE timing_pickup_exact_p(VALUE self) {
 
 // deltas and the rest in request_timing.h's order (GVLS_REQUEST_VALUES).
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
-                       uint64_t out[GVLS_REQUEST_VALUES]) {
+                       uint64_t loop_wait_ns, uint64_t out[GVLS_REQUEST_VALUES]) {
     out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
     out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP]; out[7] = timing->queue_latency_ns;
-    out[8] = timing->loop_wait_ns;
+    out[8] = loop_wait_ns;
 }
 
 // For breakdown.c: a RequestTiming's numbers (so far if it is not finished) into out; 0 if obj is
@@ -377,11 +390,11 @@ int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]) {
     if (!rb_typeddata_is_kind_of(obj, &timing_type)) return 0;
     request_timing *timing = timing_of(obj);
     if (timing->finished) {
-        put_values(timing, timing->delta, timing->duration_ns, out);
+        put_values(timing, timing->delta, timing->duration_ns, timing->loop_wait_ns, out);
     } else {
-        uint64_t now_ns = gvls_now_ns(), deltas[COUNTERS];
-        deltas_now(timing, now_ns, deltas);
-        put_values(timing, deltas, minus(now_ns, timing->started_ns), out);
+        uint64_t now_ns = gvls_now_ns(), deltas[COUNTERS], loop_wait_after_ns;
+        deltas_now(timing, now_ns, deltas, &loop_wait_after_ns);
+        put_values(timing, deltas, minus(now_ns, timing->started_ns), timing->loop_wait_ns + loop_wait_after_ns, out);
     }
     return 1;
 }
@@ -423,14 +436,14 @@ static uint64_t rounded_us(uint64_t ns) { return (ns + 500) / 1000; }
 // ", idle;dur=…" and ", gc;dur=…" only when they are not zero (to the microsecond). Durations in ms.
 static VALUE timing_server_timing(VALUE self) {
     request_timing *timing = timing_of(self);
-    uint64_t values[COUNTERS];
+    uint64_t values[COUNTERS], loop_wait_ns = timing->loop_wait_ns, loop_wait_after_ns;
     if (timing->finished) memcpy(values, timing->delta, sizeof(values));
-    else deltas_now(timing, gvls_now_ns(), values);
+    else deltas_now(timing, gvls_now_ns(), values, &loop_wait_after_ns), loop_wait_ns += loop_wait_after_ns;
     char text[432];  // 10 names (140 chars) + 10 numbers of at most 21 + 10 separators
     char *end = text;
     end = put_ms(put_text(end, "gvl-wait;dur="), rounded_us(values[WAIT]));
     // On an event loop's task (Falcon, async): its wait for the loop, which the GVL's says nothing of.
-    if (timing->loop_known) end = put_ms(put_text(end, ", loop-wait;dur="), rounded_us(timing->loop_wait_ns));
+    if (timing->loop_known) end = put_ms(put_text(end, ", loop-wait;dur="), rounded_us(loop_wait_ns));
     end = put_ms(put_text(end, ", gvl-run;dur="), rounded_us(values[RUN]));
     uint64_t idle_us = rounded_us(values[IDLE]), gc_us = rounded_us(values[GC]);
     if (idle_us) end = put_ms(put_text(end, ", idle;dur="), idle_us);
@@ -448,7 +461,7 @@ static VALUE timing_server_timing(VALUE self) {
         uint64_t thread_us = rounded_us(timing->thread_wait_ns), cpu_us = rounded_us(timing->cpu_wait_ns);
         if (thread_us) end = put_ms(put_text(end, ", queue-threads;dur="), thread_us);
         if (cpu_us) end = put_ms(put_text(end, ", queue-cpu;dur="), cpu_us);
-        if (timing->loop_known) end = put_ms(put_text(end, ", queue-loop;dur="), rounded_us(timing->loop_wait_ns));
+        if (timing->loop_known) end = put_ms(put_text(end, ", queue-loop;dur="), rounded_us(timing->queue_loop_ns));
     }
     return rb_usascii_str_new(text, end - text);
 }
@@ -497,7 +510,7 @@ static VALUE add_server_timing(VALUE self, VALUE response) {
 void gvls_request_timing_finish_values(VALUE self, uint64_t out[GVLS_REQUEST_VALUES]) {
     request_timing *timing = timing_of(self);
     finish(timing);
-    put_values(timing, timing->delta, timing->duration_ns, out);
+    put_values(timing, timing->delta, timing->duration_ns, timing->loop_wait_ns, out);
 }
 
 // Then, as finish_response does on the finished timing.

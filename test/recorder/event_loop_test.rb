@@ -153,6 +153,75 @@ class EventLoopTest < Minitest::Test
     [reader, writer].each { |io| io&.close }
   end
 
+  # A request on a loop's fiber whose wait (+wait+, in the app) becomes ready as another fiber
+  # begins 200 ms of CPU (+ready+, in that fiber, then the burn): its RequestTiming.
+  def request_ready_beside_a_burn(wait, ready, scheduler: TinyScheduler)
+    timing = nil
+    app = GVLScope::Rack.new(lambda { |env|
+      wait.call
+      timing = env["gvlscope"]
+      [200, {}, ["ok"]]
+    }, route: false)
+    Thread.new do
+      Fiber.set_scheduler(scheduler.new)
+      Fiber.schedule { app.call({ "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "rack.input" => StringIO.new }) }
+      Fiber.schedule do
+        ready.call
+        burn(200)
+      end
+    end.join
+    timing
+  end
+
+  def assert_waited_for_the_burn(timing, slack_ns: 0)
+    assert_predicate timing, :loop_wait_known?
+    # It was ready for the whole burn: 200 ms of CPU clock, at least that long on the wall.
+    assert_operator timing.loop_wait_ns + timing.wait_ns, :>=, 200 * MS * 0.99 - slack_ns, timing.inspect
+    assert_operator timing.loop_wait_ns, :<=, timing.duration_ns
+    assert_operator timing.idle_ns, :<, 100 * MS, "only the wait before it was ready is idle"
+    assert_equal timing.duration_ns, timing.run_ns + timing.wait_ns + timing.idle_ns + timing.gc_ns +
+                                     timing.loop_wait_ns - timing.pickup_wait_ns
+    assert_match(/loop-wait;dur=#{format('%.3f', timing.loop_wait_ns / 1e6).sub(/\.?0+\z/, '')},/, timing.server_timing)
+  end
+
+  # Readiness the scheduler's waits tell (Native::LoopWaits, prepended to the scheduler's class):
+  # a sleep's end, a socket's bytes (the kernel's time, a jiffy coarse: a lower bound), an unblock.
+  def test_a_request_waits_for_its_loop_after_its_sleep
+    timing = request_ready_beside_a_burn(-> { sleep 0.001 }, -> {})
+    assert_waited_for_the_burn(timing, slack_ns: 1 * MS) # ready 1 ms into the burn
+  end
+
+  # async's sleep is a block with a timeout: the wait inside the wait counts once.
+  class SleepByBlockScheduler < TinyScheduler
+    def kernel_sleep(duration = nil) = block(nil, duration)
+  end
+
+  def test_a_wait_inside_a_wait_counts_once
+    timing = request_ready_beside_a_burn(-> { sleep 0.001 }, -> {}, scheduler: SleepByBlockScheduler)
+    assert_waited_for_the_burn(timing, slack_ns: 1 * MS)
+  end
+
+  def test_a_request_waits_for_its_loop_after_its_sockets_bytes
+    timing = request_ready_beside_a_burn(-> { @connection.read(1) }, -> { @client.write("x") })
+    assert_waited_for_the_burn(timing, slack_ns: JIFFY_NS)
+  end
+
+  def test_a_request_waits_for_its_loop_after_its_unblock
+    queue = Thread::Queue.new
+    timing = request_ready_beside_a_burn(-> { queue.pop }, -> { queue.push(1) })
+    assert_waited_for_the_burn(timing)
+  end
+
+  # A wait whose readiness is not told (a pipe): its time stays idle, none is taken for the loop's.
+  def test_a_request_whose_readiness_is_not_known_counts_it_idle
+    reader, writer = IO.pipe
+    timing = request_ready_beside_a_burn(-> { reader.read(1) }, -> { writer.write("x") })
+    refute_predicate timing, :loop_wait_known?
+    assert_operator timing.idle_ns, :>=, 200 * MS * 0.99
+  ensure
+    [reader, writer].each { |io| io&.close }
+  end
+
   def test_a_request_on_a_thread_without_a_loop_has_no_loop_wait
     app = GVLScope::Rack.new(->(_env) { [200, {}, ["ok"]] }, route: false)
     env = env_for(@connection)
