@@ -88,6 +88,7 @@ typedef struct {
     uint32_t serial;          // F's
     uint8_t site_pending;     // F's: its last turn was long: read where it gave the loop back at its next turn
     own_request *own;         // R's (malloc'd, freed with its entry)
+    uint64_t unblocked_ns;    // when another fiber or thread unblocked it (Scheduler#unblock), till its block ends
 } fiber_entry;
 
 typedef struct {
@@ -102,6 +103,7 @@ static struct {
 } F;
 
 static fiber_table R;
+static VALUE pending_scheduler;  // a scheduler to wrap (below), marked until then
 
 static void mark_table(const fiber_table *t) {
     for (size_t i = 0; i < t->capa; i++) if (t->entries[i].fiber) rb_gc_mark(t->entries[i].fiber);
@@ -111,6 +113,7 @@ static void mark_table(const fiber_table *t) {
 // trace (the hook uses it only while one records; GC and the hook both hold the GVL).
 static void fibers_mark(void *unused) {
     mark_table(&R);
+    if (pending_scheduler) rb_gc_mark(pending_scheduler);
     if (!atomic_load_explicit(&gvls_current_trace.active, memory_order_relaxed)) {
         free(F.table.entries);
         F.table.entries = NULL;
@@ -222,7 +225,6 @@ struct own_request {
     // Ready but suspended (the scheduler's waits, wrapped below): the loop's other fibers ran, and
     // the thread waited for the GVL meanwhile (wait_ready_ns, the GVL wait's part).
     uint64_t loop_wait_ns, wait_ready_ns;
-    uint64_t unblocked_ns;    // when another fiber or thread unblocked it (Scheduler#unblock)
     uint64_t ready_told_ns;   // the in_ns whose readiness was counted: a wait inside a wait (async's sleep is a block) counts once
 };
 
@@ -281,8 +283,44 @@ static int fd_of(VALUE io) {
 #pragma GCC diagnostic pop
 }
 
-// 0 when R has no request for the calling fiber (the common case: one load).
-static int own_waits(void) { return R.used && fiber_find(&R, rb_fiber_current()) != NULL; }
+static int recording_turns(void) {
+    return tracking && atomic_load_explicit(&gvls_current_trace.active, memory_order_acquire);
+}
+
+// A trace records turns: the turn in progress is the calling fiber's, begun after its wait was
+// called (it gave the thread away meanwhile), ready since ready_ns: TURN_READY, how long in us.
+static void trace_ready_since(uint64_t ready_ns, uint64_t called_ns) {
+    gvls_thread *slot = recording_turns() ? gvls_thread_find_fast(rb_thread_current()) : NULL;
+    loop_state *loop = slot ? loop_of(slot, 0) : NULL;
+    if (!loop || !loop->in_task || loop->turn_generation != gvls_current_trace.generation ||
+        loop->turn_fiber != rb_fiber_current() || loop->turn_started_ns <= called_ns) return;
+    if (ready_ns < called_ns) ready_ns = called_ns;
+    if (ready_ns >= loop->turn_started_ns) return;
+    uint64_t us = (loop->turn_started_ns - ready_ns) / 1000;
+    if (!us) return;
+    uint64_t now_ns = gvls_now_ns();
+    gvls_trace_record(GVLS_EV_TURN_READY, slot->serial, now_ns);
+    gvls_trace_record(GVLS_EV_ARG, us < GVLS_MAX_THREAD_SERIAL ? (uint32_t)us : GVLS_MAX_THREAD_SERIAL, now_ns);
+}
+
+static void ready_since(uint64_t ready_ns, uint64_t called_ns) {
+    if (!ready_ns) return;
+    own_ready_since(ready_ns, called_ns);
+    trace_ready_since(ready_ns, called_ns);
+}
+
+// Whether the calling fiber's waits are followed: a request's (R), or any task's while a trace
+// records turns; 0 otherwise (the common case: a load or two).
+static int follows_waits(void) {
+    return (R.used && fiber_find(&R, rb_fiber_current()) != NULL) || recording_turns();
+}
+
+// The fiber's entries that hold its unblock: R's and, while a trace records turns, F's.
+static fiber_entry *unblock_entry(VALUE fiber) {
+    fiber_entry *entry = R.used ? fiber_find(&R, fiber) : NULL;
+    if (!entry && recording_turns() && F.generation == gvls_current_trace.generation) entry = fiber_find(&F.table, fiber);
+    return entry;
+}
 
 static uint64_t duration_end_ns(VALUE duration, uint64_t from_ns) {
     double seconds = FIXNUM_P(duration) ? (double)FIX2LONG(duration) : RB_FLOAT_TYPE_P(duration) ? RFLOAT_VALUE(duration) : -1;
@@ -293,11 +331,11 @@ static uint64_t duration_end_ns(VALUE duration, uint64_t from_ns) {
 static void own_read_ready(int fd, uint64_t called_ns) {
     uint64_t now_ns = gvls_now_ns(), data_ns = gvls_kernel_data_arrival_ns(fd, now_ns);
     gvls_thread *slot = data_ns ? gvls_thread_find_fast(rb_thread_current()) : NULL;
-    if (slot) own_ready_since(gvls_fibers_arrival_ns(data_ns, slot->metrics.woke_ns), called_ns);
+    if (slot) ready_since(gvls_fibers_arrival_ns(data_ns, slot->metrics.woke_ns), called_ns);
 }
 
 static VALUE waits_io_wait(int argc, VALUE *argv, VALUE self) {
-    int fd = own_waits() && argc >= 2 && FIXNUM_P(argv[1]) && (FIX2LONG(argv[1]) & RUBY_IO_READABLE) ? fd_of(argv[0]) : -1;
+    int fd = follows_waits() && argc >= 2 && FIXNUM_P(argv[1]) && (FIX2LONG(argv[1]) & RUBY_IO_READABLE) ? fd_of(argv[0]) : -1;
     uint64_t called_ns = fd >= 0 ? gvls_now_ns() : 0;
     VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
     if (fd >= 0) own_read_ready(fd, called_ns);
@@ -307,7 +345,7 @@ static VALUE waits_io_wait(int argc, VALUE *argv, VALUE self) {
 // Scheduler#io_read (async's, Ruby >= 3.3.1: reads of a non-blocking IO go there, not io_wait):
 // prepended only to a scheduler that has it (CRuby asks whether it responds).
 static VALUE reads_io_read(int argc, VALUE *argv, VALUE self) {
-    int fd = own_waits() && argc >= 1 ? fd_of(argv[0]) : -1;
+    int fd = follows_waits() && argc >= 1 ? fd_of(argv[0]) : -1;
     uint64_t called_ns = fd >= 0 ? gvls_now_ns() : 0;
     VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
     if (fd >= 0) own_read_ready(fd, called_ns);
@@ -315,35 +353,37 @@ static VALUE reads_io_read(int argc, VALUE *argv, VALUE self) {
 }
 
 static VALUE waits_kernel_sleep(int argc, VALUE *argv, VALUE self) {
-    uint64_t called_ns = own_waits() ? gvls_now_ns() : 0;
+    uint64_t called_ns = follows_waits() ? gvls_now_ns() : 0;
     uint64_t due_ns = called_ns && argc >= 1 ? duration_end_ns(argv[0], called_ns) : 0;
     VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
-    if (due_ns) own_ready_since(due_ns, called_ns);
+    ready_since(due_ns, called_ns);
     return result;
 }
 
 static VALUE waits_block(int argc, VALUE *argv, VALUE self) {
-    int own = own_waits();
-    uint64_t called_ns = own ? gvls_now_ns() : 0;
-    uint64_t due_ns = own && argc >= 2 && !NIL_P(argv[1]) ? duration_end_ns(argv[1], called_ns) : 0;
+    int follows = follows_waits();
+    uint64_t called_ns = follows ? gvls_now_ns() : 0;
+    uint64_t due_ns = follows && argc >= 2 && !NIL_P(argv[1]) ? duration_end_ns(argv[1], called_ns) : 0;
     VALUE result = rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
-    if (own) {
-        fiber_entry *entry = fiber_find(&R, rb_fiber_current());
-        uint64_t unblocked_ns = entry ? entry->own->unblocked_ns : 0;
-        if (entry) entry->own->unblocked_ns = 0;
-        own_ready_since(unblocked_ns && (!due_ns || unblocked_ns < due_ns) ? unblocked_ns : due_ns, called_ns);
+    if (follows) {
+        fiber_entry *entry = unblock_entry(rb_fiber_current());
+        uint64_t unblocked_ns = entry ? entry->unblocked_ns : 0;
+        if (entry) entry->unblocked_ns = 0;
+        ready_since(unblocked_ns && (!due_ns || unblocked_ns < due_ns) ? unblocked_ns : due_ns, called_ns);
     }
     return result;
 }
 
 // From the fiber or thread that unblocks: the blocked fiber is ready now.
 static VALUE waits_unblock(int argc, VALUE *argv, VALUE self) {
-    if (R.used && argc >= 2) {
-        fiber_entry *entry = fiber_find(&R, argv[1]);
-        if (entry) entry->own->unblocked_ns = gvls_now_ns();
-    }
+    fiber_entry *entry = argc >= 2 ? unblock_entry(argv[1]) : NULL;
+    if (entry) entry->unblocked_ns = gvls_now_ns();
     return rb_call_super_kw(argc, argv, RB_PASS_CALLED_KEYWORDS);
 }
+
+// A trace records turns: a loop whose scheduler is not wrapped yet gets wrapped by a postponed
+// job (the switch hook makes no Ruby objects), its scheduler kept (marked) until then.
+static rb_postponed_job_handle_t wrap_job = POSTPONED_JOB_HANDLE_INVALID;
 
 static void wrap_waits(VALUE scheduler) {
     if (NIL_P(scheduler)) return;
@@ -354,6 +394,12 @@ static void wrap_waits(VALUE scheduler) {
         rb_prepend_module(klass, mWaits);
     }
     wrapped_class = klass;
+}
+
+static void wrap_pending(void *unused) {
+    VALUE scheduler = pending_scheduler;
+    pending_scheduler = 0;
+    if (scheduler) wrap_waits(scheduler);
 }
 
 // Every switch of a loop's thread while requests are in progress, task to task too (a task that
@@ -439,7 +485,8 @@ static void record_turn_end(const gvls_thread *slot, VALUE fiber, uint64_t turn_
 // count follows the new fiber: rb_fiber_scheduler_current is nil in the loop, the scheduler in a task).
 static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     (void)data; (void)arg;
-    if (NIL_P(rb_fiber_scheduler_get())) return;  // no loop: an Enumerator's fiber, a plain Fiber
+    VALUE scheduler = rb_fiber_scheduler_get();
+    if (NIL_P(scheduler)) return;  // no loop: an Enumerator's fiber, a plain Fiber
     int task = !NIL_P(rb_fiber_scheduler_current());
     gvls_thread *slot = gvls_thread_for(rb_thread_current());
     loop_state *loop = slot ? loop_of(slot, 1) : NULL;
@@ -456,6 +503,10 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
             // A task is running: rb_fiber_current reads its fiber (only a thread's root fiber is made lazily).
             loop->turn_fiber = rb_fiber_current();
             record_turn_begin(slot, loop->turn_fiber, now_ns);
+            if (RB_UNLIKELY(rb_obj_class(scheduler) != wrapped_class) && !pending_scheduler) {
+                pending_scheduler = scheduler;
+                rb_postponed_job_trigger(wrap_job);
+            }
         }
         // The loop's select returned after it last got the thread: IO or a timer woke it. Read from
         // the metrics (the GVL hook's, on this thread: nothing writes them meanwhile).
@@ -608,6 +659,7 @@ static void tick(void) {
 
 void gvls_fibers_init(VALUE mNative) {
     turn_sample_job = rb_postponed_job_preregister(0, turn_sample_run, NULL);
+    wrap_job = rb_postponed_job_preregister(0, wrap_pending, NULL);
     gvls_session_on_tick(tick);
     // A non-NULL data pointer: CRuby skips the mark function of a T_DATA whose pointer is NULL.
     rb_gc_register_mark_object(TypedData_Wrap_Struct(0, &fibers_holder_type, &F));

@@ -9,8 +9,9 @@
 #include <stdint.h>
 
 #define GVLS_MAGIC "GVLSCOPE"
-#define GVLS_FORMAT_VERSION 4  // 2: header flags, thread creation sites, stack records and tables; 3: CPU chunks;
-                               // 4: event-loop turn records (TURN_BEGIN, TURN_END, TURN_SITE), ARG in any trace
+#define GVLS_FORMAT_VERSION 5  // 2: header flags, thread creation sites, stack records and tables; 3: CPU chunks;
+                               // 4: event-loop turn records (TURN_BEGIN, TURN_END, TURN_SITE), ARG in any trace;
+                               // 5: TURN_READY
 
 typedef struct {
     char magic[8];            // "GVLSCOPE"
@@ -82,6 +83,11 @@ enum gvls_event_kind {
     // at TURN_END it is in the loop), right after that TURN_BEGIN and its ARG; ARG follows: the
     // stack id. It belongs to the fiber's previous turn on this thread.
     GVLS_EV_TURN_SITE = 12,
+    // Version 5: the fiber of the turn in progress had been ready for a while when its turn began
+    // (its wait in the scheduler ended: a socket's bytes came, a sleep was over, an unblock),
+    // written when the fiber learns it, in its turn; ARG follows: how long, in microseconds
+    // (at most 2^24 - 1: 16.7 s).
+    GVLS_EV_TURN_READY = 13,
 };
 
 // A turn this long names its code (TURN_SITE): 10 ms of one fiber is a delay every other request

@@ -158,7 +158,7 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
                 lane->last_chunk = (int32_t)number;
                 lane->last_kind = kind;
                 lane->last_turn = UINT32_MAX;
-                if (kind >= EV_TURN_BEGIN && kind <= EV_TURN_SITE) {
+                if (kind >= EV_TURN_BEGIN && kind <= EV_TURN_READY) {
                     // Kept apart for the loops' turns (Index#turns); the passes never see them.
                     lane->last_turn = (uint32_t)index->turns.size;
                     eng_turn_record *turn = vec_push(&index->memory, &index->turns);
@@ -174,7 +174,7 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
                     chunk->has_items = 1;
                     continue;
                 }
-                // kinds 13-15 fall through: events of an unknown kind
+                // kinds 14-15 fall through: events of an unknown kind
             } else {
                 lane->last_chunk = (int32_t)number;
                 lane->last_kind = kind;

@@ -25,7 +25,7 @@ typedef struct {
     uint64_t index;  // file order: the tie-break of equal times
     uint32_t serial; // the loop's thread
     uint32_t arg;    // TURN_BEGIN: the fiber's serial; TURN_SITE: a stack id; 0: none
-    uint8_t kind;    // EV_TURN_BEGIN, EV_TURN_END, EV_TURN_SITE
+    uint8_t kind;    // EV_TURN_BEGIN, EV_TURN_END, EV_TURN_SITE, EV_TURN_READY
 } eng_turn_record;
 
 // ---- the index (pass 1): what every later pass needs to know before it starts.

@@ -89,7 +89,7 @@ static int load_chunk(eng_engine *engine, size_t number) {
         uint64_t record = engine->records[i];
         uint8_t kind = record & 15;
         uint32_t serial = (record >> 4) & 0xFFFFFF;
-        if (index->args && kind >= EV_TURN_BEGIN && kind <= EV_TURN_SITE) {
+        if (index->args && kind >= EV_TURN_BEGIN && kind <= EV_TURN_READY) {
             last = -1;  // not an item (Index#turns has them); its ARG attaches to nothing here
             continue;
         }

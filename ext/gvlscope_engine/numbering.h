@@ -18,7 +18,8 @@
     X(EV_EXITED, GVLS_EV_EXITED, "exited") X(EV_GC_ENTER, GVLS_EV_GC_ENTER, "gc_enter")            \
     X(EV_GC_EXIT, GVLS_EV_GC_EXIT, "gc_exit") X(EV_ARG, GVLS_EV_ARG, "arg")                        \
     X(EV_SAMPLE, GVLS_EV_SAMPLE, "sample") X(EV_TURN_BEGIN, GVLS_EV_TURN_BEGIN, "turn_begin")      \
-    X(EV_TURN_END, GVLS_EV_TURN_END, "turn_end") X(EV_TURN_SITE, GVLS_EV_TURN_SITE, "turn_site")
+    X(EV_TURN_END, GVLS_EV_TURN_END, "turn_end") X(EV_TURN_SITE, GVLS_EV_TURN_SITE, "turn_site") \
+    X(EV_TURN_READY, GVLS_EV_TURN_READY, "turn_ready")
 
 // X(name, word), from 0: the state of a thread in the pass (ST_NONE: before its first event, no
 // word in Ruby; ST_GONE: after it exited or the trace ended).

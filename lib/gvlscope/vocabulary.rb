@@ -72,7 +72,7 @@ module GVLScope
     # two records of a trace with stacks that are not events (the reader takes them out). Ruby's
     # numbers of them all come from here (test/engine/numbering_test.rb checks it against format.h).
     EVENT_KINDS = [nil, :started, :ready, :resumed, :suspended, :exited, :gc_enter, :gc_exit, :arg, :sample,
-                   :turn_begin, :turn_end, :turn_site].freeze
+                   :turn_begin, :turn_end, :turn_site, :turn_ready].freeze
 
     # States in which the thread holds the GVL.
     HOLDING = %i[run gc].freeze

@@ -37,11 +37,11 @@ class NumberingTest < Minitest::Test
 
   def test_event_kinds_are_format_hs
     kinds = format_h_kinds
-    assert_equal %i[started ready resumed suspended exited gc_enter gc_exit arg sample turn_begin turn_end turn_site],
+    assert_equal %i[started ready resumed suspended exited gc_enter gc_exit arg sample turn_begin turn_end turn_site turn_ready],
                  kinds.values
     assert_equal kinds, by_number(GVLScope::Vocabulary::EVENT_KINDS)
     assert_equal kinds, by_number(engine::EVENT_KINDS)
-    events = kinds.invert.except(:arg, :sample, :turn_begin, :turn_end, :turn_site)
+    events = kinds.invert.except(:arg, :sample, :turn_begin, :turn_end, :turn_site, :turn_ready)
     assert_equal events, GVLScope::Model::GvlWriter::KIND_CODES
     assert_equal events.keys, GVLScope::Model::TraceFile::EVENTS.compact
     assert_equal kinds.invert, SyntheticTrace::KIND

@@ -18,7 +18,7 @@ module GVLScope
       HEADER_BYTES = 48
       CHUNK_RECORDS = 8192
       # The events' numbers (ext/gvlscope/format.h's, through Vocabulary::EVENT_KINDS): not ARG, SAMPLE and turns.
-      KIND_CODES = Vocabulary::EVENT_KINDS.each_with_index.to_h.except(nil, :arg, :sample, :turn_begin, :turn_end, :turn_site).freeze
+      KIND_CODES = Vocabulary::EVENT_KINDS.each_with_index.to_h.except(nil, :arg, :sample, :turn_begin, :turn_end, :turn_site, :turn_ready).freeze
       MAX_SERIAL = 0xFFFFFF # 24 bits of a record
       # A record keeps 36 bits of time after its chunk's base; sealing at 34 keeps each record a
       # Fixnum (no Bignum per event).

@@ -43,7 +43,7 @@ module GVLScope
     # events. A file cut short reads up to its last whole chunk (truncated? is then true).
     class TraceFile
       MAGIC = "GVLSCOPE"
-      VERSION = 4 # 4: event loops' turn records; an ARG carries a value in any trace
+      VERSION = 5 # 4: event loops' turn records; an ARG carries a value in any trace; 5: TURN_READY
       KINDS = Vocabulary::EVENT_KINDS
       CHUNK_EVENTS = 1
       CHUNK_THREADS = 2
@@ -65,12 +65,13 @@ module GVLScope
       FLAG_STACKS = 1 # header flags (version 2, at byte 40)
       # Lane records that are not events (format.h): ARG carries a value for the record before it
       # in its lane (a SUSPENDED's release site, a SAMPLE's stack, a TURN_BEGIN's fiber, a
-      # TURN_SITE's stack); SAMPLE is a holder sample; TURN_* are event loops' turns (version 4).
+      # TURN_SITE's stack, a TURN_READY's microseconds); SAMPLE is a holder sample; TURN_* are event
+      # loops' turns (version 4; TURN_READY 5).
       EVENTS = KINDS.take(KINDS.index(:gc_exit) + 1).freeze
       ARG = KINDS.index(:arg)
       SAMPLE = KINDS.index(:sample)
       SUSPENDED = KINDS.index(:suspended)
-      TURN_KINDS = (KINDS.index(:turn_begin)..KINDS.index(:turn_site)).freeze
+      TURN_KINDS = (KINDS.index(:turn_begin)..KINDS.index(:turn_ready)).freeze
 
       # Events in time order, as parallel arrays (a trace holds millions: no object per event).
       #   times[i]   ns since the trace started
@@ -141,8 +142,9 @@ module GVLScope
       def args? = stacks? || @version.to_i >= 4
 
       # The event loops' turn records (version 4) of a file #read whole, in time order:
-      # [[time_ns, thread serial, kind (:turn_begin, :turn_end, :turn_site), value], ...] (value: the
-      # fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, else 0). An indexed file's
+      # [[time_ns, thread serial, kind (:turn_begin, :turn_end, :turn_site, :turn_ready), value], ...]
+      # (value: the fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, microseconds after
+      # TURN_READY, else 0). An indexed file's
       # are the engine's (Engine::Index#turns).
       def raw_turns = @raw_turns
 

@@ -8,19 +8,26 @@ module GVLScope
     # true). +site+: where the fiber gave the loop back, a stack (Frame array), for a turn of
     # 10 ms or more in a trace with stacks, read when that fiber next got a turn (none if it did
     # not: it ended). +followers+: the turns of other fibers that began right after it on the
-    # same loop (Turns.follow): those it most likely kept waiting.
-    Turn = Struct.new(:thread, :fiber, :start_ns, :end_ns, :open, :site, :followers) do
+    # same loop (Turns.follow): those it most likely kept waiting. +ready_ns+: when its fiber
+    # became ready (its wait in the scheduler ended), when the trace tells (format 5), else nil.
+    Turn = Struct.new(:thread, :fiber, :start_ns, :end_ns, :open, :site, :followers, :ready_ns) do
       def duration_ns = end_ns - start_ns
+
+      # How long this turn kept +later+'s fiber waiting: from when it was ready (the whole turn
+      # when not known) to this turn's end.
+      def kept_waiting_ns(later) = end_ns - (later.ready_ns ? later.ready_ns.clamp(start_ns, end_ns) : start_ns)
     end
 
-    # Turns from a trace's turn records (format version 4).
+    # Turns from a trace's turn records (format version 4; TURN_READY, version 5).
     module Turns
       module_function
 
-      # Readiness is not recorded: a fiber whose IO came during a turn is not seen waiting. The
-      # turns that began right after one (each within this of the previous turn's end) are the
+      # The turns that began right after one (each within this of the previous turn's end) are the
       # fibers the loop resumed next without waiting for anything in between: an idle select
-      # that waited for IO or a timer takes longer, so the chain ends there.
+      # that waited for IO or a timer takes longer, so the chain ends there. Of those, a fiber
+      # the trace says became ready after the turn ended (TURN_READY) was not kept waiting by it;
+      # one whose readiness is not recorded (a wait the scheduler does not tell: a pipe) is
+      # taken as waiting.
       BACK_TO_BACK_NS = 1_000_000
       # ext/gvlscope/format.h's GVLS_LONG_TURN_NS: a turn this long has its site recorded.
       LONG_TURN_NS = 10_000_000
@@ -42,6 +49,9 @@ module GVLScope
             turn = open.delete(thread) or next # a turn begun before the trace is not one of its turns
             turn.end_ns = time
             last[[thread, turn.fiber]] = turn
+          when :turn_ready
+            turn = open[thread]
+            turn.ready_ns = turn.start_ns - value * 1000 if turn
           when :turn_site
             fiber = open[thread]&.fiber
             previous = last[[thread, fiber]] if fiber
@@ -64,12 +74,15 @@ module GVLScope
             previous_end = turn.end_ns
             seen = { turn.fiber => true }
             loop_turns.drop(i + 1).each do |later|
-              # An idle select (it waited for IO or a timer), or a fiber's second turn (the loop went
-              # around: what ran after it was not waiting for the long turn), ends the chain.
-              break if later.start_ns - previous_end > BACK_TO_BACK_NS || seen[later.fiber]
+              kept = later.ready_ns ? later.ready_ns < turn.end_ns : nil # told: ready during the long turn
+              # An idle select (it waited for IO or a timer: a gap), unless the trace says the next
+              # fiber had been ready since the long turn (the OS kept the thread off a CPU), or a
+              # fiber's second turn (the loop went around: what ran after it was not waiting for
+              # the long turn), ends the chain.
+              break if (later.start_ns - previous_end > BACK_TO_BACK_NS && !kept) || seen[later.fiber]
 
               seen[later.fiber] = true
-              turn.followers << later
+              turn.followers << later unless kept == false
               previous_end = later.end_ns
             end
           end

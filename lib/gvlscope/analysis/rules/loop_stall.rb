@@ -35,7 +35,7 @@ module GVLScope
         private
 
         def stall(thread, long)
-          waited = long.sum { |turn| turn.duration_ns * turn.followers.size }
+          waited = long.sum { |turn| turn.followers.sum { |later| turn.kept_waiting_ns(later) } }
           # A quarter timeslice, as a GC stall: a healthy loop's odd 10 ms turn is no finding.
           return if waited < @timeslice_ns / 4
 
