@@ -321,14 +321,21 @@ static void copy_row(gvls_thread *slot, void *arg) {
     out->rows[out->count++] = (loop_row){ .serial = slot->serial, .loop = *loop };
 }
 
-// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
-// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
-static VALUE native_loop_turns(VALUE self) {
+// The loops that gave turns while tracking was on, by thread serial (0: those of exited threads);
+// the caller frees .rows.
+static loop_rows copy_loops(void) {
     loop_rows copied = { .capa = gvls_threads_count() + 1 };
     copied.rows = malloc(copied.capa * sizeof(loop_row));
     if (!copied.rows) rb_raise(rb_eNoMemError, "gvlscope loop turns");
     gvls_threads_each(copy_row, &copied);
     if (retired.turns && copied.count < copied.capa) copied.rows[copied.count++] = (loop_row){ .serial = 0, .loop = retired };
+    return copied;
+}
+
+// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
+// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
+static VALUE native_loop_turns(VALUE self) {
+    loop_rows copied = copy_loops();
     VALUE rows = rb_ary_new_capa((long)copied.count);
     for (size_t i = 0; i < copied.count; i++) {
         const loop_state *loop = &copied.rows[i].loop;
@@ -350,11 +357,7 @@ static int by_serial(const void *a, const void *b) {
 // uint64 each (serial, turns, busy_ns, longest_turn_ns, histogram), sorted by serial: the live
 // answer writes each thread's from them (live_answer.c) without a Ruby object per loop.
 static VALUE native_loop_rows(VALUE self) {
-    loop_rows copied = { .capa = gvls_threads_count() + 1 };
-    copied.rows = malloc(copied.capa * sizeof(loop_row));
-    if (!copied.rows) rb_raise(rb_eNoMemError, "gvlscope loop turns");
-    gvls_threads_each(copy_row, &copied);
-    if (retired.turns && copied.count < copied.capa) copied.rows[copied.count++] = (loop_row){ .serial = 0, .loop = retired };
+    loop_rows copied = copy_loops();
     qsort(copied.rows, copied.count, sizeof(loop_row), by_serial);
     VALUE packed = rb_str_new(NULL, (long)(copied.count * GVLS_LOOP_ROW_FIELDS * sizeof(uint64_t)));
     uint64_t *out = (uint64_t *)RSTRING_PTR(packed);
