@@ -605,14 +605,21 @@ static void copy_row(gvls_thread *slot, void *arg) {
     out->rows[out->count++] = (loop_row){ .serial = slot->serial, .loop = *loop };
 }
 
-// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
-// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
-static VALUE native_loop_turns(VALUE self) {
+// The loops that gave turns while tracking was on, by thread serial (0: those of exited threads);
+// the caller frees .rows.
+static loop_rows copy_loops(void) {
     loop_rows copied = { .capa = gvls_threads_count() + 1 };
     copied.rows = malloc(copied.capa * sizeof(loop_row));
     if (!copied.rows) rb_raise(rb_eNoMemError, "gvlscope loop turns");
     gvls_threads_each(copy_row, &copied);
     if (retired.turns && copied.count < copied.capa) copied.rows[copied.count++] = (loop_row){ .serial = 0, .loop = retired };
+    return copied;
+}
+
+// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
+// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
+static VALUE native_loop_turns(VALUE self) {
+    loop_rows copied = copy_loops();
     VALUE rows = rb_ary_new_capa((long)copied.count);
     for (size_t i = 0; i < copied.count; i++) {
         const loop_state *loop = &copied.rows[i].loop;
@@ -623,6 +630,31 @@ static VALUE native_loop_turns(VALUE self) {
     }
     free(copied.rows);
     return rows;
+}
+
+static int by_serial(const void *a, const void *b) {
+    uint32_t x = ((const loop_row *)a)->serial, y = ((const loop_row *)b)->serial;
+    return (x > y) - (x < y);
+}
+
+// Native.loop_rows -> the rows of Native.loop_turns packed as GVLS_LOOP_ROW_FIELDS little-endian
+// uint64 each (serial, turns, busy_ns, longest_turn_ns, histogram), sorted by serial: the live
+// answer writes each thread's from them (live_answer.c) without a Ruby object per loop.
+static VALUE native_loop_rows(VALUE self) {
+    loop_rows copied = copy_loops();
+    qsort(copied.rows, copied.count, sizeof(loop_row), by_serial);
+    VALUE packed = rb_str_new(NULL, (long)(copied.count * GVLS_LOOP_ROW_FIELDS * sizeof(uint64_t)));
+    uint64_t *out = (uint64_t *)RSTRING_PTR(packed);
+    for (size_t i = 0; i < copied.count; i++, out += GVLS_LOOP_ROW_FIELDS) {
+        const loop_state *loop = &copied.rows[i].loop;
+        out[GVLS_LOOP_ROW_SERIAL] = copied.rows[i].serial;
+        out[GVLS_LOOP_ROW_TURNS] = loop->turns;
+        out[GVLS_LOOP_ROW_BUSY_NS] = loop->busy_ns;
+        out[GVLS_LOOP_ROW_LONGEST_NS] = loop->longest_turn_ns;
+        memcpy(out + GVLS_LOOP_ROW_HISTOGRAM, loop->turn_histogram, sizeof(loop->turn_histogram));
+    }
+    free(copied.rows);
+    return packed;
 }
 
 // Native.loop_turns_reset: the loops' counters start again from zero (Metrics.reset), the turns in
@@ -682,4 +714,5 @@ void gvls_fibers_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "loop_requests?", native_requests_p, 0);
     rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
     rb_define_singleton_method(mNative, "loop_turns_reset", native_loop_turns_reset, 0);
+    rb_define_singleton_method(mNative, "loop_rows", native_loop_rows, 0);
 }

@@ -16,6 +16,10 @@ typedef struct gvls_loop_turn {
 } gvls_loop_turn;
 
 void gvls_fibers_init(VALUE mNative);
+// A loop's row in Native.loop_rows: serial, turns, busy_ns, longest_turn_ns, then the log2
+// histogram of turn lengths.
+enum { GVLS_LOOP_ROW_SERIAL, GVLS_LOOP_ROW_TURNS, GVLS_LOOP_ROW_BUSY_NS, GVLS_LOOP_ROW_LONGEST_NS, GVLS_LOOP_ROW_HISTOGRAM };
+#define GVLS_LOOP_ROW_FIELDS (GVLS_LOOP_ROW_HISTOGRAM + GVLS_HISTOGRAM_BUCKETS)
 // Whether the caller runs on a task of an event loop (a non-blocking fiber under a Fiber scheduler),
 // looked for only where requests may (gvls_fibers_requests: an Async server's process, or loops
 // tracked). Turns tracking on the first time it finds one (a request on a fiber server): that

@@ -5,6 +5,7 @@
 // stack (20-130 ms) while the program waits: here a row costs no Ruby object.
 #include "gvlscope.h"
 #include "metrics.h"
+#include "fibers.h"
 #include <ruby/io.h>
 #include <errno.h>
 #include <string.h>
@@ -99,8 +100,43 @@ static void put_json_string(json_writer *w, VALUE text) {
     put(w, "\"", 1);
 }
 
-// Row +index+ as Live::Snapshot::ThreadRow#to_h's JSON object.
-static void put_row(json_writer *w, VALUE rows, long index, VALUE label, VALUE at) {
+// The row of +serial+'s event loop in +loops+ (Native.loop_rows, sorted by serial), or NULL:
+// a binary search, no object.
+static const uint64_t *loop_row_of(VALUE loops, uint64_t serial) {
+    const uint64_t *rows = (const uint64_t *)RSTRING_PTR(loops);
+    long low = 0, high = RSTRING_LEN(loops) / (long)(GVLS_LOOP_ROW_FIELDS * sizeof(uint64_t));
+    while (low < high) {
+        long middle = low + (high - low) / 2;
+        uint64_t at = rows[middle * GVLS_LOOP_ROW_FIELDS + GVLS_LOOP_ROW_SERIAL];
+        if (at == serial) return rows + middle * GVLS_LOOP_ROW_FIELDS;
+        if (at < serial) low = middle + 1;
+        else high = middle;
+    }
+    return NULL;
+}
+
+// A loop's row as Live::Snapshot::LoopRow#to_h's JSON object (the histogram without trailing zeros).
+static void put_loop(json_writer *w, const uint64_t *loop) {
+    put_cstr(w, "{\"turns\":");
+    put_number(w, loop[GVLS_LOOP_ROW_TURNS]);
+    put_cstr(w, ",\"busy_ns\":");
+    put_number(w, loop[GVLS_LOOP_ROW_BUSY_NS]);
+    put_cstr(w, ",\"longest_turn_ns\":");
+    put_number(w, loop[GVLS_LOOP_ROW_LONGEST_NS]);
+    put_cstr(w, ",\"turn_histogram\":[");
+    const uint64_t *histogram = loop + GVLS_LOOP_ROW_HISTOGRAM;
+    int used = GVLS_HISTOGRAM_BUCKETS;
+    while (used > 0 && histogram[used - 1] == 0) used--;
+    for (int b = 0; b < used; b++) {
+        if (b) put(w, ",", 1);
+        put_number(w, histogram[b]);
+    }
+    put_cstr(w, "]}");
+}
+
+// Row +index+ as Live::Snapshot::ThreadRow#to_h's JSON object; "loop" only for a thread whose
+// event loop gave turns (+loops+: Native.loop_rows).
+static void put_row(json_writer *w, VALUE rows, long index, VALUE label, VALUE at, VALUE loops) {
     const uint64_t *row = row_at(rows, index);
     put_cstr(w, "{\"serial\":");
     put_number(w, row[ROW_SERIAL]);
@@ -133,16 +169,22 @@ static void put_row(json_writer *w, VALUE rows, long index, VALUE label, VALUE a
         put_cstr(w, "\":");
         put_number(w, row[ROW_COUNTERS + counter]);
     }
+    const uint64_t *loop = loop_row_of(loops, row[ROW_SERIAL]);
+    if (loop) {
+        put_cstr(w, ",\"loop\":");
+        put_loop(w, loop);
+    }
     put_cstr(w, "}");
 }
 
-// Native.snapshot_rows_json(buffer, rows, first, count, labels, code_at) -> buffer, with rows
+// Native.snapshot_rows_json(buffer, rows, first, count, labels, code_at, loops) -> buffer, with rows
 // first...first+count of +rows+ appended as Live::Snapshot::ThreadRow#to_h's JSON objects, each
 // after a comma when the buffer ends with one ("}"). labels: each row's label (an Array by row
-// index; nil: null); code_at: {row index => its code's "at"} (a Hash).
+// index; nil: null); code_at: {row index => its code's "at"} (a Hash); loops: Native.loop_rows.
 static VALUE snapshot_rows_json(VALUE self, VALUE buffer, VALUE rows, VALUE first, VALUE count, VALUE labels,
-                                VALUE code_at) {
+                                VALUE code_at, VALUE loops) {
     StringValue(buffer);
+    StringValue(loops);
     rb_str_modify(buffer);
     Check_Type(labels, T_ARRAY);
     Check_Type(code_at, T_HASH);
@@ -151,7 +193,7 @@ static VALUE snapshot_rows_json(VALUE self, VALUE buffer, VALUE rows, VALUE firs
     int after_row = RSTRING_LEN(buffer) > 0 && RSTRING_PTR(buffer)[RSTRING_LEN(buffer) - 1] == '}';
     for (long index = from; index < to; index++) {
         if (index > from || after_row) put(&w, ",", 1);
-        put_row(&w, rows, index, rb_ary_entry(labels, index), rb_hash_lookup(code_at, LONG2NUM(index)));
+        put_row(&w, rows, index, rb_ary_entry(labels, index), rb_hash_lookup(code_at, LONG2NUM(index)), loops);
     }
     writer_flush(&w);
     return buffer;
@@ -207,7 +249,7 @@ static VALUE send_from(VALUE self, VALUE io, VALUE string, VALUE offset) {
 }
 
 void gvls_live_answer_init(VALUE mNative) {
-    rb_define_singleton_method(mNative, "snapshot_rows_json", snapshot_rows_json, 6);
+    rb_define_singleton_method(mNative, "snapshot_rows_json", snapshot_rows_json, 7);
     rb_define_singleton_method(mNative, "snapshot_rows_summary", snapshot_rows_summary, 1);
     rb_define_singleton_method(mNative, "send_from", send_from, 3);
 }

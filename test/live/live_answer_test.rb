@@ -4,6 +4,7 @@ require_relative "../test_helper"
 require "open3"
 require "gvlscope"
 require "gvlscope/live/answer"
+require_relative "../../lab/tiny_scheduler"
 
 # GVLScope::Live::Answer: the live socket's snapshot answer, written without an object per thread,
 # is the text the Snapshot builder gives for the same metrics, byte for byte.
@@ -39,7 +40,8 @@ class LiveAnswerTest < Minitest::Test
   # What the Snapshot builder answers for the packed metrics +native+ (as LiveServer#snapshot).
   def built(native, stacks:)
     snapshot = Snapshot.from_metrics(GVLScope::Metrics::Snapshot.from_native(native), pid: 42, trace_path: "t.gvl",
-                                                                                        timeslice_ns: 50_000_000, stacks: stacks)
+                                                                                        timeslice_ns: 50_000_000, stacks: stacks,
+                                                                                        loops: Snapshot.loop_rows(GVLScope::Native.loop_rows))
     "#{JSON.generate({ 'snapshot' => snapshot.to_h })}\n"
   end
 
@@ -72,6 +74,37 @@ class LiveAnswerTest < Minitest::Test
     # whether each has a Ruby frame to show, depends on what else this process ran: the suite's
     # earlier tests leave threads of their own).
     assert_includes 1..Snapshot::CODE_LOCATIONS_MAX, rows.count { |row| row["code"] }
+  end
+
+  # A thread whose event loop gave turns has them in its row ("loop"), written in C as the builder
+  # writes them; the other threads have none.
+  def test_an_event_loops_turns_are_in_its_threads_row
+    GVLScope::EventLoops.track
+    looped, release = Queue.new, Queue.new
+    thread = Thread.new do
+      Thread.current.name = "loop"
+      Fiber.set_scheduler(TinyScheduler.new)
+      # Each fiber has two turns: until its sleep gives the loop back, and after it.
+      3.times { Fiber.schedule { sleep 0.001 } }
+      Fiber.set_scheduler(nil) # runs the loop to its end
+      looped << true
+      release.pop
+    end
+    looped.pop
+    answer = GVLScope::Live::Answer.new
+    native = GVLScope::Native.metrics_snapshot
+    text = answered(answer, native, stacks: false)
+    assert_equal built(native, stacks: false), text
+    rows = JSON.parse(text)["snapshot"]["threads"].select { |row| row["loop"] }
+    assert_equal ["loop"], rows.map { |row| row["label"] }
+    assert_equal 6, rows.first["loop"]["turns"]
+    assert_equal 6, rows.first["loop"]["turn_histogram"].sum
+    assert_operator rows.first["loop"]["longest_turn_ns"], :<=, rows.first["loop"]["busy_ns"]
+  ensure
+    release&.push(true)
+    thread&.join
+    GVLScope::EventLoops.track(false)
+    GVLScope::Native.loop_requests = false
   end
 
   # A label is kept from one answer to the next only while the thread's name stays.

@@ -10,11 +10,20 @@ class LiveSnapshotTest < Minitest::Test
   Snapshot = GVLScope::Live::Snapshot
 
   def row(serial, label, state: :run, run: 0, wait: 0, idle: 0, gc: 0, waits: 0, blocking: 0, preempted: 0, exited: false,
-          overlap: 0)
+          overlap: 0, loop: nil)
     Snapshot::ThreadRow.new(serial: serial, label: label, ractor_id: 1, state: state, exited: exited, run_ns: run,
                             wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: waits, waits: waits,
                             longest_hold_ns: run, longest_wait_ns: wait, released_blocking: blocking,
-                            released_preempted: preempted, released_exit: 0, code: nil, io_overlap_wait_ns: overlap)
+                            released_preempted: preempted, released_exit: 0, code: nil, io_overlap_wait_ns: overlap,
+                            loop: loop)
+  end
+
+  # An event loop's row: +turns+ as { bucket => count } of turn lengths (Log2 buckets).
+  def loop_row(turns, busy_ms, longest_ms)
+    histogram = Array.new(64, 0)
+    turns.each { |bucket, count| histogram[bucket] = count }
+    Snapshot::LoopRow.of(turns: turns.values.sum, busy_ns: busy_ms * MS, longest_turn_ns: longest_ms * MS,
+                         turn_histogram: histogram)
   end
 
   def snapshot(time_ms, threads, exited: row(0, "(exited threads)", state: :exited), waiting: 0, histogram: [])
@@ -46,6 +55,51 @@ class LiveSnapshotTest < Minitest::Test
     hash = snapshot(1000, [row(1, "main", run: 300 * MS, overlap: 5 * MS)]).to_h
     hash["threads"].each { |thread| thread.delete("io_overlap_wait_ns") }
     assert_equal [0], Snapshot.from_h(hash).threads.map(&:io_overlap_wait_ns)
+  end
+
+  # A thread's event loop travels as "loop" (only on a thread that has one) and subtracts per
+  # interval; its lag is the p99 turn's bucket bound, at most the longest turn.
+  def test_an_event_loop_round_trips_and_subtracts_into_the_interval
+    ms8 = GVLScope::Log2.bucket(8 * MS) # turns of 8 ms (bucket 23: 4.2-8.4 ms)
+    ms300 = GVLScope::Log2.bucket(300 * MS) # bucket 29: 268-537 ms
+    before = snapshot(1000, [row(1, "main"), row(2, "loop", loop: loop_row({ ms8 => 100 }, 800, 9))])
+    after = snapshot(2000, [row(1, "main"), row(2, "loop", loop: loop_row({ ms8 => 190, ms300 => 1 }, 1820, 300))])
+    copy = Snapshot.from_json(after.to_json)
+    assert_equal after.to_h, copy.to_h
+    refute copy.to_h["threads"][0].key?("loop"), "no loop key on a thread without a loop"
+    assert_equal [ms8, ms300].max + 1, copy.to_h["threads"][1]["loop"]["turn_histogram"].size, "no trailing zero buckets"
+
+    interval = copy - before
+    loop = interval.threads[1].loop
+    assert_nil interval.threads[0].loop
+    assert_equal [91, 1020 * MS], [loop.turns, loop.busy_ns]
+    assert_equal 300 * MS, loop.longest_turn_ns, "a new longest turn ended in the interval: exact"
+    assert_in_delta 1.02, loop.busy_share(interval.interval_ns)
+    assert_in_delta 91.0, loop.turns_per_s(interval.interval_ns)
+    assert_equal 300 * MS, loop.lag_ns, "90 of 91 turns (98.9%) are 8 ms: the p99 is the 300 ms one (its bucket's bound, cut to the longest)"
+    # The next interval's turns are short again: its longest is their bucket's bound, not the 300 ms of before.
+    later = snapshot(3000, [row(1, "main"), row(2, "loop", loop: loop_row({ ms8 => 290, ms300 => 1 }, 2620, 300))])
+    calm = (later - after).threads[1].loop
+    assert_equal [100, GVLScope::Log2.upper(ms8), GVLScope::Log2.upper(ms8)], [calm.turns, calm.longest_turn_ns, calm.lag_ns]
+  end
+
+  # A snapshot file written before threads carried their event loop (test/fixtures/diff, a
+  # recording of gvlscope's own) reads, with no loop anywhere, and still subtracts.
+  def test_an_older_snapshot_without_loops_reads
+    file = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/diff/before.snapshots.json")
+    refute_includes File.read(file), '"loop"'
+    earlier, later = File.foreach(file).first(2).map { |line| Snapshot.from_json(line) }
+    assert_operator earlier.threads.size, :>, 0
+    assert(earlier.threads.none?(&:loop))
+    assert((later - earlier).threads.none?(&:loop))
+    assert(earlier.to_h["threads"].none? { |thread| thread.key?("loop") })
+  end
+
+  def test_a_bad_loop_is_refused_in_one_line
+    hash = snapshot(1000, [row(2, "loop", loop: loop_row({ 23 => 1 }, 8, 8))]).to_h
+    hash["threads"][0]["loop"]["turns"] = -1
+    error = assert_raises(GVLScope::Error) { Snapshot.from_h(hash) }
+    assert_equal "not a gvlscope live snapshot: threads[0].loop.turns is -1, not a whole number from 0 to 2^63", error.message
   end
 
   def test_an_interval_subtracts_counters_and_keeps_gauges
@@ -127,6 +181,21 @@ class LiveSnapshotTest < Minitest::Test
     (sleepers.size + 1).times { gate << :done } if gate
     [*sleepers, busy].compact.each(&:join)
     GVLScope::Metrics.disable unless was_enabled
+  end
+
+  # A turn of a quarter timeslice (25 ms of CRuby's 100) in the interval is a finding; a loop of
+  # short turns is none, and the first interval after a long turn no longer has it.
+  def test_a_long_turn_of_an_event_loop_is_a_finding
+    ms8 = GVLScope::Log2.bucket(8 * MS)
+    before = snapshot(1000, [row(2, "loop", loop: loop_row({ ms8 => 100 }, 800, 9))])
+    long = snapshot(2000, [row(2, "loop", loop: loop_row({ ms8 => 190, GVLScope::Log2.bucket(25 * MS) => 1 }, 1745, 25))])
+    findings = (long - before).findings
+    assert_equal [%w[loop_stall loop]], findings.map { |finding| finding.values_at("kind", "thread") }
+    assert_equal "Event loop of 'loop': longest turn 25 ms (lag p99 25 ms, 91 turns, busy 95%); its code is unknown " \
+                 "live: trace with --fibers to name it", findings.first["title"]
+    calm = snapshot(3000, [row(2, "loop", loop: loop_row({ ms8 => 290, GVLScope::Log2.bucket(25 * MS) => 1 }, 2545, 25))])
+    assert_empty (calm - long).findings
+    assert_empty (snapshot(2000, [row(2, "loop", loop: loop_row({ ms8 => 101 }, 809, 24))]) - before).findings, "24 ms: under the quarter"
   end
 
   def test_garbage_is_not_a_snapshot

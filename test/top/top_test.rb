@@ -82,10 +82,10 @@ class TopTest < Minitest::Test
   # `top ... -- TARGET` until top printed +frames+ frames (or the JSON line), then the target ends
   # on TERM (exit 7). A target that ended on its own after 2 s used to end, on a loaded machine,
   # before top's first frame: the tests failed with no frame. Returns [stdout, stderr, status].
-  def top_until_frames(*options, frames: 1)
+  def top_until_frames(*options, frames: 1, target: TARGET)
     out_reader, out_writer = IO.pipe
     err_reader, err_writer = IO.pipe
-    top = Process.spawn(RbConfig.ruby, EXE, "top", *options, "--", RbConfig.ruby, TARGET, "600",
+    top = Process.spawn(RbConfig.ruby, EXE, "top", *options, "--", RbConfig.ruby, target, "600",
                         in: File::NULL, out: out_writer, err: err_writer)
     [out_writer, err_writer].each(&:close)
     errors = Thread.new { err_reader.read }
@@ -116,6 +116,7 @@ class TopTest < Minitest::Test
     assert_match(/^io +(idle|wait|run) /, out)
     assert_match(/^ +\d\d:\d\d:\d\d  Hog: 'hog' gave up the GVL/, out)
     refute_match(/keys:/, out, "no keys line where no key is read")
+    refute_match(/EVENT LOOP/, out, "no event-loop section where no thread runs a loop")
   end
 
   def test_once_json_is_a_snapshot_of_the_interval
@@ -130,6 +131,54 @@ class TopTest < Minitest::Test
     assert_operator hog.held_ns, :>, io.held_ns
     assert_operator io.wait_ns, :>, hog.wait_ns
     assert_match(/hog_and_io\.rb:\d+/, hog.code["at"])
+    assert(snapshot.threads.none?(&:loop), "threads without an event loop have none")
+    refute_includes out, '"loop"'
+  end
+
+  LOOP_TARGET = File.join(ROOT, "test/fixtures/live/event_loop.rb")
+  # event_loop.rb's CPU time per turn: each turn of its loop lasts at least this long, however loaded the machine.
+  BURN_NS = 40_000_000
+  # Intervals of 2 s: a turn ends in each unless 40 ms of CPU take the loop's thread 2 s.
+  LOOP_INTERVAL = "2"
+
+  # The loop thread's figures against its turns of BURN_NS or more (each in the Log2 buckets from
+  # BURN_NS's on); the other threads have no loop.
+  def test_once_json_has_the_event_loop_of_its_thread
+    out, err, status = top_until_frames("--once", "--json", "--interval", LOOP_INTERVAL, target: LOOP_TARGET)
+    assert_equal 7, status.exitstatus, err
+    snapshot = GVLScope::Live::Snapshot.from_json(out)
+    looped, others = snapshot.threads.partition { |row| row.label == "loop" }
+    assert_equal 1, looped.size, out
+    assert(others.none?(&:loop), "the main thread and gvlscope's have no loop")
+    loop = looped.first.loop
+    assert_operator loop.turns, :>=, 1
+    assert_equal loop.turns, loop.turn_histogram.sum
+    assert_equal 0, loop.turn_histogram.first(GVLScope::Log2.bucket(BURN_NS)).sum, "no turn shorter than the burn"
+    assert_operator loop.busy_ns, :>=, loop.turns * BURN_NS
+    # The turns ended in the interval; the first may have begun before it, by a turn at most.
+    assert_operator loop.busy_ns, :<=, snapshot.interval_ns + loop.longest_turn_ns
+    assert_operator loop.turns, :<=, snapshot.interval_ns / BURN_NS + 1
+    assert_operator loop.longest_turn_ns, :>=, BURN_NS
+    assert_operator loop.lag_ns, :>=, BURN_NS
+    assert_operator loop.lag_ns, :<=, loop.longest_turn_ns
+  end
+
+  def test_once_shows_the_event_loop_of_its_thread_and_its_long_turn
+    out, err, status = top_until_frames("--once", "--interval", LOOP_INTERVAL, target: LOOP_TARGET)
+    assert_equal 7, status.exitstatus, err
+    interval_s = Float(out[/· interval ([\d.]+) s ·/, 1])
+    rows = out[/^EVENT LOOP +BUSY% +TURNS\/S +LONGEST +LAG p99\n((?:.+\n)*)/, 1]
+    assert rows, out
+    assert_equal 1, rows.lines.size, "only the loop's thread has a row: #{rows}"
+    busy, per_s, longest, lag = rows.match(/\Aloop +(\d+)% +([\d.]+) +(\d+) ms +(\d+) ms\n\z/)&.captures&.map { |n| Float(n) }
+    assert busy, rows
+    assert_operator longest, :>=, BURN_NS / 1e6
+    assert_operator lag, :>=, BURN_NS / 1e6
+    assert_operator lag, :<=, longest
+    assert_operator per_s, :<=, (1e9 / BURN_NS) + (1 / interval_s) + 0.05 # (printed to 0.1)
+    assert_operator busy, :>=, (per_s - 0.05) * BURN_NS / 1e7 - 0.5 # each turn kept the thread BURN_NS at least
+    assert_operator busy, :<=, 100 * (1 + (longest / 1e3 / interval_s)) + 0.5
+    assert_match(/^ +\d\d:\d\d:\d\d  Event loop of 'loop': longest turn \d+ ms \(lag p99 \d+ ms, \d+ turns, busy \d+%\); its code is unknown live: trace with --fibers to name it$/, out)
   end
 
   def test_a_pipe_gets_a_plain_frame_per_interval

@@ -85,7 +85,26 @@ module GVLScope
                           share(row.wait_ns), share(row.idle_ns), share(row.gc_ns), *times, code).rstrip
         end
         table << "(no threads seen yet)" if rows.empty?
-        table + ["", holders, waiters, *frame.note]
+        table + loops(rows) + ["", holders, waiters, *frame.note]
+      end
+
+      LOOPS = ["%-*s %6s %8s %9s %9s", %w[EVENT\ LOOP BUSY% TURNS/S LONGEST LAG\ p99]].freeze
+
+      # The threads that run an event loop, in the table's order, with their loop's interval: the
+      # share of it the loop's turns kept the thread, turns per second, the longest turn and the
+      # loop lag (Live::Snapshot::LoopRow#lag_ns). Nothing, not even the header, when no thread has a loop.
+      def loops(rows)
+        looped = rows.select(&:loop)
+        return [] if looped.empty?
+
+        interval = @snapshot.interval_ns
+        lines = looped.map do |row|
+          loop = row.loop
+          format(LOOPS.first, @label, Vocabulary.fit(row.label.to_s, @label), share(loop.busy_ns),
+                 format("%.1f", loop.turns_per_s(interval)), Units.ms_rounded(loop.longest_turn_ns),
+                 Units.ms_rounded(loop.lag_ns))
+        end
+        ["", format(LOOPS.first, @label, *LOOPS.last), *lines]
       end
 
       # Columns left for CODE after +columns+ on a line of the frame's width (less one: curses
@@ -145,7 +164,7 @@ module GVLScope
       def app_threads = @snapshot.threads.reject { |row| self.class.own?(row) }
 
       def findings(frame)
-        lines = ["findings (live rules hog, convoy, contention on each interval; newest last):"]
+        lines = ["findings (live rules hog, convoy, contention, loop stall on each interval; newest last):"]
         shown = shown_findings(frame.findings)
         lines << "  none so far" if shown.empty?
         shown.each { |seen_at, finding| lines << "  #{seen_at}  #{finding['title']}" }

@@ -150,7 +150,8 @@ module GVLScope
       # Per-route/per-job numbers when GVLScope::Rack or GVLScope::Sidekiq counts them (advise reads them).
       breakdown = defined?(GVLScope::Breakdown) ? Breakdown.snapshot : []
       Live::Snapshot.from_metrics(Metrics.snapshot, pid: @pid, trace_path: GVLScope.trace_path, timeslice_ns: @timeslice_ns,
-                                                    stacks: stacks, breakdown: breakdown)
+                                                    stacks: stacks, breakdown: breakdown,
+                                                    loops: Live::Snapshot.loop_rows(Native.loop_rows))
     end
 
     private

@@ -31,6 +31,7 @@ module GVLScope
       # +breakdown+: GVLScope::Breakdown's series of the same moment.
       def json(pid:, trace_path:, timeslice_ns:, stacks:, breakdown:)
         now_ns, epoch_ns, waiting, threads, rows, histograms = Native.metrics_snapshot
+        loops = Native.loop_rows # the event loops' turns, by serial (packed: no object per loop)
         totals, held_by_ractor, states, busy_ns = Native.snapshot_rows_summary(rows)
         live = threads.size - 1 # the last row: the threads that exited earlier, together
         Thread.pass
@@ -51,8 +52,8 @@ module GVLScope
           text << "," unless index.zero?
           text << JSON.generate(key) << ":"
           case key
-          when "threads" then write_rows(text, rows, live, labels, at)
-          when "exited_threads" then Native.snapshot_rows_json(text, rows, live, 1, labels, at)
+          when "threads" then write_rows(text, rows, live, labels, at, loops)
+          when "exited_threads" then Native.snapshot_rows_json(text, rows, live, 1, labels, at, loops)
           else text << JSON.generate(value)
           end
         end
@@ -63,11 +64,11 @@ module GVLScope
 
       private
 
-      def write_rows(text, rows, count, labels, at)
+      def write_rows(text, rows, count, labels, at, loops)
         text << "["
         0.step(count - 1, ROWS_PER_TURN) do |first|
           Thread.pass if first.positive?
-          Native.snapshot_rows_json(text, rows, first, [ROWS_PER_TURN, count - first].min, labels, at)
+          Native.snapshot_rows_json(text, rows, first, [ROWS_PER_TURN, count - first].min, labels, at, loops)
         end
         text << "]"
       end

@@ -17,7 +17,10 @@ module GVLScope
     #               finding per holder (Rules::Convoy.by_holder, as the report groups them);
     # - contention: at a quarter of the acquisitions 4+ other threads were still waiting, and
     #               threads waited at least a quarter of the wall time (Rules::Contention, same
-    #               thresholds, from the interval's histogram).
+    #               thresholds, from the interval's histogram);
+    # - loop_stall: a thread's event loop had a turn of a quarter timeslice or more in the interval
+    #               (Rules::LoopStall's threshold for the wait a stall explains): its fibers all
+    #               waited for it. The counters know neither the fiber nor its code (a trace does).
     #
     # Each finding is a Hash: kind, thread, threads, title, fix (the report's words, shorter); a
     # convoy's also "holder".
@@ -31,7 +34,8 @@ module GVLScope
 
       def findings(snapshot)
         rows = snapshot.threads.reject { |row| own?(row) }
-        [*rows.filter_map { |row| hog(snapshot, row) }, *convoys(snapshot, rows), contention(snapshot)].compact
+        [*rows.filter_map { |row| hog(snapshot, row) }, *convoys(snapshot, rows), contention(snapshot),
+         *rows.filter_map { |row| loop_stall(snapshot, row) }].compact
       end
 
       def hog(snapshot, row)
@@ -95,6 +99,18 @@ module GVLScope
                        ms(snapshot.wait_ns)),
                 "more threads want to run Ruby than one GVL can serve: fewer threads per process and more " \
                 "processes, or Ractors for the CPU-bound part")
+      end
+
+      def loop_stall(snapshot, row)
+        loop = row.loop
+        return unless loop && loop.longest_turn_ns >= snapshot.timeslice_ns / 4
+
+        finding(:loop_stall, [row],
+                format("Event loop of '%s': longest turn %s (lag p99 %s, %d turns, busy %d%%); its code is unknown " \
+                       "live: trace with --fibers to name it", row.label, ms(loop.longest_turn_ns), ms(loop.lag_ns),
+                       loop.turns, (100 * loop.busy_share(snapshot.interval_ns)).round),
+                "while a fiber runs, every other fiber of its loop waits: make that code faster, give the loop back " \
+                "between its parts (`sleep 0`), or run it off the loop")
       end
 
       # gvlscope's own threads (the live server, the Puma plugin's reporter) are no finding's subject.

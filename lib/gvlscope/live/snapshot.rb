@@ -31,16 +31,67 @@ module GVLScope
       # Hash: "at" => "Class#method (file:line)" where it was at the snapshot, when asked for with
       # stacks; `gvlscope top` adds "holding" and "released_at" from a trace with stacks).
       # io_overlap_wait_ns: the part of wait_ns that IO the thread had started overlapped (Metrics).
+      # loop: the thread's event loop (LoopRow), nil for a thread without one (and in a snapshot
+      # written before gvlscope carried loops: the key is added, the version stays).
       THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
                          longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code
-                         io_overlap_wait_ns].freeze
+                         io_overlap_wait_ns loop].freeze
       # The fields of THREAD_FIELDS that are numbers (counters, and the longest_* maxima).
       THREAD_NUMBERS = THREAD_FIELDS.select do |field|
         field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
       end.freeze
       # THREAD_NUMBERS' keys in a snapshot's JSON, in order (io_overlap_wait_ns, the last, after code).
       THREAD_NUMBER_KEYS = THREAD_NUMBERS.map(&:to_s).freeze
-      raise "THREAD_FIELDS: code must come just before the last number" unless THREAD_FIELDS.last(2) == %i[code io_overlap_wait_ns]
+      unless THREAD_FIELDS.last(3) == %i[code io_overlap_wait_ns loop]
+        raise "THREAD_FIELDS: code must come just before the last number, loop after it"
+      end
+
+      # A thread's event loop (GVLScope::EventLoops, ext/gvlscope/fibers.c): the turns its loop gave
+      # its fibers, the time they kept the thread (busy_ns), the longest, and the Log2 histogram of
+      # their lengths. Cumulative in a snapshot; in a difference, the interval's (longest_turn_ns:
+      # see #-).
+      LOOP_FIELDS = %i[turns busy_ns longest_turn_ns turn_histogram].freeze
+      # The packed rows of Native.loop_rows: serial, then LOOP_FIELDS (the histogram's Log2::BUCKETS counts).
+      LOOP_ROW_FIELDS = 1 + 3 + Log2::BUCKETS
+      LoopRow = Struct.new(*LOOP_FIELDS) do
+        def self.of(turns:, busy_ns:, longest_turn_ns:, turn_histogram:)
+          new(turns, busy_ns, longest_turn_ns, Array.new(Log2::BUCKETS) { |i| turn_histogram.fetch(i, 0).to_i }.freeze).freeze
+        end
+
+        def self.from_h(hash) = of(**LOOP_FIELDS.to_h { |field| [field, hash[field.to_s] || (field == :turn_histogram ? [] : 0)] })
+
+        def to_h
+          { "turns" => turns, "busy_ns" => busy_ns, "longest_turn_ns" => longest_turn_ns,
+            "turn_histogram" => turn_histogram.first((turn_histogram.rindex(&:positive?) || -1) + 1) }
+        end
+
+        # The loop lag: how late the loop came back to its select at the 99th percentile of its turns
+        # (docs/fibers.md, Node.js' event-loop delay): the upper bound of the Log2 bucket holding the
+        # p99 turn, at most the longest turn; 0 without turns.
+        def lag_ns
+          bucket = Log2.quantile_bucket(turn_histogram, 0.99) or return 0
+          [Log2.upper(bucket), longest_turn_ns].min
+        end
+
+        def busy_share(interval_ns) = interval_ns.positive? ? busy_ns.fdiv(interval_ns) : 0.0
+        def turns_per_s(interval_ns) = interval_ns.positive? ? turns * 1e9 / interval_ns : 0.0
+
+        # The interval from +earlier+ (a LoopRow, nil: no turns then). Counts subtract (never below
+        # zero: a Metrics.reset starts them again). The longest turn is the interval's: exactly the
+        # later maximum when it grew (that turn ended in the interval), else the upper bound of the
+        # interval's highest non-empty bucket, at most the maximum so far.
+        def -(earlier)
+          return self unless earlier
+
+          histogram = turn_histogram.zip(earlier.turn_histogram).map { |now, was| [now - was, 0].max }
+          top = histogram.rindex(&:positive?)
+          longest = if longest_turn_ns > earlier.longest_turn_ns then longest_turn_ns
+                    elsif top then [Log2.upper(top), longest_turn_ns].min
+                    else 0
+                    end
+          LoopRow.new([turns - earlier.turns, 0].max, [busy_ns - earlier.busy_ns, 0].max, longest, histogram.freeze).freeze
+        end
+      end
 
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
@@ -53,13 +104,15 @@ module GVLScope
             "run_ns" => run_ns, "wait_ns" => wait_ns, "idle_ns" => idle_ns, "gc_ns" => gc_ns, "holds" => holds,
             "waits" => waits, "longest_hold_ns" => longest_hold_ns, "longest_wait_ns" => longest_wait_ns,
             "released_blocking" => released_blocking, "released_preempted" => released_preempted,
-            "released_exit" => released_exit, "code" => code, "io_overlap_wait_ns" => io_overlap_wait_ns }
+            "released_exit" => released_exit, "code" => code, "io_overlap_wait_ns" => io_overlap_wait_ns,
+            **(loop ? { "loop" => loop.to_h } : {}) }
         end
 
         def self.from_h(hash)
           values = THREAD_FIELDS.to_h { |field| [field, hash[field.to_s]] }
           values[:state] = values[:state]&.to_sym
           values[:exited] = values[:exited] ? true : false
+          values[:loop] = values[:loop] && LoopRow.from_h(values[:loop])
           THREAD_NUMBERS.each { |field| values[field] ||= 0 }
           new(**values).freeze
         end
@@ -292,9 +345,15 @@ module GVLScope
           texts(code, "#{field}.code") if code
           code = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
           numbers = THREAD_NUMBER_KEYS.map { |key| number(row, key, within: field) || 0 }
+          loop = typed(row, "loop", Hash, within: field) && loop_row_of(row["loop"], "#{field}.loop")
           ThreadRow.new(number(row, "serial", within: field), label, number(row, "ractor_id", within: field),
                         text(row, "state", within: field)&.to_sym, row["exited"] ? true : false,
-                        *numbers[0...-1], code, numbers.last).freeze
+                        *numbers[0...-1], code, numbers.last, loop).freeze
+        end
+
+        def loop_row_of(loop, field)
+          LoopRow.of(**%i[turns busy_ns longest_turn_ns].to_h { |key| [key, number(loop, key.to_s, within: field) || 0] },
+                     turn_histogram: histogram(loop, "turn_histogram", within: field))
         end
 
         def worker_row_of(row, field)
@@ -331,14 +390,15 @@ module GVLScope
       # With +stacks+, the rows of up to CODE_LOCATIONS_MAX threads say where their code is now
       # ("at"): the snapshot is taken holding the GVL, so every other thread is stopped where it
       # runs or waits. +breakdown+: GVLScope::Breakdown::Entry objects (or Hashes) of the same moment.
+      # +loops+: { serial => LoopRow } of the threads with an event loop (Snapshot.loop_rows).
       def self.from_metrics(metrics, pid: Process.pid, trace_path: nil, timeslice_ns: DEFAULT_TIMESLICE_NS, stacks: false,
-                            breakdown: [])
+                            breakdown: [], loops: {})
         threads = stacks ? metrics.ruby_threads : []
         located = stacks ? located_rows(metrics.threads.map(&:state), metrics.threads.map { |row| row.run_ns + row.wait_ns }) : []
         cwd = "#{Dir.pwd}/"
         rows = metrics.threads.each_with_index.map do |row, index|
           at = located.include?(index) && threads[index] && code_location(threads[index], cwd)
-          thread_row(row, at ? { "at" => at } : nil)
+          thread_row(row, at ? { "at" => at } : nil, loops[row.serial])
         end
         new(
           source: "socket", pid: pid, time_ns: metrics.taken_ns, wall_ns: metrics.wall_ns, held_ns: metrics.held_ns,
@@ -346,7 +406,7 @@ module GVLScope
           acquisitions: metrics.acquisitions, waiting_threads: metrics.waiting_threads,
           releases: { blocking: metrics.released_blocking, preempted: metrics.released_preempted, exit: metrics.released_exit },
           **HISTOGRAMS.to_h { |name| [name, metrics.public_send(name)] },
-          threads: rows, exited_threads: metrics.exited && thread_row(metrics.exited), trace_path: trace_path, timeslice_ns: timeslice_ns,
+          threads: rows, exited_threads: metrics.exited && thread_row(metrics.exited, nil, loops[0]), trace_path: trace_path, timeslice_ns: timeslice_ns,
           breakdown: breakdown
         )
       end
@@ -387,10 +447,19 @@ module GVLScope
         nil
       end
 
-      def self.thread_row(row, code = nil)
+      def self.thread_row(row, code = nil, loop = nil)
         ThreadRow.new(row.serial, row.name && Printable.text(row.name), row.ractor_id, row.state, row.exited, row.run_ns,
                       row.wait_ns, row.idle_ns, row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns,
-                      row.released_blocking, row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns).freeze
+                      row.released_blocking, row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns,
+                      loop).freeze
+      end
+
+      # { serial => LoopRow } from Native.loop_rows' packed rows (serial 0: the loops of threads
+      # that exited, the exited threads' row's).
+      def self.loop_rows(packed)
+        packed.unpack("Q<*").each_slice(LOOP_ROW_FIELDS).to_h do |serial, turns, busy_ns, longest_turn_ns, *histogram|
+          [serial, LoopRow.of(turns: turns, busy_ns: busy_ns, longest_turn_ns: longest_turn_ns, turn_histogram: histogram)]
+        end
       end
 
       private
@@ -424,6 +493,7 @@ module GVLScope
 
           values[field] = values[field].to_i - before.public_send(field).to_i # nil: a row made without it
         end
+        values[:loop] = row.loop && row.loop - before.loop
         ThreadRow.new(**values).freeze
       end
 
