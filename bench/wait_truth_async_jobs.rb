@@ -23,7 +23,6 @@ require "async"
 require "json"
 require "socket"
 require "gvlscope"
-require "gvlscope/event_loops"
 
 $stdout.sync = true # the harness reads the lines while the runner runs
 
@@ -90,6 +89,7 @@ module AsyncJobs
   end
 end
 
+GVLScope::Metrics.enable
 GVLScope::EventLoops.track # from the first job on: tracking that starts at a job leaves that job's turn unknown
 port = Integer(ENV.fetch("REDIS_PORT"))
 workers = Integer(ENV.fetch("WORKERS", "4"))

@@ -2,9 +2,6 @@
 
 require_relative "native"
 require_relative "units"
-require_relative "metrics"
-require_relative "request_timing"
-require_relative "breakdown"
 
 module GVLScope
   # Event loops (ext/gvlscope/fibers.c): on a thread with a Fiber scheduler (Falcon, async), the
@@ -44,12 +41,16 @@ module GVLScope
       # (RequestTiming.start_on_loop); enqueued_at: the job's stamp (RequestTiming#enqueued_at=),
       # for its queue latency. Its numbers go to the job series (Breakdown, under +label+ and
       # +tags+, a frozen Hash such as { queue: "default" }), as GVLScope::Sidekiq's. Returns the
-      # finished RequestTiming; the block's exceptions pass through.
+      # finished RequestTiming; the block's exceptions pass through. Its numbers come from
+      # GVLScope::Metrics, which the runner enables at its boot (GVLScope::Sidekiq does for its jobs).
       #
       #   timing = GVLScope::EventLoops.measure_job(redis_socket, "MailJob", enqueued_at: job["enqueued_at"]) { run(job) }
       #   logger.info(timing.to_h.merge(jid: job["jid"]))  # loop_wait_ms among them
       def measure_job(io, label, tags = Breakdown::NO_TAGS, enqueued_at: nil)
-        Metrics.enable unless Metrics.enabled?
+        # Metrics not enabled, Breakdown not required here: both load this file (a circle). `require
+        # "gvlscope"` autoloads Breakdown; a runner enables the metrics once.
+        raise Error, "GVLScope::EventLoops.measure_job: metrics are off (GVLScope::Metrics.enable at the runner's boot)" unless Native.metrics_enabled?
+
         timing = RequestTiming.start_on_loop(io)
         timing.enqueued_at = enqueued_at unless enqueued_at.nil?
         begin

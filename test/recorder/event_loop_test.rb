@@ -196,9 +196,15 @@ class EventLoopTest < Minitest::Test
   end
 
   # A job that raises is measured and counted, and its exception is the job's, untouched; off a
-  # loop's task a job has no loop wait; what is not an IO is said in one line.
+  # loop's task a job has no loop wait; what is not an IO, or metrics left off, is said in one line.
   def test_measure_job_passes_a_jobs_exception_through_and_needs_an_io
     GVLScope::Breakdown.reset!
+    GVLScope::Metrics.disable
+    ran = false
+    error = assert_raises(GVLScope::Error) { GVLScope::EventLoops.measure_job(@connection, "EarlyJob") { ran = true } }
+    assert_equal "GVLScope::EventLoops.measure_job: metrics are off (GVLScope::Metrics.enable at the runner's boot)", error.message
+    refute ran
+    GVLScope::Metrics.enable
     error = assert_raises(KeyError) { GVLScope::EventLoops.measure_job(@connection, "FailingJob") { {}.fetch(:x) } }
     assert_equal "key not found: :x", error.message
     entry = GVLScope::Breakdown.snapshot.find { |e| e.label == "FailingJob" }
