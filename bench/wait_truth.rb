@@ -19,6 +19,10 @@
 #   sidekiq{8,7}                      Sidekiq 8 (the bundle's) or 7 (gemfiles/sidekiq7.gemfile) on a
 #                                     real redis-server, bench/wait_truth_jobs.rb
 #   sidekiq{8,7}-burst                the same at concurrency 10, every processor busy (below)
+#   async-jobs                        bench/wait_truth_async_jobs.rb: a job runner on `async`
+#                                     (gemfiles/falcon.gemfile), 4 worker tasks on one event loop,
+#                                     each popping its jobs from a real redis-server over its own
+#                                     TCP connection (below)
 #
 # A web try: GET /cpu burns 300 ms of CPU in a pure Ruby loop (in cluster mode, one such request
 # per worker); 20-100 ms later (random: users do not choose when their requests arrive) the same
@@ -40,6 +44,13 @@
 # LPUSH) to its end (CLOCK_REALTIME at the end of perform) is its own. gvlscope's figure is
 # GVLScope::Sidekiq's log line for the job (log_wait_over_ms: 0); Sidekiq's own `elapsed=` is shown
 # beside it.
+#
+# An async-jobs try (issue 38): a BurnJob of 300 ms of CPU (on one worker's fiber, never giving the
+# loop back), then 20-100 ms later a QuickJob, which a worker parked in BRPOP receives while the
+# burn holds the loop; then the same QuickJob alone. A job's latency is from its push
+# (CLOCK_REALTIME before LPUSH) to its end (CLOCK_REALTIME, the job's last act); gvlscope's figure
+# is the runner's line for the job (RequestTiming#server_timing, as a Falcon request's: the job's
+# loop-wait runs from its bytes' arrival on its worker's Redis connection to its task's turn).
 #
 # A burst round (issue 36): concurrency 10 and 10 BurnJobs that hold every processor (each burns
 # its 400 ms of CPU once all 10 have started), then 10 QuickJobs pushed at the random offsets after
@@ -72,9 +83,11 @@ module WaitTruth
   WEB_APP = File.join(ROOT, "test/fixtures/web/app.ru")
   RAILS_APP = File.join(ROOT, "test/fixtures/rails/config.ru")
   JOBS_APP = File.join(ROOT, "bench/wait_truth_jobs.rb")
+  ASYNC_JOBS_RUNNER = File.join(ROOT, "bench/wait_truth_async_jobs.rb")
   PUMA_SERVERS = %w[8 7].product(%w[single cluster], %w[2 5]).map { |version, mode, threads| "puma#{version}-#{mode}-#{threads}" }
   FALCON_SERVERS = { "falcon-1" => [:forked, 1], "falcon-threaded-2" => [:threaded, 2] }.freeze
-  SERVERS = [*PUMA_SERVERS, "rails", *FALCON_SERVERS.keys, "sidekiq8", "sidekiq7", "sidekiq8-burst", "sidekiq7-burst"].freeze
+  SERVERS = [*PUMA_SERVERS, "rails", *FALCON_SERVERS.keys, "sidekiq8", "sidekiq7", "sidekiq8-burst", "sidekiq7-burst",
+             "async-jobs"].freeze
   BURN_MS = 300
   JOB_BURN_MS = 400
   BURN_JOBS = 3
@@ -206,6 +219,8 @@ module WaitTruth
     when /\A(sidekiq[78])-burst\z/
       rounds = (tries / BURST.to_f).ceil
       JobServer.new(gemfile: GEMFILES.fetch(Regexp.last_match(1)), dir: dir, burst: true).measure(server, rounds, BURST, rng)
+    when "async-jobs"
+      AsyncJobServer.new(dir: dir, wait_entries: wait_entries).measure(server, tries, rng)
     else
       raise ArgumentError, "unknown server #{server.inspect}; servers: #{SERVERS.join(', ')}"
     end
@@ -482,6 +497,91 @@ module WaitTruth
     end
   end
 
+  # bench/wait_truth_async_jobs.rb, a job runner on `async`, with its own redis-server.
+  class AsyncJobServer
+    WORKERS = 4 # a QuickJob pushed beside a BurnJob finds a worker parked in BRPOP
+    JOB_TIMEOUT = 60
+
+    def initialize(dir:, wait_entries: WAIT_ENTRIES)
+      @dir = dir
+      @wait_entries = wait_entries
+    end
+
+    attr_reader :child
+
+    # The runner and its Redis, started; stopped by #stop.
+    def start
+      raise "redis-server is not installed (script/test installs it)" unless RedisServer.available?
+
+      @redis = RedisServer.new
+      @child = Child.new({ "BUNDLE_GEMFILE" => FalconProcess::GEMFILE, "REDIS_PORT" => @redis.port.to_s,
+                           "WORKERS" => WORKERS.to_s },
+                         [RbConfig.ruby, "-rbundler/setup", ASYNC_JOBS_RUNNER], File.join(@dir, "async-jobs.log"))
+      @child.wait_for("the async job runner started") { |log| log[/^async-jobs: .*/] }
+      3.times { run_alone } # warm-up: the classes' first runs, every worker's first BRPOP
+      self
+    end
+
+    def stop
+      @child&.stop
+      @redis&.stop
+    end
+
+    def description = @child.log[/^async-jobs: (.*)/, 1]
+
+    def measure(name, tries, rng)
+      start
+      beside = []
+      alone = []
+      tries.times do
+        beside << run_beside_burn(rng.rand(OFFSET_SECONDS))
+        sleep 0.05 # the burning worker is back in BRPOP
+        alone << run_alone
+      end
+      Result.new(name, beside, alone, [description, "Redis on loopback"])
+    ensure
+      stop
+    end
+
+    # A QuickJob pushed offset s after a BurnJob of BURN_MS, once both are done.
+    def run_beside_burn(offset)
+      burn = push("BurnJob", BURN_MS)
+      sleep offset
+      quick = push("QuickJob")
+      samples = wait_for(burn, quick)
+      samples.last.offset_ms = (quick[:pushed_at] - burn[:pushed_at]) * 1000
+      samples.last
+    end
+
+    def run_alone = wait_for(push("QuickJob")).last
+
+    private
+
+    # As the runner reads a job (enqueued_at in ms since the epoch); its jid and push time.
+    def push(klass, *args)
+      jid = SecureRandom.hex(12)
+      pushed_at = Process.clock_gettime(Process::CLOCK_REALTIME)
+      @redis.call("LPUSH", "queue:async", JSON.generate("class" => klass, "args" => args, "jid" => jid,
+                                                        "enqueued_at" => (pushed_at * 1000).floor))
+      { jid: jid, pushed_at: pushed_at }
+    end
+
+    # The jobs' Samples once the runner logged them all.
+    def wait_for(*pushed)
+      lines = @child.wait_for("#{pushed.size} jobs done", JOB_TIMEOUT) do |log|
+        found = log.lines.filter_map { |line| JSON.parse(line) if line.start_with?("{") }.to_h { |line| [line["jid"], line] }
+        pushed.map { |job| found[job[:jid]] }.then { |all| all.all? && all }
+      end
+      pushed.zip(lines).map do |job, line|
+        parts = WaitTruth.server_timing(line.fetch("server_timing"))
+        waits = parts.values_at(*@wait_entries).compact
+        Sample.new(latency_ms: (line.fetch("ended_at") - job[:pushed_at]) * 1000,
+                   wait_ms: waits.empty? ? Float::NAN : waits.sum, parts: parts,
+                   extra: { jid: job[:jid], queue_latency_ms: line["queue_latency_ms"] })
+      end
+    end
+  end
+
   # The tables: each try, then a summary line per server.
   module Table
     module_function
@@ -583,7 +683,7 @@ module WaitTruth
     abort "wait_truth: unknown connection #{unknown.join(', ')}; connections: #{CONNECTIONS.join(', ')}" unless unknown.empty?
 
     out.puts "wait_truth: Ruby #{RUBY_VERSION}, #{Etc.nprocessors} CPUs, seed #{seed}, #{Time.now.utc.strftime('%Y-%m-%d %H:%M UTC')}"
-    runs = servers.flat_map { |server| server.start_with?("sidekiq") ? [[server, nil]] : connections.map { |c| [server, c] } }
+    runs = servers.flat_map { |server| server.match?(/\A(sidekiq|async-jobs)/) ? [[server, nil]] : connections.map { |c| [server, c] } }
     results = runs.map do |server, connection|
       Dir.mktmpdir("wait-truth") do |dir|
         started = clock

@@ -77,6 +77,7 @@ RUBY_FUNC_EXPORTED void Init_gvlscope(void) {
     gvls_live_answer_init(mNative);
     gvls_handoff_init(mNative);
     gvls_fibers_init(mNative);
+    gvls_request_timing_loop_init();
     gvls_debug_init(mNative);
     rb_define_singleton_method(mNative, "after_fork_in_child", after_fork_in_child, 0);
     pthread_atfork(NULL, NULL, atfork_child);

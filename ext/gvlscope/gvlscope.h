@@ -11,6 +11,7 @@ void gvls_trace_session_init(VALUE mNative);
 void gvls_sink_file_init(VALUE mNative);
 void gvls_sink_ring_init(VALUE mNative);
 void gvls_request_timing_init(VALUE mGVLScope);
+void gvls_request_timing_loop_init(void);  // RequestTiming.start_on_loop: after gvls_request_timing_init
 void gvls_breakdown_init(VALUE mNative);
 void gvls_live_answer_init(VALUE mNative);
 // A request's numbers for breakdown.c: request_timing.h.

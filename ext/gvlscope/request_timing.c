@@ -8,6 +8,7 @@
 #include "metrics.h"
 #include "handoff.h"
 #include "fibers.h"
+#include <ruby/io.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -549,4 +550,28 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_gc_register_mark_object(server_timing_key);
     server_timing_key_capitalized = rb_obj_freeze(rb_usascii_str_new_cstr("Server-Timing"));
     rb_gc_register_mark_object(server_timing_key_capitalized);
+}
+
+// ---- Jobs on an event loop's task --------------------------------------------------------------
+// RequestTiming.start_on_loop(io): work that came over a socket and runs on an event loop's task (a
+// job runner on async, each worker task popping its jobs from Redis over its own TCP connection)
+// starts now, and it waited for its loop from its bytes' arrival on io until its task's turn began,
+// as a Falcon request from its connection's (loop_wait_of). io: an IO or what converts to one
+// (to_io: an SSL socket's TCP socket, whose bytes are the work's too). Loop tracking starts at the
+// first such start on a task, whose turn is unknown (EventLoops.track starts it earlier); off a
+// task, or on a closed IO, it is RequestTiming.start.
+static VALUE timing_start_on_loop(VALUE klass, VALUE io) {
+    VALUE file = rb_check_convert_type(io, T_FILE, "IO", "to_io");
+    if (NIL_P(file)) {
+        rb_raise(rb_eTypeError, "GVLScope::RequestTiming.start_on_loop: expected the IO the work came on, got %"PRIsVALUE,
+                 rb_obj_class(io));
+    }
+    gvls_fibers_requests = 1;  // as EventLoops.track: gvls_fibers_on_task looks for the loop (and turns tracking on)
+    int on_task = gvls_fibers_on_task();
+    int fd = on_task && !RTEST(rb_funcall(file, rb_intern("closed?"), 0)) ? rb_io_descriptor(file) : -1;
+    return start_current(klass, -1, fd);
+}
+
+void gvls_request_timing_loop_init(void) {
+    rb_define_singleton_method(cRequestTiming, "start_on_loop", timing_start_on_loop, 1);
 }

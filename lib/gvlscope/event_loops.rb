@@ -34,6 +34,34 @@ module GVLScope
       end
       def tracking? = Native.loop_tracking?
 
+      # A job run on this thread's loop (the calling task) that came over +io+: a job runner on
+      # async whose worker tasks each pop their jobs from a socket (Redis' BRPOP on a TCP
+      # connection of their own). Its timing starts before the block and finishes after it; its
+      # loop wait runs from its bytes' arrival on io until the loop gave the task its turn
+      # (RequestTiming.start_on_loop); enqueued_at: the job's stamp (RequestTiming#enqueued_at=),
+      # for its queue latency. Its numbers go to the job series (Breakdown, under +label+ and
+      # +tags+, a frozen Hash such as { queue: "default" }), as GVLScope::Sidekiq's. Returns the
+      # finished RequestTiming; the block's exceptions pass through. Its numbers come from
+      # GVLScope::Metrics, which the runner enables at its boot (GVLScope::Sidekiq does for its jobs).
+      #
+      #   timing = GVLScope::EventLoops.measure_job(redis_socket, "MailJob", enqueued_at: job["enqueued_at"]) { run(job) }
+      #   logger.info(timing.to_h.merge(jid: job["jid"]))  # loop_wait_ms among them
+      def measure_job(io, label, tags = Breakdown::NO_TAGS, enqueued_at: nil)
+        # Metrics not enabled, Breakdown not required here: both load this file (a circle). `require
+        # "gvlscope"` autoloads Breakdown; a runner enables the metrics once.
+        raise Error, "GVLScope::EventLoops.measure_job: metrics are off (GVLScope::Metrics.enable at the runner's boot)" unless Native.metrics_enabled?
+
+        timing = RequestTiming.start_on_loop(io)
+        timing.enqueued_at = enqueued_at unless enqueued_at.nil?
+        begin
+          yield timing
+        ensure
+          timing.finish!
+          Breakdown.record(:job, label, timing, tags)
+        end
+        timing
+      end
+
       # The turns of every loop since tracking began (NONE when no loop gave one).
       def turns
         rows = Native.loop_turns

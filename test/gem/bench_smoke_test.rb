@@ -7,7 +7,8 @@ require_relative "../test_helper"
 # failed at once on its first round (bench/overhead.rb) and one at its start (advisor_inputs.rb).
 #
 # Not here, and why: wait_truth.rb (and wait_truth_jobs.rb, its Sidekiq app) and wait_truth_load.rb
-# run in test/integrations/wait_truth_test.rb, which checks their numbers against the clients'.
+# run in test/integrations/wait_truth_test.rb, which checks their numbers against the clients';
+# wait_truth_async_jobs.rb, its async job runner, in test/integrations/async_jobs_test.rb.
 class BenchSmokeTest < Minitest::Test
   include GVLScopeTestHelper
 
@@ -59,7 +60,7 @@ class BenchSmokeTest < Minitest::Test
   def test_every_benchmark_the_docs_cite_is_smoked_or_excused
     cited = (["README.md"] + Dir[File.join(ROOT, "docs/*.md")].map { |doc| doc.delete_prefix("#{ROOT}/") })
             .flat_map { |doc| File.read(File.join(ROOT, doc)).scan(%r{\bbench/(\w+)\.rb}).flatten }.uniq
-    excused = %w[wait_truth wait_truth_jobs wait_truth_load]
+    excused = %w[wait_truth wait_truth_jobs wait_truth_load wait_truth_async_jobs]
     assert_operator cited.size, :>=, 10, cited.inspect
     assert_empty cited - BENCHES.keys - excused, "cited in the docs, run nowhere"
   end

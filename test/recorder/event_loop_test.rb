@@ -256,4 +256,72 @@ class EventLoopTest < Minitest::Test
     end.join
     assert_equal 2, (GVLScope::EventLoops.turns - before).turns # the task's start until its sleep, then from its wake to its end
   end
+
+  # A job runner on a loop (async): a worker task pops its job from a socket (a Redis BRPOP reply,
+  # here written by another task that then keeps the thread), and EventLoops.measure_job measures
+  # it from the bytes' arrival on that socket, as a Falcon request from its connection's; its
+  # numbers go to the job series, as GVLScope::Sidekiq's.
+  def test_a_job_that_came_over_a_socket_waits_for_the_loop_and_is_counted_as_a_job
+    GVLScope::Native.loop_requests = false # a job runner's process: no Rack, nothing turned on beforehand
+    GVLScope::Breakdown.reset!
+    tags = { queue: "async" }.freeze
+    seen = {}
+    Thread.new do
+      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.schedule do # the first job on a task turns tracking on (its own turn is not known)
+        seen[:first] = GVLScope::EventLoops.measure_job(@connection, "QuickJob", tags) { nil }
+        @connection.wait_readable
+        @connection.read_nonblock(64)
+        enqueued_at = (Process.clock_gettime(Process::CLOCK_REALTIME) * 1000).floor - 1000
+        seen[:timing] = GVLScope::EventLoops.measure_job(@connection, "QuickJob", tags, enqueued_at: enqueued_at) do |timing|
+          seen[:job_ns] = now_ns
+          seen[:inside] = timing
+        end
+      end
+      Fiber.schedule do
+        @client.write("*2\r\n$11\r\nqueue:async\r\n$2\r\n{}\r\n")
+        seen[:written_ns] = now_ns
+        burn(200)
+        seen[:burnt_ns] = now_ns
+      end
+    end.join
+    refute_predicate seen.fetch(:first), :loop_wait_known?
+    timing = seen.fetch(:timing)
+    assert_same timing, seen[:inside]
+    assert_predicate timing, :finished?
+    assert_predicate timing, :loop_wait_known?
+    waited = timing.loop_wait_ns + timing.pickup_wait_ns
+    assert_operator waited, :>=, seen[:burnt_ns] - seen[:written_ns] - 2 * JIFFY_NS, timing.inspect
+    assert_operator timing.loop_wait_ns, :<=, seen[:job_ns] - seen[:written_ns], timing.inspect
+    assert_operator timing.loop_wait_ns, :>=, 150 * MS, "200 ms of CPU: the wall time is at least that"
+    assert_operator timing.queue_latency_ms, :>=, 1000 # the enqueued_at given, a second back
+    assert_equal timing.loop_wait_ms.round(3), timing.to_h.fetch(:loop_wait_ms)
+    assert_match(/; [\d.]+ ms waiting for its event loop \(other fibers ran\)\z/, timing.before_start_words("job"))
+    entry = GVLScope::Breakdown.snapshot.find { |e| e.kind == :job && e.label == "QuickJob" }
+    assert_equal [2, tags, timing.loop_wait_ns], [entry.count, entry.tags, entry.loop_wait_ns]
+    assert_operator entry.queue_latency_ns, :>=, timing.queue_latency_ns
+  ensure
+    GVLScope::Breakdown.reset!
+  end
+
+  # A job that raises is measured and counted, and its exception is the job's, untouched; off a
+  # loop's task a job has no loop wait; what is not an IO, or metrics left off, is said in one line.
+  def test_measure_job_passes_a_jobs_exception_through_and_needs_an_io
+    GVLScope::Breakdown.reset!
+    GVLScope::Metrics.disable
+    ran = false
+    error = assert_raises(GVLScope::Error) { GVLScope::EventLoops.measure_job(@connection, "EarlyJob") { ran = true } }
+    assert_equal "GVLScope::EventLoops.measure_job: metrics are off (GVLScope::Metrics.enable at the runner's boot)", error.message
+    refute ran
+    GVLScope::Metrics.enable
+    error = assert_raises(KeyError) { GVLScope::EventLoops.measure_job(@connection, "FailingJob") { {}.fetch(:x) } }
+    assert_equal "key not found: :x", error.message
+    entry = GVLScope::Breakdown.snapshot.find { |e| e.label == "FailingJob" }
+    assert_equal [:job, 1, 0], [entry.kind, entry.count, entry.loop_wait_ns]
+    refute_predicate GVLScope::EventLoops.measure_job(@connection, "PlainJob") { nil }, :loop_wait_known?
+    error = assert_raises(TypeError) { GVLScope::RequestTiming.start_on_loop(@connection.fileno) }
+    assert_equal "GVLScope::RequestTiming.start_on_loop: expected the IO the work came on, got Integer", error.message
+  ensure
+    GVLScope::Breakdown.reset!
+  end
 end
