@@ -18,6 +18,8 @@ MODES = {
   "metrics" => "GVLScope::Metrics.enable",
   "trace" => "GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
   "trace+stacks" => "GVLScope.start(File.join(dir, 't.gvl'))",
+  # The loops' turns recorded too: this thread has no loop, its releases still have no site to read.
+  "trace+stacks+fibers" => "GVLScope.start(File.join(dir, 't.gvl'), fibers: true)",
   "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
 }
 begin
