@@ -292,15 +292,17 @@ class EventLoopTraceTest < Minitest::Test
 
   # Waits for a child process with Process.wait: TinyScheduler has no `process_wait`, so the thread
   # blocks in waitpid without the GVL, and no other fiber of its loop runs meanwhile.
-  def reap(seconds) = Process.wait(spawn("sleep", seconds.to_s))
+  def reap(pid) = Process.wait(pid)
 
-  # Task A gives the loop back once (B and C become ready), then blocks in reap for 150 ms: A's
-  # long turn, followed right away by B's and C's. Returns the Model::Scan.
+  # Task A gives the loop back once (B and C become ready), then blocks in reap until a child
+  # started before (its spawn is not in the turn) exits: A's long turn, followed right away by B's
+  # and C's. Returns the Model::Scan.
   def record_a_blocked_loop(dir)
     GVLScope::Model.timeline(record_tasks(dir) do
+      child = spawn("sleep", "0.2")
       Fiber.schedule do
         sleep 0
-        reap(0.15)
+        reap(child)
       end
       2.times { Fiber.schedule { sleep 0 } }
     end)
@@ -347,9 +349,9 @@ class EventLoopTraceTest < Minitest::Test
                    finding.title)
       assert_equal({ label: "Process.wait", path: file, line: REAP_LINE }, finding.evidence[:call])
       assert_equal :join, finding.evidence[:cause]
-      # waitpid of a 150 ms sleep: at least 150 ms off the GVL, inside a turn that lasted at least that.
-      assert_operator finding.evidence[:blocked_ns], :>=, 150 * MS * 0.99
-      assert_operator finding.evidence[:blocked_ns], :<=, long.duration_ns
+      # The thread's time off the GVL after that release, within the turn.
+      idle = scan.intervals_of(long.thread).find { |interval| interval.state == :idle && interval.start_ns.between?(long.start_ns, long.end_ns) }
+      assert_equal [idle.end_ns, long.end_ns].min - idle.start_ns, finding.evidence[:blocked_ns]
       assert_equal 2 * long.duration_ns, finding.explains_wait_ns
       assert finding.loop_wait
       assert_match(/use the scheduler-aware call .* or move it to a thread/, finding.fix)
