@@ -57,9 +57,9 @@ module GVLScope
         # scheduler: the loop thread's idle time after a release with a site that has no scheduler
         # hook in it, from the intervals of the turns (one pass for all of them; a trace with stacks).
         def blocking_calls(long)
-          return {} if long.empty? || !@timeline.stacks? || !@timeline.respond_to?(:details)
+          return {} if long.empty? || !@timeline.stacks?
 
-          windows = @timeline.details(long.map { |turn| [turn.start_ns, turn.end_ns] }, limit: INTERVALS_PER_TURN)
+          windows = @report.details(long.map { |turn| [turn.start_ns, turn.end_ns] }, limit: INTERVALS_PER_TURN)
           long.zip(windows).each_with_object({}) do |(turn, intervals), found|
             calls = blocked_time(turn, intervals)
             site, blocked_ns = calls.max_by { |_, ns| ns }
