@@ -61,24 +61,26 @@ module GVLScope
 
           windows = @report.details(long.map { |turn| [turn.start_ns, turn.end_ns] }, limit: INTERVALS_PER_TURN)
           long.zip(windows).each_with_object({}) do |(turn, intervals), found|
-            calls = blocked_time(turn, intervals)
-            site, blocked_ns = calls.max_by { |_, ns| ns }
+            site, blocked_ns = blocked_time(turn, intervals).values.max_by(&:last)
             next unless site && blocked_ns >= BLOCKED_SHARE * turn.duration_ns
 
             found[turn] = Blocking.new(site, blocked_ns, Vocabulary.release_cause(site))
           end
         end
 
-        # { site => ns } of the turn's thread idle inside the turn after releasing the GVL at +site+
-        # outside the scheduler.
+        # { call_key => [a site of that call, ns] }: the turn's thread idle inside the turn after
+        # releasing the GVL outside the scheduler, by call (its stacks may differ deeper down).
         def blocked_time(turn, intervals)
           site = nil
           intervals.select { |interval| interval.thread == turn.thread }.sort_by(&:start_ns)
-                   .each_with_object(Hash.new(0)) do |interval, calls|
+                   .each_with_object({}) do |interval, calls|
             case interval.state
             when :run then site = interval.site && !through_scheduler?(interval.site) ? interval.site : nil
             when :idle
-              calls[site] += [interval.end_ns, turn.end_ns].min - [interval.start_ns, turn.start_ns].max if site
+              next unless site
+
+              call = calls[call_key(site)] ||= [site, 0]
+              call[1] += [interval.end_ns, turn.end_ns].min - [interval.start_ns, turn.start_ns].max
               site = nil
             end
           end
