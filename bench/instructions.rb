@@ -18,6 +18,11 @@ MODES = {
   "metrics" => "GVLScope::Metrics.enable",
   "trace" => "GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
   "trace+stacks" => "GVLScope.start(File.join(dir, 't.gvl'))",
+  # The loops' turns recorded too: this thread has no loop, its releases still have no site to read.
+  "trace+stacks+fibers" => "GVLScope.start(File.join(dir, 't.gvl'), fibers: true)",
+  # The same calls made by a loop's task in its turn (IN_A_TASK): each release's site is read, as a
+  # blocking call there stalls the loop (docs/fibers.md).
+  "trace+stacks+fibers, in a task" => "GVLScope.start(File.join(dir, 't.gvl'), fibers: true)",
   "metrics+trace" => "GVLScope::Metrics.enable; GVLScope.start(File.join(dir, 't.gvl'), stacks: false)",
 }
 begin
@@ -27,16 +32,22 @@ rescue LoadError
   warn "gvltools not installed: its row is skipped"
 end
 MODES.freeze
+IN_A_TASK = ["trace+stacks+fibers, in a task"].freeze
+SCHEDULER = File.expand_path("../lab/tiny_scheduler.rb", __dir__)
 
 Callgrind.require!
 
 totals = Dir.mktmpdir("gvlscope-instructions") do |dir|
   MODES.to_h do |mode, setup|
+    work = "File.open('/dev/zero') { |zero| #{CALLS}.times { zero.sysread(16) } }"
+    # One turn of one task: /dev/zero never makes it wait, so it never gives the loop back.
+    work = "Thread.new { Fiber.set_scheduler(TinyScheduler.new); Fiber.schedule { #{work} } }.join" if IN_A_TASK.include?(mode)
     script = <<~RUBY
       require "gvlscope"
-      dir = #{File.join(dir, mode).tap { |d| Dir.mkdir(d) }.inspect}  # a file per mode: traces never overwrite
+      require #{SCHEDULER.inspect}
+      dir = #{File.join(dir, mode.tr(' ,', '_')).tap { |d| Dir.mkdir(d) }.inspect}  # a file per mode: traces never overwrite
       #{setup}
-      File.open("/dev/zero") { |zero| #{CALLS}.times { zero.sysread(16) } }
+      #{work}
     RUBY
     total = Callgrind.instructions(RbConfig.ruby, "-I", LIB, "-e", script)
     $stderr.puts "#{mode}: #{total} instructions"

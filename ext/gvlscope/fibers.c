@@ -538,6 +538,7 @@ static void set_tracking(int on) {
     // What was seen before is not continued: a turn in progress while off is unknown.
     for (size_t i = 0; i < loops_capa; i++) loops[i].seen = 0;
     tracking = on;
+    gvls_stacks_loop_turns(on ? gvls_fibers_in_task_turn : NULL);  // a task's blocking call gets its release site
 }
 
 int gvls_fibers_requests;
@@ -715,4 +716,14 @@ void gvls_fibers_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
     rb_define_singleton_method(mNative, "loop_turns_reset", native_loop_turns_reset, 0);
     rb_define_singleton_method(mNative, "loop_rows", native_loop_rows, 0);
+}
+
+// In the GVL hook, at the slot's own SUSPENDED (it still holds the GVL; fiber_switched writes the
+// loop on this same thread): whether a task holds its loop's turn, begun in the trace now recording.
+// A blocking call there stalls the whole loop: its release site is worth reading (stacks.c). Reads
+// only: no allocation, no lock.
+int gvls_fibers_in_task_turn(const gvls_thread *slot) {
+    const loop_state *loop = loop_of(slot, 0);
+    return loop && loop->seen && loop->in_task && loop->turn_started_ns &&
+           loop->turn_generation && loop->turn_generation == gvls_current_trace.generation;
 }

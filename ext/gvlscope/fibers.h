@@ -45,5 +45,8 @@ void gvls_fibers_own_stop(VALUE fiber);
 // The descriptor of the connection a Rack request on a fiber server came on: Falcon's
 // (env["protocol.http.request"].connection.stream.io), else -1. Never raises.
 int gvls_fibers_fd_of_env(VALUE env);
+// In the GVL hook, on the slot's own thread before it releases the GVL: whether a task of its loop
+// holds the turn, in the trace now recording (its turn records are in it). No allocation, no lock.
+int gvls_fibers_in_task_turn(const gvls_thread *slot);
 
 #endif

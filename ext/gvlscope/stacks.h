@@ -15,19 +15,29 @@
 
 typedef struct {
     _Atomic int on;           // a trace with stacks records: read by the hook on every event
-    _Atomic int64_t waiting;  // threads that fired READY and not yet RESUMED/EXITED (any Ractor)
+    // Threads that fired READY and not yet RESUMED/EXITED (any Ractor), plus GVLS_STACKS_LOOP_TURNS
+    // while event loops' turns are tracked: one counter, so a release with neither pays one test.
+    _Atomic int64_t waiting;
 } gvls_stacks_state;
+
+// In `waiting` while loops are tracked (gvls_stacks_loop_turns): far above any count of waiters.
+#define GVLS_STACKS_LOOP_TURNS ((int64_t)1 << 40)
 
 extern gvls_stacks_state gvls_stacks;
 
-// Out of line: reads frames (only while someone waits, so the cost stays off the fast path).
+// Out of line: reads frames (only while someone waits, or while a loop's task holds its turn: a
+// blocking call there stalls every fiber of the loop; the cost stays off the fast path).
 void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns);
+// fibers.c, when it starts (or stops: NULL) tracking loops: its query "does a task of this slot's
+// loop hold the turn?", asked at a release nobody waits for. A pointer: stacks is below fibers.
+void gvls_stacks_loop_turns(int (*in_task_turn)(const gvls_thread *slot));
 // With the GVL, in a Ruby event hook on the running fiber: its own frames as a release site's, the
 // stack id (counted as a site), or 0 (none, dropped, or no trace with stacks).
 uint32_t gvls_stacks_capture_site(void);
 
 // After the trace recorded the event. The waiting count decides whether a release is worth its
-// site: with nobody waiting, the sysread fast path pays two counter updates and no frame reads.
+// site: with nobody waiting (and no loop tracked), the sysread fast path pays two counter updates
+// and no frame reads.
 static inline void gvls_stacks_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     switch (kind) {
       case GVLS_EV_READY:

@@ -27,9 +27,9 @@ module GVLScope
       blocking: "another blocking call (a C extension without the GVL)",
       preempted: "the scheduler switched it out at the end of its timeslice",
       exit: "it exited",
-      # The recorder reads a release's site only while another thread waits for the GVL (and only
-      # in a trace with stacks): the rest is not known, not guessed.
-      unknown: "no release site recorded (one is recorded only while another thread waits for the GVL)",
+      # The recorder reads a release's site only while another thread waits for the GVL, or inside
+      # an event loop's turn (and only in a trace with stacks): the rest is not known, not guessed.
+      unknown: "no release site recorded (one is recorded only while another thread waits for the GVL, or in an event loop's turn)",
     }.freeze
 
     # Why an idle thread was idle (docs/format.md, "Idle reasons"): the cause of the release before

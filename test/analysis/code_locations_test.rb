@@ -263,7 +263,7 @@ class CodeLocationsTest < Minitest::Test
     assert_equal({ unknown: 2, exit: 1 }, report.all_rows.first.released_by)
     text = GVLScope::Formats::ReportText.new(report).to_s
     assert_match(/^io .* unknown 2, exit 1$/, text)
-    assert_includes text, "\n  unknown    no release site recorded (one is recorded only while another thread waits for the GVL)\n"
+    assert_includes text, "\n  unknown    no release site recorded (one is recorded only while another thread waits for the GVL, or in an event loop's turn)\n"
     refute_includes text, "blocking"
   end
 end

@@ -14,7 +14,7 @@ require "gvlscope/cli"
 class GoldenTest < Minitest::Test
   TRACES = File.join(GVLScopeTestHelper::ROOT, "test/fixtures/traces")
   EXPECTED = File.join(TRACES, "expected")
-  INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl hog-v3.gvl thrash.gvl loop.gvl gvl-tracing-1.7.0.json].freeze
+  INPUTS = %w[convoy.gvl counters.gvl mixed.gvl ractor.gvl hog.gvl hog-v3.gvl thrash.gvl loop.gvl loop-blocking.gvl gvl-tracing-1.7.0.json].freeze
   # Small enough to keep; the others' exports are checked by test/formats/export_test.rb's invariants.
   EXPORTED = %w[convoy.gvl counters.gvl ractor.gvl hog.gvl loop.gvl gvl-tracing-1.7.0.json].freeze
   # The traces recorded with stacks: their folded stacks and pprof profile too (the others have none to export).

@@ -303,6 +303,121 @@ class EventLoopTraceTest < Minitest::Test
     end
   end
 
+  REAP_LINE = __LINE__ + 4 # reap's Process.wait
+
+  # Waits for a child process with Process.wait: TinyScheduler has no `process_wait`, so the thread
+  # blocks in waitpid without the GVL, and no other fiber of its loop runs meanwhile.
+  def reap(pid) = Process.wait(pid)
+
+  # Task A gives the loop back once (B and C become ready), then blocks in reap until a child
+  # started before (its spawn is not in the turn) exits: A's long turn, followed right away by B's
+  # and C's. Returns the Model::Scan.
+  def record_a_blocked_loop(dir)
+    GVLScope::Model.timeline(record_tasks(dir) do
+      child = spawn("sleep", "0.2")
+      Fiber.schedule do
+        sleep 0
+        reap(child)
+      end
+      2.times { Fiber.schedule { sleep 0 } }
+    end)
+  end
+
+  # The intervals of the loop's thread that overlap +turn+ (the first began before it: a fiber
+  # switch is no GVL event), as [state, reason, the site's top label] (a :run interval's site is
+  # the one read at the release that ended it).
+  def inside(scan, turn)
+    scan.intervals_of(turn.thread).select { |interval| interval.end_ns > turn.start_ns && interval.start_ns < turn.end_ns }
+        .map { |interval| [interval.state, interval.reason, interval.site&.first&.label] }
+  end
+
+  # No other thread waits for the GVL, yet the loop thread's release inside a task's turn has its
+  # site (the recorder reads it while a task holds the turn); its releases outside turns (the
+  # scheduler's own IO.select, between turns) have none, as any release nobody waits for.
+  def test_a_blocking_call_in_a_turn_has_its_release_site
+    Dir.mktmpdir do |dir|
+      scan = record_a_blocked_loop(dir)
+      long = scan.turns.max_by(&:duration_ns)
+      assert_equal [[:run, :join, "Process.wait"], [:idle, :join, nil], [:wait, nil, nil]], inside(scan, long).first(3)
+      site = scan.intervals_of(long.thread).find { |interval| interval.site }.site
+      assert_equal ["Process.wait", "EventLoopTraceTest#reap"], site.first(2).map(&:label)
+      assert_equal [__FILE__, REAP_LINE], [site[1].path, site[1].line]
+      outside = scan.intervals_of(long.thread).reject do |interval|
+        scan.turns.any? { |turn| interval.end_ns.between?(turn.start_ns, turn.end_ns) }
+      end
+      assert(outside.any? { |interval| interval.state == :run }, "the loop ran between turns")
+      assert(outside.none?(&:site), "no site for a release outside a task's turn nobody waited for")
+    end
+  end
+
+  # The finding names the blocking call (the method, where it was called, in which method), apart
+  # from the CPU-bound turn's finding: the turn's time went off the GVL, not in Ruby code.
+  def test_a_blocking_call_that_stalls_the_loop_is_named_by_its_release_site
+    Dir.mktmpdir do |dir|
+      scan = record_a_blocked_loop(dir)
+      findings = GVLScope::Analysis::Report.new(scan).findings
+      assert_equal [:loop_blocking], findings.map(&:kind) & %i[loop_stall loop_blocking], findings.map(&:title).inspect
+      finding = findings.find { |found| found.kind == :loop_blocking }
+      long = scan.turns.max_by(&:duration_ns)
+      file = GVLScope::Vocabulary.short_site(__FILE__)
+      assert_match(/\AEvent loop blocked: fiber #{long.fiber} stalled the loop of '[^']+' for \d+ ms in a blocking call outside the scheduler: `Process.wait` at #{Regexp.escape(file)}:#{REAP_LINE} in `EventLoopTraceTest#reap` \(a \d+ ms turn\); 2 turns of other fibers came right after\z/,
+                   finding.title)
+      assert_equal({ label: "Process.wait", path: file, line: REAP_LINE }, finding.evidence[:call])
+      assert_equal :join, finding.evidence[:cause]
+      # The thread's time off the GVL after that release, within the turn.
+      idle = scan.intervals_of(long.thread).find { |interval| interval.state == :idle && interval.start_ns.between?(long.start_ns, long.end_ns) }
+      assert_equal [idle.end_ns, long.end_ns].min - idle.start_ns, finding.evidence[:blocked_ns]
+      assert_equal 2 * long.duration_ns, finding.explains_wait_ns
+      assert finding.loop_wait
+      assert_match(/use the scheduler-aware call .* or move it to a thread/, finding.fix)
+      text, err, status = gvlscope_in_process("report", scan.file.path)
+      assert_equal [0, ""], [status, err]
+      assert_includes text, "ms of loop wait] #{finding.title}\n"
+      json, = gvlscope_in_process("report", scan.file.path, "--format", "json")
+      assert_equal finding.title, JSON.parse(json)["findings"].find { |found| found["kind"] == "loop_blocking" }["title"]
+    end
+  end
+
+  # A scheduler whose sleep waits in its own IO.select, inside the task's turn: the loop stalls,
+  # but through the scheduler (the fix is not "use the scheduler-aware call"): a CPU-style stall.
+  class SelectInHookScheduler < TinyScheduler
+    def kernel_sleep(duration = nil)
+      return super if duration.nil? || duration.zero?
+
+      IO.select(nil, nil, nil, duration)
+    end
+  end
+
+  def test_a_release_through_the_schedulers_own_select_is_not_called_blocking
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "loop.gvl")
+      GVLScope.start(path, fibers: true)
+      Thread.new do
+        Fiber.set_scheduler(SelectInHookScheduler.new)
+        Fiber.schedule do
+          sleep 0
+          sleep 0.15
+        end
+        2.times { Fiber.schedule { sleep 0 } }
+      end.join
+      GVLScope.stop
+      scan = GVLScope::Model.timeline(path)
+      long = scan.turns.max_by(&:duration_ns)
+      assert_equal [:run, :io, "IO.select"], inside(scan, long).first, "its release site was read: inside a turn"
+      kinds = GVLScope::Analysis::Report.new(scan).findings.map(&:kind)
+      assert_equal [:loop_stall], kinds & %i[loop_stall loop_blocking]
+    end
+  end
+
+  # A CPU-bound turn keeps its finding: its time was spent running, not blocked.
+  def test_a_cpu_bound_turn_is_not_called_blocking
+    Dir.mktmpdir do |dir|
+      _file, path = record_a_loop(dir)
+      kinds = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.map(&:kind)
+      assert_equal [:loop_stall], kinds & %i[loop_stall loop_blocking]
+    end
+  end
+
   # Format version 3 (before turns): read as before, with no turns.
   def test_a_version_3_trace_still_reads
     path = File.join(ROOT, "test/fixtures/traces/hog-v3.gvl")

@@ -112,7 +112,7 @@ module GVLScope
         end
         sites = code.release_sites
         lines << "" << "Release sites: the calls that gave the GVL up, by the wait for it that followed " \
-                       "(#{sites.sum(&:count)} releases recorded while another thread waited)."
+                       "(#{sites.sum(&:count)} releases recorded while another thread waited or in an event loop's turn)."
         if sites.empty?
           lines << "" << "None recorded."
         else

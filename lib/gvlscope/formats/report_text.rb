@@ -49,7 +49,7 @@ module GVLScope
         holders.first(rows).each { |row| lines << format("    %5.1f%%  %s", 100 * row.share, row.name) }
         sites = code.release_sites
         lines << "  release sites: the calls that gave the GVL up, by the wait for it that followed " \
-                 "(#{sites.sum(&:count)} releases recorded while another thread waited)"
+                 "(#{sites.sum(&:count)} releases recorded while another thread waited or in an event loop's turn)"
         lines << "    (none recorded)" if sites.empty?
         sites.first(rows).each do |row|
           lines << format("    %10s %5d calls  %-9s %s  (%s)", Units.ms(row.weight), row.count, row.cause, row.name,

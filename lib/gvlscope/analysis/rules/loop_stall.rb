@@ -17,6 +17,12 @@ module GVLScope
       # every 100 ms into a long turn), else where its fiber gave the loop back (TURN_SITE: the
       # caller of the scheduler's hook it was in). A server's loop stalls for its app's boot once
       # and for a CPU-bound route at each request: each has its finding, ranked by the wait it explains.
+      #
+      # A long turn spent mostly off the GVL in a blocking call that did not go through the scheduler
+      # (Process.wait, a read of a blocking IO, a C extension's blocking region: the recorder reads
+      # the release site of a task's release inside its turn even when no thread waits) is the
+      # second kind, :loop_blocking, named by that call: the fix is the scheduler-aware call, or a
+      # thread, not faster code. A release under a scheduler hook (its own select) is not one.
       class LoopStall < Rule
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
         # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
@@ -25,14 +31,108 @@ module GVLScope
                              address_resolve timeout_after blocking_operation_wait].freeze
         SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
 
+        # A turn is a blocking one when at least this share of it was spent in blocking calls outside the scheduler.
+        BLOCKED_SHARE = 0.5
+        # Intervals read per long turn (every thread's, in one more pass of the engine).
+        INTERVALS_PER_TURN = 10_000
+
+        # The blocking call a turn spent its time in: +site+ its release site (a stack), +blocked_ns+
+        # the turn's time off the GVL after such releases, +cause+ the release cause.
+        Blocking = Struct.new(:site, :blocked_ns, :cause)
+
         def findings
           turns = @timeline.respond_to?(:turns) ? @timeline.turns : []
           long = turns.select { |turn| turn.duration_ns >= LONG_TURN_NS && turn.followers.any? }
-          long.group_by { |turn| [turn.thread, code_of(turn)&.first] }
-              .filter_map { |(thread, _code), same| stall(thread, same) }
+          blocking = blocking_calls(long)
+          blocked, running = long.partition { |turn| blocking.key?(turn) }
+          running.group_by { |turn| [turn.thread, code_of(turn)&.first] }
+                 .filter_map { |(thread, _code), same| stall(thread, same) } +
+            blocked.group_by { |turn| [turn.thread, call_key(blocking[turn].site)] }
+                   .filter_map { |(thread, _call), same| blocked_stall(thread, same, blocking) }
         end
 
         private
+
+        # { turn => Blocking } for the long turns spent mostly in blocking calls outside the
+        # scheduler: the loop thread's idle time after a release with a site that has no scheduler
+        # hook in it, from the intervals of the turns (one pass for all of them; a trace with stacks).
+        def blocking_calls(long)
+          return {} if long.empty? || !@timeline.stacks?
+
+          windows = @report.details(long.map { |turn| [turn.start_ns, turn.end_ns] }, limit: INTERVALS_PER_TURN)
+          long.zip(windows).each_with_object({}) do |(turn, intervals), found|
+            site, blocked_ns = blocked_time(turn, intervals).values.max_by(&:last)
+            next unless site && blocked_ns >= BLOCKED_SHARE * turn.duration_ns
+
+            found[turn] = Blocking.new(site, blocked_ns, Vocabulary.release_cause(site))
+          end
+        end
+
+        # { call_key => [a site of that call, ns] }: the turn's thread idle inside the turn after
+        # releasing the GVL outside the scheduler, by call (its stacks may differ deeper down).
+        def blocked_time(turn, intervals)
+          site = nil
+          intervals.select { |interval| interval.thread == turn.thread }.sort_by(&:start_ns)
+                   .each_with_object({}) do |interval, calls|
+            case interval.state
+            when :run then site = interval.site && !through_scheduler?(interval.site) ? interval.site : nil
+            when :idle
+              next unless site
+
+              call = calls[call_key(site)] ||= [site, 0]
+              call[1] += [interval.end_ns, turn.end_ns].min - [interval.start_ns, turn.start_ns].max
+              site = nil
+            end
+          end
+        end
+
+        def through_scheduler?(stack) = stack.any? { |frame| frame.label.to_s.match?(SCHEDULER_HOOK) }
+
+        # Releases of one call: its method, and the line of the code that made it.
+        def call_key(site)
+          code = code_frame(site)
+          [site.first&.label, code&.path, code&.line]
+        end
+
+        def code_frame(stack) = stack.find { |frame| frame.path && !frame.path.start_with?("<internal:") }
+
+        def blocked_stall(thread, long, blocking)
+          waited = long.sum { |turn| turn.duration_ns * turn.followers.size }
+          return if waited < @timeslice_ns / 4 # as #stall
+
+          longest = long.max_by(&:duration_ns)
+          call = blocking[longest]
+          label = @labels.fetch(thread) { Vocabulary.thread_label(nil, thread) }
+          code = code_frame(call.site)&.shown
+          top = call.site.first&.shown
+          others = long.size - 1
+          finding(
+            kind: :loop_blocking, about: @rows.key?(thread) ? [@rows[thread]] : [], loop_wait: true, explains_wait_ns: waited,
+            title: format("Event loop blocked: fiber %d stalled the loop of %s for %s in a blocking call outside the " \
+                          "scheduler: %s (a %s turn); %d turn%s of other fibers came right after%s",
+                          longest.fiber, quote(label), ms(call.blocked_ns), describe_call(top, code), ms(longest.duration_ns),
+                          longest.followers.size, longest.followers.size == 1 ? "" : "s",
+                          others.zero? ? "" : format(" (%d more such turn%s, %s blocked in all)", others, others == 1 ? "" : "s",
+                                                     ms(long.sum { |turn| blocking[turn].blocked_ns }))),
+            evidence: { thread: label, long_turns: long.size, long_turns_ns: long.sum(&:duration_ns),
+                        longest_turn_ns: longest.duration_ns, blocked_ns: call.blocked_ns, fiber: longest.fiber,
+                        turns_right_after: longest.followers.size, loop_wait_ns: waited, cause: call.cause,
+                        call: { label: top&.label, path: code&.path, line: code&.line },
+                        **(code ? { code: { label: code.label, path: code.path, line: code.line } } : {}) },
+            fix: "the call kept the loop's thread off the GVL without giving the loop back, so no other fiber of " \
+                 "the loop ran meanwhile: use the scheduler-aware call (one the Fiber scheduler hooks: IO on a " \
+                 "non-blocking IO, `sleep`, Process.wait with a scheduler that has `process_wait`) or move it to a " \
+                 "thread (e.g. `Thread.new { ... }.value`, which the scheduler waits for without blocking the loop)",
+            focus_ns: [longest.start_ns, longest.end_ns]
+          )
+        end
+
+        # "`Process.wait` at app.rb:12 in `Object#reap`", as a release site is named (CodeLocations::Row#name).
+        def describe_call(top, code)
+          return "`#{top&.label}`" unless code
+
+          "`#{top.label}` at #{code.path}:#{code.line} in `#{code.label}`"
+        end
 
         def stall(thread, long)
           waited = long.sum { |turn| turn.followers.sum { |later| turn.kept_waiting_ns(later) } }
