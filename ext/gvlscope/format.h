@@ -94,9 +94,19 @@ enum gvls_event_kind {
 // of the loop feels, while reading a stack for every shorter turn would cost each switch.
 #define GVLS_LONG_TURN_NS 10000000ull
 
-static inline uint64_t gvls_record(unsigned kind, uint32_t thread_serial, uint64_t delta_ns) {
-    return (uint64_t)kind | (uint64_t)thread_serial << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;
+// The record's fields, built and read only here (the recorder's writer and sinks, the report
+// engine; Ruby's Model::Record takes the same macros from GVLScope::Engine's constants).
+// +value+: the Ruby thread's serial, or an ARG's value (at most GVLS_MAX_THREAD_SERIAL).
+static inline uint64_t gvls_record(unsigned kind, uint32_t value, uint64_t delta_ns) {
+    return (uint64_t)kind | (uint64_t)value << GVLS_RECORD_KIND_BITS | delta_ns << GVLS_RECORD_DELTA_SHIFT;
 }
+static inline unsigned gvls_record_kind(uint64_t record) {
+    return (unsigned)(record & ((UINT64_C(1) << GVLS_RECORD_KIND_BITS) - 1));
+}
+static inline uint32_t gvls_record_value(uint64_t record) {
+    return (uint32_t)(record >> GVLS_RECORD_KIND_BITS) & GVLS_MAX_THREAD_SERIAL;
+}
+static inline uint64_t gvls_record_delta(uint64_t record) { return record >> GVLS_RECORD_DELTA_SHIFT; }
 
 // The native threads' CPU time, sampled by the drain thread (never by the hook) every
 // GVLS_CPU_SAMPLE_EVERY_NS while a trace runs: holds are wall time, and a hold that spans two

@@ -33,7 +33,7 @@ static size_t chunk_bytes(const gvls_chunk *chunk) {
 
 static uint64_t chunk_last_abs_ns(const gvls_chunk *chunk) {
     uint32_t count = chunk->header.count;
-    uint64_t delta = count ? chunk->records[count - 1] >> GVLS_RECORD_DELTA_SHIFT : 0;
+    uint64_t delta = count ? gvls_record_delta(chunk->records[count - 1]) : 0;
     return T.start_ns + chunk->header.base_ns + delta;
 }
 
@@ -162,7 +162,7 @@ static int write_chunks(dump_job *job, const gvls_chunk *chunk, uint64_t *scratc
         if (!kept) continue;
         job->records += kept;
         for (uint32_t i = chunk->header.count - kept; i < chunk->header.count; i++) {
-            if ((chunk->records[i] & ((1u << GVLS_RECORD_KIND_BITS) - 1)) < GVLS_EV_ARG) job->events++;
+            if (gvls_record_kind(chunk->records[i]) < GVLS_EV_ARG) job->events++;
         }
         job->dropped += chunk->header.dropped_before;
     }

@@ -113,12 +113,15 @@ int gvls_write_events(const gvls_out *out, const gvls_events_header *header, con
 int gvls_write_events_since(const gvls_out *out, const gvls_events_header *header, const uint64_t *records, uint64_t base_abs_ns,
                             uint64_t cutoff_ns, uint64_t *scratch, uint32_t *kept) {
     uint32_t count = header->count, first = 0;
-    while (first < count && base_abs_ns + (records[first] >> GVLS_RECORD_DELTA_SHIFT) < cutoff_ns) first++;
+    while (first < count && base_abs_ns + gvls_record_delta(records[first]) < cutoff_ns) first++;
     *kept = count - first;
     if (*kept == 0) return 0;  // drops before an aged-out chunk belong to the past as well
     // Deltas only shrink, so they still fit.
-    uint64_t shift = records[first] >> GVLS_RECORD_DELTA_SHIFT;
-    for (uint32_t i = 0; i < *kept; i++) scratch[i] = records[first + i] - (shift << GVLS_RECORD_DELTA_SHIFT);
+    uint64_t shift = gvls_record_delta(records[first]);
+    for (uint32_t i = 0; i < *kept; i++) {
+        uint64_t record = records[first + i];
+        scratch[i] = gvls_record(gvls_record_kind(record), gvls_record_value(record), gvls_record_delta(record) - shift);
+    }
     gvls_events_header rebased = *header;
     rebased.base_ns = base_abs_ns + shift - cutoff_ns;
     rebased.count = *kept;

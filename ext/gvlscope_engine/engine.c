@@ -755,6 +755,13 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_const(mEngine, "EVENT_KINDS", words(KIND_WORDS, sizeof(KIND_WORDS) / sizeof(*KIND_WORDS)));
     rb_define_const(mEngine, "STATES", words(STATE_WORDS, ST_COUNT));
     rb_define_const(mEngine, "REASONS", words(REASON_WORDS, R_COUNT));
+    // format.h's record layout under its own names, for Ruby's readers and writers of records
+    // (Model::Record; test/model/record_test.rb checks them against format.h's text).
+    rb_define_const(mEngine, "RECORD_KIND_BITS", INT2FIX(GVLS_RECORD_KIND_BITS));
+    rb_define_const(mEngine, "RECORD_THREAD_BITS", INT2FIX(GVLS_RECORD_THREAD_BITS));
+    rb_define_const(mEngine, "RECORD_DELTA_SHIFT", INT2FIX(GVLS_RECORD_DELTA_SHIFT));
+    rb_define_const(mEngine, "RECORD_MAX_DELTA", ULL2NUM(GVLS_RECORD_MAX_DELTA));
+    rb_define_const(mEngine, "MAX_THREAD_SERIAL", UINT2NUM(GVLS_MAX_THREAD_SERIAL));
 
     cIndex = rb_define_class_under(mEngine, "Index", rb_cObject);
     rb_undef_alloc_func(cIndex);

@@ -135,9 +135,9 @@ static int index_chunk(eng_index *index, size_t number, uint64_t *records) {
         if (status) return status;
         for (uint32_t i = 0; i < block; i++) {
             uint64_t record = records[i];
-            uint8_t kind = record & 15;
-            uint32_t serial = (record >> 4) & 0xFFFFFF;
-            int64_t time = chunk->base + (int64_t)(record >> 28);
+            uint8_t kind = (uint8_t)gvls_record_kind(record);
+            uint32_t serial = gvls_record_value(record);
+            int64_t time = chunk->base + (int64_t)gvls_record_delta(record);
             uint64_t order = index->record_index++;
             if (time < previous_time) chunk->sorted = 0;
             previous_time = time;

@@ -87,8 +87,8 @@ static int load_chunk(eng_engine *engine, size_t number) {
     int64_t last = -1;
     for (uint32_t i = 0; i < chunk->count; i++) {
         uint64_t record = engine->records[i];
-        uint8_t kind = record & 15;
-        uint32_t serial = (record >> 4) & 0xFFFFFF;
+        uint8_t kind = (uint8_t)gvls_record_kind(record);
+        uint32_t serial = gvls_record_value(record);
         if (index->args && kind >= EV_TURN_BEGIN && kind <= EV_TURN_READY) {
             last = -1;  // not an item (Index#turns has them); its ARG attaches to nothing here
             continue;
@@ -102,7 +102,7 @@ static int load_chunk(eng_engine *engine, size_t number) {
             continue;
         }
         eng_item *item = &items[size];
-        item->time = chunk->base + (int64_t)(record >> 28);
+        item->time = chunk->base + (int64_t)gvls_record_delta(record);
         item->index = chunk->first_index + i;
         item->serial = serial;
         item->native = chunk->lane;

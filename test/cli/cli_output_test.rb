@@ -323,7 +323,8 @@ class CLIEndingsTest < Minitest::Test
     Dir.mktmpdir("gvlscope-no-report") do |dir|
       garbage = File.join(dir, "garbage.gvl")
       data = File.binread(File.join(FIXTURES, "traces/convoy.gvl"))
-      data[40 + 8 + 24, 8] = [0x0f].pack("Q<") # the first record: an unknown event kind (the engine refuses it)
+      # the first record: an unknown event kind (the engine refuses it)
+      data[40 + 8 + 24, 8] = [GVLScope::Model::Record.pack(GVLScope::Model::Record::MAX_KIND, 0, 0)].pack("Q<")
       File.binwrite(garbage, data)
       ended = trace_without_end_record(dir)
       err = StringIO.new

@@ -47,7 +47,7 @@ class FuzzTest < Minitest::Test
 
     # records: [[kind, thread serial, ns since base], ...] in time order.
     def events(native, tid, base, records, dropped: 0)
-      packed = records.map { |kind, serial, delta| KIND.fetch(kind) | serial << 4 | delta << 28 }
+      packed = records.map { |kind, serial, delta| GVLScope::Model::Record.pack(KIND.fetch(kind), serial, delta) }
       chunk(1, [native, tid, base, records.size, dropped].pack("L<L<Q<L<L<") + packed.pack("Q<*"))
     end
 
@@ -227,7 +227,8 @@ class FuzzTest < Minitest::Test
       "cut.gvl" => CONTENTION[0, CONTENTION.bytesize - 30],
       "huge-count.gvl" => lie(CONTENTION, 0) { |payload| payload[16, 4] = [0xFFFF_FFFF].pack("L<") },
       "huge-time.gvl" => lie(CONTENTION, 0) { |payload| payload[8, 8] = [2**64 - 1].pack("Q<") },
-      "bad-kind.gvl" => CONTENTION.dup.tap { |data| data[40 + 8 + 24] = [0x0f | (1 << 4)].pack("C") },
+      # the first record's low byte: kind MAX_KIND (unknown), thread 1
+      "bad-kind.gvl" => CONTENTION.dup.tap { |data| data[40 + 8 + 24] = [GVLScope::Model::Record.pack(GVLScope::Model::Record::MAX_KIND, 1, 0)].pack("C") },
       "ts.json" => JSON.generate(JSON_SEEDS[1]).sub('"ts":5.5', '"ts":1e400'),
       "tid.json" => JSON.generate(JSON_SEEDS[1]).gsub('"tid":1,', '"tid":-3,'),
       "bytes.json" => "[{\"ph\":\"B\",\xff".b,

@@ -146,7 +146,7 @@ class ReferenceTimeline
       when :suspended
         others = @waiting_by_ractor[ractor] - (cursor.state == :wait ? 1 : 0)
         transition(cursor, :idle, time)
-        release(cursor, site_ids.empty? ? nil : site_ids[(time << 24) | serial])
+        release(cursor, site_ids.empty? ? nil : site_ids[GVLScope::Model::TraceFile.site_key(time, serial)])
         cursor.suspend_native = natives[i]
         cursor.suspend_time = time
         cursor.others_wanted = others.positive?

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "gvlscope/vocabulary"
+require "gvlscope/model/record"
 
 # Writes valid .gvl traces (docs/format.md) of any size, fast: the memory test and bench/report.rb
 # need traces of 10M and 100M events, which no recorder writes in reasonable time.
@@ -72,7 +73,7 @@ module SyntheticTrace
       lanes.each_with_index do |records, index|
         records.each_slice(4096) do |slice|
           base = slice.first[0]
-          payload = slice.map { |at, kind| KIND.fetch(kind) | (index + 1) << 4 | (at - base) << 28 }.pack("Q<*")
+          payload = slice.map { |at, kind| GVLScope::Model::Record.pack(KIND.fetch(kind), index + 1, at - base) }.pack("Q<*")
           io.write([1, 24 + payload.bytesize, index + 1, 9000 + index, base, slice.size, 0].pack("L<L<L<L<Q<L<L<"), payload)
         end
       end
@@ -80,6 +81,20 @@ module SyntheticTrace
       io.write([3, 24, time + 2_000, lanes.sum(&:size), 0].pack("L<L<Q<Q<Q<"))
     end
     lanes.sum(&:size)
+  end
+
+  # Exactly the records given, one events chunk per lane in the order given: +lanes+ { native
+  # serial => [base_ns, [[kind, value, delta_ns], ...]] }, +kind+ a symbol of KIND or a number (any
+  # that fits a record's field). With stacks (ARG records carry values), no thread table.
+  def write_records(path, lanes, end_ns:)
+    File.open(path, "wb") do |io|
+      io.write(header(true))
+      lanes.each do |native, (base, records)|
+        payload = records.map { |kind, value, delta| GVLScope::Model::Record.pack(KIND.fetch(kind, kind), value, delta) }.pack("Q<*")
+        io.write([1, 24 + payload.bytesize, native, 9000, base, records.size, 0].pack("L<L<L<L<Q<L<L<"), payload)
+      end
+      io.write([3, 24, end_ns, lanes.sum { |_, (_, records)| records.size }, 0].pack("L<L<Q<Q<Q<"))
+    end
   end
 
   def header(stacks)
@@ -111,7 +126,7 @@ module SyntheticTrace
     end
     records.map do |lane|
       first = lane.first[0]
-      payload = lane.map { |at, kind, value| KIND.fetch(kind) | value << 4 | (at - first) << 28 }.pack("Q<*")
+      payload = lane.map { |at, kind, value| GVLScope::Model::Record.pack(KIND.fetch(kind), value, at - first) }.pack("Q<*")
       { records: lane, first_time: first, payload: payload, events: lane.count { |_, kind, _| !%i[arg sample].include?(kind) } }
     end
   end

@@ -262,7 +262,7 @@ module GVLScope
 
           # What .check refuses, and what a .gvl cannot hold (a serial has 24 bits), .read handles.
           raise GiveUp unless @pid.is_a?(Integer) && @pid.between?(0, MAX_ID)
-          raise GiveUp unless tid.is_a?(Integer) && tid >= 0 && tid < GvlWriter::MAX_SERIAL
+          raise GiveUp unless tid.is_a?(Integer) && tid >= 0 && tid < Record::MAX_VALUE
           raise GiveUp unless ts.is_a?(Numeric) && ts.finite? && ts.abs < MAX_TS
           raise GiveUp if @emitted_ts && ts < @emitted_ts # later than the window allows
 

@@ -4,6 +4,8 @@ require_relative "../vocabulary"
 
 module GVLScope
   module Model
+    autoload :Record, File.expand_path("record", __dir__) # with the engine's extension: on first use
+
     # Writes a .gvl trace (docs/format.md, version 3, no stacks) from events given in time order:
     # how an importer (GVLTracing.convert) hands another tool's trace to the report engine without
     # keeping its events. Memory: one buffer of CHUNK_RECORDS records per native thread (lane).
@@ -19,9 +21,8 @@ module GVLScope
       CHUNK_RECORDS = 8192
       # The events' numbers (ext/gvlscope/format.h's, through Vocabulary::EVENT_KINDS): not ARG, SAMPLE and turns.
       KIND_CODES = Vocabulary::EVENT_KINDS.each_with_index.to_h.except(nil, :arg, :sample, :turn_begin, :turn_end, :turn_site, :turn_ready).freeze
-      MAX_SERIAL = 0xFFFFFF # 24 bits of a record
-      # A record keeps 36 bits of time after its chunk's base; sealing at 34 keeps each record a
-      # Fixnum (no Bignum per event).
+      # A record keeps Record::MAX_DELTA (2^36 - 1) ns after its chunk's base; sealing at 2^34
+      # keeps each record a Fixnum (no Bignum per event).
       MAX_DELTA_NS = 1 << 34
       MAX_TIME_NS = 1 << 62
 
@@ -37,7 +38,7 @@ module GVLScope
         io.write([MAGIC, VERSION, HEADER_BYTES, 0, 0, pid, timeslice_ns / 1000, 0, 0].pack(HEADER))
       end
 
-      # One event of thread +serial+ (1..MAX_SERIAL) at +time_ns+ (0 <= time < 2^62, not before the
+      # One event of thread +serial+ (1..Record::MAX_VALUE) at +time_ns+ (0 <= time < 2^62, not before the
       # previous event's), recorded on native thread +native+ (its lane; the thread's own by default).
       def add(time_ns, kind, serial, native = serial)
         lane = @lanes[native] ||= [time_ns, time_ns, []]
@@ -45,7 +46,7 @@ module GVLScope
         flush(native, lane) if lane[2].size >= CHUNK_RECORDS || time_ns - lane[0] >= MAX_DELTA_NS
         lane[0] = time_ns if lane[2].empty?
         lane[1] = time_ns
-        lane[2] << (KIND_CODES.fetch(kind) | serial << 4 | (time_ns - lane[0]) << 28)
+        lane[2] << Record.pack(KIND_CODES.fetch(kind), serial, time_ns - lane[0])
         @events += 1
         @last_time = time_ns
         @last_lane = native

@@ -6,6 +6,7 @@ require_relative "../vocabulary"
 require_relative "trace_file"
 require_relative "gvl_tracing"
 require_relative "interval"
+require_relative "engine_library"
 
 module GVLScope
   module Model
@@ -38,24 +39,9 @@ module GVLScope
       def self.load!
         return if @loaded
 
-        begin
-          load_engine
-        rescue LoadError => e
-          # A checkout shared by two Rubies: lib/gvlscope/gvlscope_engine.so was compiled by the other one.
-          detail = e.message.include?("incompatible") || e.message.include?("undefined symbol") ? "does not match this Ruby" : "does not load"
-          raise Error, "gvlscope's report engine #{detail} (#{RUBY_VERSION}): #{e.message}. " \
-                       "In a checkout, build it with `bundle exec rake clobber compile`."
-        end
+        Model.load_engine_library
         Engine.vocabulary(NAMES, REASONS.map(&:to_s))
         @loaded = true
-      end
-
-      # By load path (an installed gem keeps it in its extension directory), else beside lib/gvlscope
-      # (a checkout run as exe/gvlscope, lib not on the load path).
-      def self.load_engine
-        require "gvlscope/gvlscope_engine"
-      rescue LoadError
-        require_relative "../gvlscope_engine"
       end
 
       # The name of an interval in the exports, by the engine's name code: a state, or

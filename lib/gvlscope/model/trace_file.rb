@@ -6,6 +6,8 @@ require_relative "../printable"
 
 module GVLScope
   module Model
+    autoload :Record, File.expand_path("record", __dir__) # with the engine's extension: on first use
+
     # What the trace says about one Ruby thread. +created_at+: where Thread.new was called
     # ("app.rb:12", Vocabulary.short_site of what Thread#inspect shows), or nil. +namesake+: true
     # when another thread of the trace has the same name (Model.mark_namesakes).
@@ -80,7 +82,7 @@ module GVLScope
       #   natives[i] the native thread's serial (the lane it was recorded on)
       #
       # With stacks (stacks? true), code locations:
-      #   site_ids    { (time_ns << 24 | thread serial) of a SUSPENDED => stack id }
+      #   site_ids    { TraceFile.site_key(time_ns, thread serial) of a SUSPENDED => stack id }
       #   raw_samples [[time_ns, thread serial, stack id], ...] in time order
       #   stack(id)   the stack (frozen Array of Frame), nil if the file has no table for it
       #   stack_counts { sites:, samples:, dropped:, unreadable: } as the recorder counted them
@@ -103,6 +105,9 @@ module GVLScope
       def self.read(path)
         new(path).tap(&:read)
       end
+
+      # The key of #site_ids: a SUSPENDED's time and thread serial in one Integer.
+      def self.site_key(time_ns, serial) = time_ns << Record::VALUE_BITS | serial
 
       # The file's header, thread table, stacks and end record, and an index of its event chunks
       # (#chunk_index), without reading a single event: what Model::Scan needs before the native
@@ -332,9 +337,9 @@ module GVLScope
         @warnings << "#{@path}: file ends inside a chunk at byte #{offset} (process killed?); read what came before"
       end
 
-      # Appends the chunk's times and, per event, a "meta" Integer: the record's low 28 bits (kind
-      # and thread serial) with the native thread's serial above them. Whole-array operations, no
-      # per-event objects: a trace holds millions of events.
+      # Appends the chunk's times and, per event, its Record.meta (kind, thread serial and native
+      # thread's serial in one Integer). Whole-array operations, no per-event objects: a trace
+      # holds millions of events.
       # Every length is checked against the chunk's size before anything is allocated for it.
       def read_events(data, offset, bytes, times, metas)
         start = offset + 8
@@ -349,11 +354,10 @@ module GVLScope
         @native_tids[native] = tid
         @dropped += dropped_before
         records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES - @base)
-        native_bits = native << 28
-        return read_events_with_stacks(records, base, native_bits, times, metas) if args?
+        return read_events_with_stacks(records, base, native, times, metas) if args?
 
-        times.concat(records.map { |record| base + (record >> 28) })
-        metas.concat(records.map { |record| (record & 0xFFFFFFF) | native_bits })
+        times.concat(records.map { |record| base + Record.delta(record) })
+        metas.concat(records.map { |record| Record.meta(record, native) })
       end
 
       # #read_events for #index: the same checks; the chunk joins the index, its records stay in
@@ -374,17 +378,17 @@ module GVLScope
 
       # The same, taking out the records that are not events: an ARG belongs to the record before
       # it in the same lane (native thread), possibly the last of the lane's previous chunk.
-      def read_events_with_stacks(records, base, native_bits, times, metas)
+      def read_events_with_stacks(records, base, native, times, metas)
         @last_in_lane ||= {}
-        last = @last_in_lane[native_bits]
+        last = @last_in_lane[native]
         records.each do |record|
-          kind = record & 15
-          time = base + (record >> 28)
-          serial = (record >> 4) & 0xFFFFFF
+          kind = Record.kind(record)
+          time = base + Record.delta(record)
+          serial = Record.value(record)
           @stack_records = (@stack_records || 0) + 1 if kind >= ARG
           if kind == ARG
             if last && last[0] == SUSPENDED
-              @site_ids[(last[2] << 24) | last[1]] = serial
+              @site_ids[TraceFile.site_key(last[2], last[1])] = serial
             elsif last && last[0] == SAMPLE
               @raw_samples << [last[2], last[1], serial]
             elsif last && TURN_KINDS.cover?(last[0])
@@ -402,9 +406,9 @@ module GVLScope
           end
 
           times << time
-          metas << ((record & 0xFFFFFFF) | native_bits)
+          metas << Record.meta(record, native)
         end
-        @last_in_lane[native_bits] = last
+        @last_in_lane[native] = last
       end
 
       # The code locations the trace interned (format.h, gvls_stacks_header). Every count is
@@ -518,12 +522,12 @@ module GVLScope
         @times = order.map { |i| times[i] }
         metas = order.map { |i| metas[i] }
         # Records that are not events (ARG, SAMPLE) were taken out above; one left here is corrupt.
-        @kinds = metas.map { |meta| EVENTS[meta & 15] }
+        @kinds = metas.map { |meta| EVENTS[Record.kind(meta)] }
         if (bad = @kinds.index(nil))
-          corrupt!(record_offset(order[bad]), "unknown event kind #{metas[bad] & 15}")
+          corrupt!(record_offset(order[bad]), "unknown event kind #{Record.kind(metas[bad])}")
         end
-        @threads = metas.map { |meta| (meta >> 4) & 0xFFFFFF }
-        @natives = metas.map { |meta| meta >> 28 }
+        @threads = metas.map { |meta| Record.value(meta) }
+        @natives = metas.map { |meta| Record.meta_native(meta) }
       end
     end
   end
