@@ -68,7 +68,7 @@ module GVLScope
       # each, and inside a long one the code its fiber gave the loop back in.
       def write_turns_profile(name, turns)
         begin_profile("evented", name, "events")
-        @out << turns.map do |turn|
+        @out << "\n" << turns.map do |turn|
           fiber = frame("fiber #{turn.fiber}")
           code = turn.given_back_at
           inner = code ? [frame(code.label, code.path, code.line)] : []
