@@ -48,17 +48,23 @@ function runningSums(base64) {
   return sums;
 }
 
-// A lane's interval times (report_html.rb, ReportHTML#lane): BER integers, gap then length per
-// interval, into arrays of starts and ends.
-function intervalTimes(base64, count) {
+// A reader of BER integers (report_html.rb, ReportHTML#ber) from base64: each call, the next one.
+function berReader(base64) {
   const bytes = decode(base64, Uint8Array);
-  const starts = new Uint32Array(count), ends = new Uint32Array(count);
-  let at = 0, time = 0;
-  const next = () => {
+  let at = 0;
+  return () => {
     let value = 0, byte;
     do { byte = bytes[at++]; value = value * 128 + (byte & 127); } while (byte & 128);
     return value;
   };
+}
+
+// A lane's interval times (report_html.rb, ReportHTML#lane): BER integers, gap then length per
+// interval, into arrays of starts and ends.
+function intervalTimes(base64, count) {
+  const starts = new Uint32Array(count), ends = new Uint32Array(count);
+  const next = berReader(base64);
+  let time = 0;
   for (let i = 0; i < count; i++) {
     starts[i] = time += next();
     ends[i] = time += next();
@@ -69,13 +75,8 @@ function intervalTimes(base64, count) {
 // A loop's fibers lane (report_html.rb, ReportHTML#fiber_lane): its turns' fibers (BER serials)
 // and times, encoded as the intervals'.
 function fiberLane(t) {
-  const bytes = decode(t.fibers.serials, Uint8Array);
-  const fibers = new Float64Array(t.fibers.count);
-  for (let i = 0, at = 0; i < fibers.length; i++) {
-    let value = 0, byte;
-    do { byte = bytes[at++]; value = value * 128 + (byte & 127); } while (byte & 128);
-    fibers[i] = value;
-  }
+  const fibers = new Uint32Array(t.fibers.count), next = berReader(t.fibers.serials);
+  for (let i = 0; i < fibers.length; i++) fibers[i] = next();
   const [starts, ends] = intervalTimes(t.fibers.times, t.fibers.count);
   return { label: "fibers", loop: t.label, others: 0, fibers: fibers, starts: starts, ends: ends, sums: null };
 }
