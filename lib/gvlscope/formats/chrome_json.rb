@@ -87,7 +87,6 @@ module GVLScope
           args = { fiber: turn.fiber }
           code = turn.given_back_label
           args[:code] = code if code
-          args[:open] = true if turn.open
           emit(%({"ph":"X","name":"fiber #{turn.fiber}","pid":#{pid},"tid":#{tid},"ts":#{us(turn.start_ns)},) +
                %("dur":#{us(turn.duration_ns)},"args":#{JSON.generate(args)}}))
         end
