@@ -8,6 +8,7 @@ require "gvlscope/formats/report_html"
 require_relative "../support/headless_chromium"
 require_relative "../support/synthetic_report"
 require_relative "../support/reference_timeline"
+require_relative "../support/loop_turns"
 
 # The HTML report opened in a real headless Chromium (Debian's chromium package, which
 # script/test installs): it must render without a JavaScript error and show every thread, the
@@ -18,6 +19,7 @@ require_relative "../support/reference_timeline"
 class ReportHTMLTest < Minitest::Test
   include GVLScopeTestHelper
   include HeadlessChromium
+  include LoopTurns
 
   SPIN_FILE = File.join(ROOT, "test/support/gvl_workloads.rb")
   NOT_RECORDED = '<div id="stacks">stacks: not recorded' # the section's text, not the script's
@@ -154,6 +156,74 @@ class ReportHTMLTest < Minitest::Test
     dom, data = render(write_html(report))
     assert_equal "none", data["flame"]
     assert dom.include?(NOT_RECORDED), dom[%r{<h2>Where the waiting.*?</div>}m]
+  end
+
+  # loop.gvl's event loop: under the loop thread's lane, a lane of its turns (Model::Turns, as
+  # every export draws them); hovered, each turn says its fiber, its duration and its start.
+  def test_a_loops_turns_have_a_lane_under_its_thread
+    report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(LOOP))
+    # Each turn zoomed to (its middle at the centre of the view), hovered on the fibers lane (the
+    # third: main, the loop's thread, its fibers), its tooltip kept.
+    hover = <<~JS
+      const box = document.getElementById("timeline").getBoundingClientRect(), said = [];
+      for (const [fiber, start, end] of #{JSON.generate(TURNS)}) {
+        const margin = Math.max((end - start) * 0.5, 10);
+        view = { from: start - margin, to: end + margin };
+        draw();
+        const x = box.left + LABEL_WIDTH + (box.width - LABEL_WIDTH) / 2, y = box.top + AXIS + 2 * LANE + LANE / 2;
+        document.getElementById("timeline").dispatchEvent(new MouseEvent("mousemove", { clientX: x, clientY: y }));
+        said.push(document.getElementById("tooltip").textContent);
+      }
+      document.body.dataset.probeTurns = said.join("\\n");
+    JS
+    html = write_html(report, extra_script: hover)
+    data = page_data(html)
+    assert_equal 1, data["unitNs"]
+    assert_equal "all", data["timeline"]["turns"]
+    main, loop_lane = data["threads"]
+    assert_equal [nil, LOOP_NAME], [main["fibers"], loop_lane["label"]]
+    assert_equal TURNS, page_turns(loop_lane)
+
+    _dom, shown = render(html)
+    assert_equal "3", shown["lanes"], "main, the loop's thread and its fibers"
+    assert_equal "2", shown["turns-drawn"], "the last turn and the end of the one before it, in its view"
+    expected = TURNS.map do |fiber, start_ns, end_ns|
+      "#{LOOP_NAME}: fiber #{fiber} for #{format_ns(end_ns - start_ns)} at #{format_ns(start_ns)}"
+    end
+    assert_equal expected, shown["probe-turns"].split("\n")
+  end
+
+  # Beyond Budget#turns, the page holds the turns that meet its intervals' windows, the first
+  # Budget#turns of them; a trace without turns has neither the key nor a fibers lane.
+  def test_the_turns_keep_to_the_budget
+    report = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(LOOP))
+    budget = GVLScope::Formats::ReportHTML::Budget.new(**GVLScope::Formats::ReportHTML::BUDGET.to_h, turns: 3)
+    data = page_data(write_html(report, budget: budget))
+    assert_equal "windows", data["timeline"]["turns"]
+    assert_equal [[0, report.duration_ns]], data["timeline"]["windows"]
+    assert_equal TURNS.first(3), page_turns(data["threads"][1])
+    _dom, shown = render(write_html(report, budget: budget))
+    assert_equal "3", shown["lanes"]
+
+    plain = page_data(write_html(GVLScope::Analysis::Report.new(GVLScope::Model.timeline(File.join(ROOT, "test/fixtures/traces/hog.gvl")))))
+    refute plain["timeline"].key?("turns")
+    assert(plain["threads"].none? { |lane| lane.key?("fibers") })
+  end
+
+  # A fibers lane's turns, [fiber, start, end] in the page's units.
+  def page_turns(lane)
+    fibers = lane.fetch("fibers")
+    serials = fibers["serials"].unpack1("m0").unpack("w*")
+    at = 0
+    times = fibers["times"].unpack1("m0").unpack("w*").each_slice(2).map { |gap, length| [at += gap, at += length] }
+    assert_equal [fibers["count"]] * 2, [serials.size, times.size]
+    serials.zip(times).map(&:flatten)
+  end
+
+  # What the viewer's formatNs writes: three significant digits, no trailing zeros.
+  def format_ns(ns)
+    value, unit = [[1e9, "s"], [1e6, "ms"], [1e3, "us"]].find { |scale, _| ns >= scale } || [1, "ns"]
+    "#{format('%.3g', ns / value.to_f)} #{unit}"
   end
 
   # Beyond the budget, the timeline shows the overview's bins, and the intervals themselves in a

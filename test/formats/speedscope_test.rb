@@ -5,6 +5,7 @@ require "json"
 require "tmpdir"
 require "gvlscope/formats/speedscope"
 require_relative "../support/speedscope"
+require_relative "../support/loop_turns"
 
 # The speedscope export opened in speedscope itself (its npm package, pinned, in headless
 # Chromium: test/support/speedscope.rb): it loads without an error or warning; first the holders'
@@ -15,6 +16,7 @@ require_relative "../support/speedscope"
 class SpeedscopeTest < Minitest::Test
   include GVLScopeTestHelper
   include SpeedscopeViewer
+  include LoopTurns
 
   CONVOY = File.join(ROOT, "test/fixtures/traces/convoy.gvl")
   STATE_NAMES = GVLScope::Vocabulary::STATES.keys.flat_map do |state|
@@ -78,6 +80,31 @@ class SpeedscopeTest < Minitest::Test
       assert_match(/Tried to end .* when .* was on the top of the stack/, shown.warnings.join("\n"))
       nested = shown.profiles.flat_map(&:rows).select { |row| row.total.percent > row.self_weight.percent + 1 }
       refute_empty nested, "no frame of the Chrome JSON export is drawn inside another any more"
+    end
+  end
+
+  # loop.gvl's event loop (test/formats/fiber_views_test.rb checks the events): speedscope loads the
+  # loop's fibers profile without a warning, after its thread's, and gives each fiber the time of
+  # its turns (of all turns' time: speedscope's percentages are of the time a frame is open), fiber 1's long turn inside it as the code it gave the loop back in.
+  def test_speedscope_shows_the_loops_fibers
+    Dir.mktmpdir("gvlscope-speedscope") do |dir|
+      file = File.join(dir, "loop.speedscope.json")
+      _out, err, status = gvlscope("export", LOOP, "--format", "speedscope", "-o", file)
+      assert status.success?, err
+      shown = open_in_speedscope(file)
+      assert_empty shown.errors, shown.log.join("\n")
+      assert_empty shown.warnings, shown.log.join("\n")
+      assert_equal ["main", LOOP_NAME, "#{LOOP_NAME}: fibers"], shown.profiles.map(&:name)
+      fibers = shown.profiles.last
+      busy_ns = TURNS.sum { |_, start_ns, end_ns| end_ns - start_ns }
+      TURNS.group_by(&:first).each do |fiber, turns|
+        row = fibers.row("fiber #{fiber}")
+        assert_in_delta 100.0 * turns.sum { |_, start_ns, end_ns| end_ns - start_ns } / busy_ns, row.total.percent, 0.01, row.name
+      end
+      _fiber, start_ns, end_ns = TURNS[LONG_TURN]
+      code = fibers.row("Object#render_report")
+      assert_in_delta 100.0 * (end_ns - start_ns) / busy_ns, code.total.percent, 0.01
+      assert_equal ["Object#render_report", *(1..5).map { |fiber| "fiber #{fiber}" }], fibers.rows.map(&:name).sort
     end
   end
 

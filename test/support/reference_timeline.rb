@@ -719,7 +719,7 @@ module ReferenceCheck
 
   # The engine's exports draw the reference's intervals: each thread's Chrome slices (and native
   # lanes when native threads are shared), the counter of threads waiting for the GVL, and each
-  # thread's speedscope row.
+  # thread's speedscope row. (The loops' turns, on tracks and profiles of their own, are Model::Turns'.)
   def assert_exports_match_reference(name, scan, reference)
     # Times are microseconds with up to 3 decimals: exact as BigDecimal. A time below zero
     # (a broken trace's) is written as its floored microseconds, then the ns left over:
@@ -753,7 +753,9 @@ module ReferenceCheck
 
     speedscope = JSON.parse(GVLScope::Formats::Speedscope.new(scan).to_s)
     frames = speedscope.dig("shared", "frames").map { |frame| frame["name"] }
-    rows = speedscope["profiles"].select { |profile| profile["type"] == "evented" }
+    # A loop thread's fibers profile follows its row (test/formats/fiber_views_test.rb checks it).
+    fibers = scan.turns.map(&:thread).uniq.map { |serial| "#{scan.threads[serial].display_name}: fibers" }
+    rows = speedscope["profiles"].select { |profile| profile["type"] == "evented" && !fibers.include?(profile["name"]) }
     drawn = reference.threads.values.select { |thread| thread.intervals.any? { |interval| interval.end_ns > interval.start_ns } }
     assert_equal drawn.size, rows.size, "#{name}: speedscope rows"
     drawn.zip(rows).each do |thread, row|

@@ -11,7 +11,9 @@ module GVLScope
     # nests its back-to-back slices into a staircase: formats/speedscope.rb is the file for it).
     # One process per Ractor, one track per Ruby thread, a complete event ("X") per state
     # interval, a counter of threads waiting for the GVL, and a "native threads" process showing
-    # which Ruby thread each native thread ran (the M:N view).
+    # which Ruby thread each native thread ran (the M:N view). A thread whose event loop gave its
+    # fibers turns (traces with turns, docs/fibers.md) has a second track, "<thread>: fibers", with
+    # a complete event "fiber N" per turn (Model::Turn, as the Perfetto export draws them).
     #
     # Bytes per slice are what bound an export of 100M events (the disk's write rate): a thread's
     # slices carry no "cat" (the track says they are GVL states; only the native lanes' slices
@@ -22,6 +24,9 @@ module GVLScope
     # of ~1 MB: never the whole document in memory.
     class ChromeJSON < Format
       NATIVE_PID = 0
+      # A loop's fibers track: a tid of its own (the JSON importers nest no track under a thread's;
+      # turns overlap its GVL states, which one track would nest wrongly), clear of the serials.
+      FIBERS_TID_OFFSET = 1_000_000
 
       def write(io)
         @io = io
@@ -35,6 +40,7 @@ module GVLScope
           rpid = ractor_pid(thread.ractor_id)
           emit(meta("thread_name", rpid, thread.serial, thread.display_name))
           write_slices(rpid, thread)
+          write_turns(rpid, thread)
         end
         stream(:chrome_counter, %({"ph":"C","name":"threads waiting for the GVL","pid":#{ractor_pid(1)},"ts":))
         write_native_lanes
@@ -69,6 +75,30 @@ module GVLScope
       end
 
       def write_slices(pid, thread) = stream(:chrome_slices, thread.serial, pid)
+
+      # The loop's turns: "fiber N" from its start to its end, args the fiber's serial and, for a
+      # long turn with a site, the code its fiber gave the loop back from (as the report names it).
+      def write_turns(pid, thread)
+        turns = turns_by_thread[thread.serial] or return
+
+        tid = FIBERS_TID_OFFSET + thread.serial
+        emit(meta("thread_name", pid, tid, "#{thread.display_name}: fibers"))
+        turns.each do |turn|
+          args = { fiber: turn.fiber }
+          code = turn.given_back_label
+          args[:code] = code if code
+          emit(%({"ph":"X","name":"fiber #{turn.fiber}","pid":#{pid},"tid":#{tid},"ts":#{us(turn.start_ns)},) +
+               %("dur":#{us(turn.duration_ns)},"args":#{JSON.generate(args)}}))
+        end
+      end
+
+      def turns_by_thread = @turns_by_thread ||= (timeline.respond_to?(:turns) ? timeline.turns : []).group_by(&:thread)
+
+      # ns as the engine writes µs: 3 decimals, without their trailing zeros.
+      def us(ns)
+        whole, part = ns.divmod(1000)
+        part.zero? ? whole.to_s : "#{whole}.#{format('%03d', part).sub(/0+\z/, '')}"
+      end
 
       def meta(name, pid, tid, value)
         tid_part = tid ? %(,"tid":#{tid}) : ""

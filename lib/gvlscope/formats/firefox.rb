@@ -16,6 +16,9 @@ module GVLScope
     #   ("run", "wait", "idle (io)", "gc", "started"; "exited" an instant), each with data
     #   {type: "GVL", state, reason (of an idle interval), released_by (the cause that ended a run)}
     #   and a category per state, so the marker chart draws each thread as a row of states;
+    # - a thread whose event loop gave its fibers turns (traces with turns, docs/fibers.md): an
+    #   interval marker "fiber N" per turn (Model::Turn), data {type: "Fiber", fiber, code (where a
+    #   long turn's fiber gave the loop back)}, after its states;
     # - with stacks, the holder samples as the holder thread's samples (stack, frame and func
     #   tables), each weighted by the threads that waited then: the call tree of a thread is the
     #   code it ran while it made others wait.
@@ -32,6 +35,7 @@ module GVLScope
       CATEGORY = { run: 1, wait: 2, idle: 3, gc: 4 }.freeze
       RUBY = 5
       MARKER = "GVL"
+      FIBER_MARKER = "Fiber"
       # The holders are sampled at the timer thread's 10 ms tick.
       INTERVAL_MS = 10
 
@@ -59,7 +63,7 @@ module GVLScope
           interval: INTERVAL_MS, startTime: (scan.file.start_realtime_ns || 0) / 1_000_000.0, processType: 0,
           product: "gvlscope #{GVLScope::VERSION}: #{File.basename(scan.file.path.to_s)}", stackwalk: 0, **VERSION_FIELDS,
           symbolicated: true, categories: CATEGORIES.map { |name, color| { name: name, color: color, subcategories: ["Other"] } },
-          markerSchema: [marker_schema], initialVisibleThreads: threads.each_index.to_a,
+          markerSchema: [marker_schema, *([fiber_marker_schema] if turns_of.any?)], initialVisibleThreads: threads.each_index.to_a,
           initialSelectedThreads: threads.empty? ? [] : [main]
         }
       end
@@ -77,6 +81,37 @@ module GVLScope
         }
       end
 
+      # Only in a trace with turns: the others' profiles stay as they were.
+      def fiber_marker_schema
+        {
+          name: FIBER_MARKER, display: %w[marker-chart marker-table timeline-overview],
+          tooltipLabel: "{marker.name} {marker.data.code}", tableLabel: "{marker.name} {marker.data.code}",
+          chartLabel: "{marker.name}",
+          data: [{ key: "fiber", label: "Fiber", format: "integer", searchable: true },
+                 { key: "code", label: "Gave the loop back in", format: "string", searchable: true },
+                 { label: "Description", value: "a turn of the thread's event loop: the fiber it ran (gvlscope: docs/fibers.md)" }]
+        }
+      end
+
+      # The event loops' turns, by thread serial (the Perfetto export's, Model::Turns).
+      def turns_of(serial = nil)
+        @turns_of ||= (scan.respond_to?(:turns) ? scan.turns : []).group_by(&:thread)
+        serial ? @turns_of.fetch(serial, []) : @turns_of
+      end
+
+      # The thread's turns as marker columns (JSON texts by column key), after its states'.
+      def turn_columns(serial, intern)
+        turns = turns_of(serial)
+        {
+          "startTime" => turns.map { |turn| ms(turn.start_ns) }, "endTime" => turns.map { |turn| ms(turn.end_ns) },
+          "name" => turns.map { |turn| intern.call("fiber #{turn.fiber}") },
+          "data" => turns.map do |turn|
+            JSON.generate({ type: FIBER_MARKER, fiber: turn.fiber, code: turn.given_back_label }.compact)
+          end,
+          "category" => turns.map { RUBY }, "phase" => turns.map { 1 }
+        }
+      end
+
       # The thread's name, and its Ractor when the trace has several (as in the speedscope export).
       def name_of(thread)
         @several_ractors = scan.ractors.size > 1 if @several_ractors.nil?
@@ -91,6 +126,7 @@ module GVLScope
         tables = sample_tables(samples_of(thread.serial), intern)
         # Every name a marker may have, interned first; a column of texts by the engine's keys.
         names, data, categories, phases = marker_texts(intern)
+        turns = turn_columns(thread.serial, intern)
         pid = scan.file.pid.to_s
         head = {
           name: name_of(thread), isMainThread: thread.info.main ? true : false, processType: "default",
@@ -105,9 +141,10 @@ module GVLScope
           @io << @out
           @out.clear
           @length = engine_write(@io, :firefox_column, thread.serial, column, texts || [], scan: scan)
-          @out << "]"
+          @out << "," if @length.positive? && turns[key].any?
+          @out << turns[key].join(",") << "]"
         end
-        @out << %(,"length":#{@length}},"stringArray":#{JSON.generate(strings.keys)}})
+        @out << %(,"length":#{@length + turns["name"].size}},"stringArray":#{JSON.generate(strings.keys)}})
       end
 
       # [names, data, categories, phases]: each an Array of JSON texts by the engine's key (a name

@@ -25,7 +25,10 @@ module GVLScope
     #   and one where the threads waited most (Budget#detail_intervals in all), which the viewer
     #   draws where the view meets them.
     # At most Budget#lanes threads get a lane of their own (those that ran and waited most, and
-    # those a finding names); the others share one lane of their average.
+    # those a finding names); the others share one lane of their average. Under a shown thread
+    # whose event loop gave its fibers turns (traces with turns, docs/fibers.md), a lane of the
+    # turns (Model::Turn): all of them up to Budget#turns, else those that meet the intervals'
+    # windows (the first Budget#turns).
     #
     # With stacks, "Where the waiting came from": an icicle graph of the wait-weighted holder
     # profile (all threads, and one per thread a finding names as the holder: clicking the
@@ -45,10 +48,12 @@ module GVLScope
       THREAD_PROFILE_NODES = 500
       RELEASE_SITES = 10 # rows of the release-site table
 
-      # What the page may hold. The defaults keep it under ~21 MB for any trace: an interval takes
+      # What the page may hold. The defaults keep it under ~23 MB for any trace: an interval takes
       # 3-4 bytes (ReportHTML#lane), 11 at most, so a --window page's 1,000,000 take 15 MB at most
       # in base64; an overview lane 2,000 bins * 4 * 2 bytes, 21 KB in base64 (4.3 MB for 201
-      # lanes); the table's 1,000 rows about 150 KB; findings, stacks and the viewer a few hundred KB.
+      # lanes); a turn 3-6 bytes (its fiber, gap and length), 15 at most, so 200,000 take 4 MB at most
+      # in base64 (1 MB typically); the table's 1,000 rows about 150 KB; findings, stacks and the
+      # viewer a few hundred KB.
       # embed_all_intervals: a trace of at most this many events has all its intervals on the page
       # detail_intervals:    otherwise, the intervals of all the windows around findings, together
       #                      (the pass keeps up to 3 times as many, ~48 bytes each: within twice the
@@ -58,10 +63,11 @@ module GVLScope
       # lanes:               threads drawn one per lane; the rest share one lane
       # findings:            findings listed (each with title, fix and its window)
       # table_rows:          rows of the thread table
+      # turns:               event loops' turns (all of them, or those in the intervals' windows)
       Budget = Struct.new(:embed_all_intervals, :detail_intervals, :window_intervals, :windows, :lanes, :bins, :findings,
-                          :table_rows, keyword_init: true)
+                          :table_rows, :turns, keyword_init: true)
       BUDGET = Budget.new(embed_all_intervals: 200_000, detail_intervals: 200_000, window_intervals: 1_000_000, windows: 20,
-                          lanes: 200, bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000).freeze
+                          lanes: 200, bins: Analysis::Overview::BINS, findings: 100, table_rows: 1000, turns: 200_000).freeze
       SHARE_ONE = 0xFFFF # an overview bin's share of a state, in 1/65535 of the bin (uint16)
       # The data's characters that HTML reads inside <script>: "</script>" ends it and "<!--<script>"
       # keeps the script open to the end of the page (the viewer never starts); U+2028/2029 end a line in older
@@ -152,8 +158,9 @@ module GVLScope
           windows, intervals = join(pieces)
         end
         by_thread = lane_intervals(intervals, unit_ns)
+        turns, turns_in = page_turns(shown, windows)
         lanes = shown.map do |row|
-          lane(row, by_thread[row.serial], mode == "windows" ? overview : nil)
+          lane(row, by_thread[row.serial], mode == "windows" ? overview : nil).merge(fiber_lane(turns[row.serial], unit_ns))
         end
         if others_bins
           lanes << { label: "#{others.size} other threads (average)", serial: nil, ractor: nil, count: 0, others: others.size,
@@ -165,8 +172,43 @@ module GVLScope
             mode: mode, events: events, intervals: lanes.sum { |lane| lane[:count] }, windows: windows,
             busiest: busiest&.take(2), binNs: overview&.bin_ns, bins: overview&.bins, threadsTotal: rows.size,
             lanesShown: shown.size, asked: @window, detailLimit: BUDGET.window_intervals, # what --window takes
+            **(turns_in ? { turns: turns_in } : {}),
           },
         }
+      end
+
+      # The turns on the page by thread serial, and where the page has every turn: "all" (up to
+      # Budget#turns), else "windows" (those meeting the intervals' windows, up to Budget#turns);
+      # nil (no key: the page of a trace without turns is as it was) when none.
+      def page_turns(shown, windows)
+        timeline = @subject.timeline
+        serials = shown.to_set(&:serial)
+        turns = (timeline.respond_to?(:turns) ? timeline.turns : []).select { |turn| serials.include?(turn.thread) }
+        return [{}, nil] if turns.empty?
+
+        if turns.size <= @budget.turns
+          [turns.group_by(&:thread), "all"]
+        else
+          kept = turns.lazy.select { |turn| windows.any? { |from, to| turn.start_ns < to && turn.end_ns > from } }.first(@budget.turns)
+          [kept.group_by(&:thread), "windows"]
+        end
+      end
+
+      # A loop thread's turns as its lane's "fibers" ({} for other threads): count, the fibers'
+      # serials and the times as #lane's (BER, in unitNs: the gap since the previous turn's end,
+      # then its length; the same integer division as the intervals', so they line up).
+      def fiber_lane(turns, unit_ns)
+        return {} unless turns
+
+        times = []
+        last = 0
+        turns.each do |turn|
+          start = turn.start_ns / unit_ns
+          finish = turn.end_ns / unit_ns
+          times << start - last << finish - start
+          last = finish
+        end
+        { fibers: { count: turns.size, serials: [ber(turns.map(&:fiber))].pack("m0"), times: [ber(times)].pack("m0") } }
       end
 
       # The rows that get a lane of their own (in the report's order) and the rest: up to

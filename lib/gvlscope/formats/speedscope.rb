@@ -16,6 +16,11 @@ module GVLScope
     #   thread as one row of back-to-back states. (speedscope misreads the Chrome JSON export: it
     #   adds each "X" event's ts + dur in floating point, and a slice that ends a hair after the
     #   next one begins holds every later slice inside it.)
+    # - after a thread whose event loop gave its fibers turns (traces with turns, docs/fibers.md),
+    #   an evented profile "<thread>: fibers": a frame "fiber N" per turn (Model::Turn), holding
+    #   for a long turn the frame its fiber gave the loop back in. A profile of its own, not frames
+    #   in the thread's: turns overlap its states without nesting in them, and speedscope draws an
+    #   evented profile only as a stack (it warns at an overlap and nests what follows).
     #
     # Times are integer nanoseconds since the trace started: exact in speedscope's doubles.
     # "profiles" comes before "shared": frames are interned as profiles are written, so any
@@ -53,8 +58,27 @@ module GVLScope
 
           name = several_ractors ? "#{thread.display_name} (Ractor #{thread.ractor_id})" : thread.display_name
           write_streamed_profile(name, thread.serial)
+          write_turns_profile("#{name}: fibers", turns_by_thread[thread.serial]) if turns_by_thread.key?(thread.serial)
         end
       end
+
+      def turns_by_thread = @turns_by_thread ||= (timeline.respond_to?(:turns) ? timeline.turns : []).group_by(&:thread)
+
+      # A loop's turns, back to back with the loop's own time between them: "fiber N" open for
+      # each, and inside a long one the code its fiber gave the loop back in.
+      def write_turns_profile(name, turns)
+        begin_profile("evented", name, "events")
+        @out << "\n" << turns.map do |turn|
+          fiber = frame("fiber #{turn.fiber}")
+          code = turn.given_back_at
+          inner = code ? [frame(code.label, code.path, code.line)] : []
+          [fiber, *inner].map { |index| event("O", index, turn.start_ns) }
+                         .concat([*inner, fiber].map { |index| event("C", index, turn.end_ns) }).join(",")
+        end.join(",\n")
+        @out << "]}"
+      end
+
+      def event(type, frame, at) = %({"type":"#{type}","frame":#{frame},"at":#{at}})
 
       # The index of a frame in shared.frames, interned on first use.
       def frame(name, file = nil, line = nil) = @frames[[name, file, line]] ||= @frames.size

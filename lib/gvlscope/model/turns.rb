@@ -16,6 +16,23 @@ module GVLScope
       # How long this turn kept +later+'s fiber waiting: from when it was ready (the whole turn
       # when not known) to this turn's end.
       def kept_waiting_ns(later) = end_ns - (later.ready_ns ? later.ready_ns.clamp(start_ns, end_ns) : start_ns)
+
+      # The task's own frame where it gave the loop back (Frame#shown), or nil without a site:
+      # below the scheduler's hook, the first in a source file (a C method as Kernel#sleep is the
+      # call, not the code).
+      def given_back_at
+        stack = site or return nil
+        hook = stack.rindex { |frame| frame.label.to_s.match?(Turns::SCHEDULER_HOOK) }
+        callers = hook ? stack.drop(hook + 1) : stack
+        frame = callers.find { |f| f.path && !f.path.start_with?("<internal:") } || callers.first
+        frame&.shown
+      end
+
+      # given_back_at as the exports name a frame in a string: "Object#render_report (loop.rb:13)".
+      def given_back_label
+        frame = given_back_at or return nil
+        frame.path ? "#{frame.label} (#{frame.path}:#{frame.line})" : frame.label
+      end
     end
 
     # Turns from a trace's turn records (format version 4; TURN_READY, version 5).
@@ -31,6 +48,11 @@ module GVLScope
       BACK_TO_BACK_NS = 1_000_000
       # ext/gvlscope/format.h's GVLS_LONG_TURN_NS: a turn this long has its site recorded.
       LONG_TURN_NS = 10_000_000
+      # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
+      # frames above them are the scheduler's, the one below names the task's code.
+      SCHEDULER_HOOKS = %w[kernel_sleep io_wait io_read io_write io_pread io_pwrite io_select block process_wait
+                           address_resolve timeout_after blocking_operation_wait].freeze
+      SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
 
       # +records+: [[time_ns, thread, kind, value], ...] in time order (TraceFile#raw_turns, or
       # the engine's Index#turns unpacked); +stack+: id -> stack (nil if unknown); +end_ns+: the

@@ -25,11 +25,6 @@ module GVLScope
       # thread, not faster code. A release under a scheduler hook (its own select) is not one.
       class LoopStall < Rule
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
-        # The scheduler hooks a task gives the loop back from (Fiber::Scheduler's interface): the
-        # frames above them are the scheduler's, the one below names the task's code.
-        SCHEDULER_HOOKS = %w[kernel_sleep io_wait io_read io_write io_pread io_pwrite io_select block process_wait
-                             address_resolve timeout_after blocking_operation_wait].freeze
-        SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
 
         # A turn is a blocking one when at least this share of it was spent in blocking calls outside the scheduler.
         BLOCKED_SHARE = 0.5
@@ -166,7 +161,7 @@ module GVLScope
         def code_of(turn)
           (@code_of ||= {})[turn] ||= begin
             sampled = sampled_code(turn)
-            given_back = !sampled && give_back_code(turn)
+            given_back = !sampled && turn.given_back_at
             sampled ? [sampled, :samples] : given_back && [given_back, :give_back]
           end
         end
@@ -190,16 +185,6 @@ module GVLScope
             (stacked ? @timeline.samples + lone : []).group_by(&:thread).transform_values { |list| list.sort_by(&:time_ns) }
           end
           @samples_of.fetch(thread, [])
-        end
-
-        # The task's own frame where it gave the loop back: below the scheduler's hook, the first
-        # in a source file (a C method as Kernel#sleep is the call, not the code).
-        def give_back_code(turn)
-          stack = turn.site or return nil
-          hook = stack.rindex { |frame| frame.label.to_s.match?(SCHEDULER_HOOK) }
-          callers = hook ? stack.drop(hook + 1) : stack
-          frame = callers.find { |f| f.path && !f.path.start_with?("<internal:") } || callers.first
-          frame&.shown
         end
 
         # As CodeLocations::Row#name: "`Object#spin` (app.rb:6)".

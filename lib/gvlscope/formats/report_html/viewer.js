@@ -1,6 +1,7 @@
 // gvlscope's HTML report viewer: no dependencies, no network. Reads REPORT (written by
-// lib/gvlscope/formats/report_html.rb), draws one lane per thread on a canvas and, with stacks,
-// the holders' profile as an icicle graph and the release-site table.
+// lib/gvlscope/formats/report_html.rb), draws one lane per thread on a canvas (under an event
+// loop's thread, a lane of its fibers' turns) and, with stacks, the holders' profile as an icicle
+// graph and the release-site table.
 "use strict";
 // Errors are recorded on <body> as well as in the console, so a headless browser's DOM dump
 // shows them (test/formats/report_html_test.rb).
@@ -47,17 +48,23 @@ function runningSums(base64) {
   return sums;
 }
 
-// A lane's interval times (report_html.rb, ReportHTML#lane): BER integers, gap then length per
-// interval, into arrays of starts and ends.
-function intervalTimes(base64, count) {
+// A reader of BER integers (report_html.rb, ReportHTML#ber) from base64: each call, the next one.
+function berReader(base64) {
   const bytes = decode(base64, Uint8Array);
-  const starts = new Uint32Array(count), ends = new Uint32Array(count);
-  let at = 0, time = 0;
-  const next = () => {
+  let at = 0;
+  return () => {
     let value = 0, byte;
     do { byte = bytes[at++]; value = value * 128 + (byte & 127); } while (byte & 128);
     return value;
   };
+}
+
+// A lane's interval times (report_html.rb, ReportHTML#lane): BER integers, gap then length per
+// interval, into arrays of starts and ends.
+function intervalTimes(base64, count) {
+  const starts = new Uint32Array(count), ends = new Uint32Array(count);
+  const next = berReader(base64);
+  let time = 0;
   for (let i = 0; i < count; i++) {
     starts[i] = time += next();
     ends[i] = time += next();
@@ -65,11 +72,24 @@ function intervalTimes(base64, count) {
   return [starts, ends];
 }
 
-const lanes = REPORT.threads.map((t) => {
+// A loop's fibers lane (report_html.rb, ReportHTML#fiber_lane): its turns' fibers (BER serials)
+// and times, encoded as the intervals'.
+function fiberLane(t) {
+  const fibers = new Uint32Array(t.fibers.count), next = berReader(t.fibers.serials);
+  for (let i = 0; i < fibers.length; i++) fibers[i] = next();
+  const [starts, ends] = intervalTimes(t.fibers.times, t.fibers.count);
+  return { label: "fibers", loop: t.label, others: 0, fibers: fibers, starts: starts, ends: ends, sums: null };
+}
+
+const lanes = REPORT.threads.flatMap((t) => {
   const [starts, ends] = intervalTimes(t.times, t.count);
-  return { label: t.label, others: t.others, codes: decode(t.codes, Uint8Array), starts: starts, ends: ends,
-           sums: t.bins ? runningSums(t.bins) : null };
+  const lane = { label: t.label, others: t.others, codes: decode(t.codes, Uint8Array), starts: starts, ends: ends,
+                 sums: t.bins ? runningSums(t.bins) : null };
+  return t.fibers ? [lane, fiberLane(t)] : [lane];
 });
+// A colour per fiber serial, golden-angle hues (neighbours differ, whatever the serials), paler
+// than the states' colours.
+const fiberColor = (serial) => `hsl(${(200 + serial * 137.508) % 360}, 60%, 70%)`;
 const stateColors = REPORT.states.map((s) => COLORS[s]);
 // A page made for a range (`gvlscope report --window`) opens on it.
 let view = TIMELINE.asked ? { from: TIMELINE.asked[0] / REPORT.unitNs, to: TIMELINE.asked[1] / REPORT.unitNs }
@@ -137,6 +157,11 @@ function renderStatic() {
   };
   REPORT.states.forEach((s, code) => swatch(COLORS[s], REPORT.labels[code]));
   if (lanes.some((lane) => lane.sums)) swatch(SUMMARY_IDLE, SUMMARY_IDLE_LABEL);
+  if (TIMELINE.turns) {
+    const item = document.createElement("span");
+    item.textContent = "fibers (under a loop's thread): its event loop's turns, a colour per fiber";
+    legend.append(item);
+  }
   text("timeline-note", timelineNote());
   if (TIMELINE.busiest) {
     const link = document.createElement("a");
@@ -319,6 +344,43 @@ function drawIntervals(lane, top, from, to, scale) {
   return drawn;
 }
 
+// Where the page has the turns: everywhere, or where it has the intervals (TIMELINE.turns).
+function turnRanges() { return TIMELINE.turns === "all" ? [[view.from, view.to]] : intervalRanges(); }
+
+// A fibers lane's turns within [from, to] (units), as drawIntervals draws intervals: a turn
+// narrower than a pixel shares its column, which shows the fiber that took most of it. The loop's
+// own time (its select, between turns) is left blank.
+function drawTurns(lane, top, from, to, scale) {
+  let drawn = 0, column = -1;
+  const share = new Map();
+  const flush = () => {
+    if (column < 0) return;
+    let best = -1, most = -1;
+    share.forEach((time, fiber) => { if (time > most) { best = fiber; most = time; } });
+    context.fillStyle = fiberColor(best);
+    context.fillRect(LABEL_WIDTH + column, top + BAR_TOP, 1, BAR);
+    share.clear();
+    drawn++;
+  };
+  for (let i = firstAfter(lane, from); i < lane.fibers.length && lane.starts[i] <= to; i++) {
+    const x0 = (Math.max(lane.starts[i], from) - view.from) * scale;
+    const x1 = (Math.min(lane.ends[i], to) - view.from) * scale;
+    if (x1 - x0 >= 1) {
+      flush();
+      column = -1;
+      context.fillStyle = fiberColor(lane.fibers[i]);
+      context.fillRect(LABEL_WIDTH + x0, top + BAR_TOP, x1 - x0, BAR);
+      drawn++;
+    } else {
+      const at = Math.floor(x0);
+      if (at !== column) { flush(); column = at; }
+      share.set(lane.fibers[i], (share.get(lane.fibers[i]) || 0) + lane.ends[i] - lane.starts[i] + 1e-9);
+    }
+  }
+  flush();
+  return drawn;
+}
+
 function draw() {
   const began = performance.now();
   const width = canvas.clientWidth;
@@ -335,13 +397,14 @@ function draw() {
   // The others' lane has bins only; the page's lanes have no bins when it holds all their intervals.
   const columns = binUnits ? drawBins((lane) => (lane.others ? [[view.from, view.to]] : summarised), scale) : 0;
   drawAxis(plot, scale);
-  let drawn = 0;
+  let drawn = 0, turnsDrawn = 0;
   lanes.forEach((lane, index) => {
     const top = AXIS + index * LANE;
     context.fillStyle = "#222";
     context.font = "12px system-ui, sans-serif";
-    context.fillText(lane.label.slice(0, 24), 4, top + 15);
-    if (!lane.others) detailed.forEach(([from, to]) => { drawn += drawIntervals(lane, top, from, to, scale); });
+    context.fillText(lane.fibers ? "  fibers" : lane.label.slice(0, 24), 4, top + 15);
+    if (lane.fibers) turnRanges().forEach(([from, to]) => { turnsDrawn += drawTurns(lane, top, from, to, scale); });
+    else if (!lane.others) detailed.forEach(([from, to]) => { drawn += drawIntervals(lane, top, from, to, scale); });
   });
   showDetailHint(summarised);
   const mode = detailed.length === 0 ? "summaries" : summarised.length === 0 || !binUnits ? "intervals" : "intervals and summaries";
@@ -351,6 +414,7 @@ function draw() {
   document.body.dataset.lanes = String(lanes.length);
   document.body.dataset.rectangles = String(drawn + columns);
   document.body.dataset.intervalsDrawn = String(drawn);
+  if (TIMELINE.turns) document.body.dataset.turnsDrawn = String(turnsDrawn);
   document.body.dataset.binColumns = String(columns);
   document.body.dataset.drawMs = (performance.now() - began).toFixed(1); // read by bench/report.rb
 }
@@ -414,7 +478,13 @@ function tooltip(event) {
   if (!lane || event.clientX - rect.left < LABEL_WIDTH) { box.style.display = "none"; return; }
   const time = unitsAt(event.clientX);
   const inIntervals = !lane.others && intervalRanges().some(([from, to]) => time >= from && time <= to);
-  if (inIntervals) {
+  if (lane.fibers) {
+    const i = firstAfter(lane, time);
+    const inTurns = turnRanges().some(([from, to]) => time >= from && time <= to);
+    if (!inTurns || i >= lane.fibers.length || lane.starts[i] > time) { box.style.display = "none"; return; }
+    box.textContent = lane.loop + ": fiber " + lane.fibers[i] + " for " +
+      formatNs((lane.ends[i] - lane.starts[i]) * REPORT.unitNs) + " at " + formatNs(lane.starts[i] * REPORT.unitNs);
+  } else if (inIntervals) {
     const i = firstAfter(lane, time);
     if (i >= lane.codes.length || lane.starts[i] > time) { box.style.display = "none"; return; }
     box.textContent = lane.label + ": " + REPORT.labels[lane.codes[i]] + " for " +
