@@ -25,6 +25,7 @@ module GVLScope
       # thread, not faster code. A release under a scheduler hook (its own select) is not one.
       class LoopStall < Rule
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
+        SCHEDULER_HOOK = Model::Turns::SCHEDULER_HOOK # a frame of the Fiber scheduler's hooks
 
         # A turn is a blocking one when at least this share of it was spent in blocking calls outside the scheduler.
         BLOCKED_SHARE = 0.5
