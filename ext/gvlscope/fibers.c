@@ -259,8 +259,10 @@ static void own_ready_since(uint64_t ready_ns, uint64_t called_ns) {
     if (ready_ns < own->out_ns) ready_ns = own->out_ns;  // ready as it gave the thread away: a yield
     if (ready_ns >= own->in_ns) return;
     uint64_t now_ns = gvls_now_ns();
-    uint64_t waited_ns = gvls_metrics_own_wait_since(slot, ready_ns, now_ns, NULL, NULL) -
-                         gvls_metrics_own_wait_since(slot, own->in_ns, now_ns, NULL, NULL);
+    // Each a lower bound when the thread's wait log holds fewer waits than came: never below 0.
+    uint64_t since_ready_ns = gvls_metrics_own_wait_since(slot, ready_ns, now_ns, NULL, NULL);
+    uint64_t since_in_ns = gvls_metrics_own_wait_since(slot, own->in_ns, now_ns, NULL, NULL);
+    uint64_t waited_ns = since_ready_ns > since_in_ns ? since_ready_ns - since_in_ns : 0;
     uint64_t ready_for_ns = own->in_ns - ready_ns;
     if (waited_ns > ready_for_ns) waited_ns = ready_for_ns;
     own->wait_ready_ns += waited_ns;
