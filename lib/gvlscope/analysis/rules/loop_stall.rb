@@ -26,8 +26,8 @@ module GVLScope
       class LoopStall < Rule
         kind :loop_stall, title: "loop stall",
                           legend: "a fiber keeps an event loop for a long turn while other fibers wait for theirs"
-        kind :loop_blocking, title: "loop blocking call",
-                             legend: "a fiber blocks its event loop in a call outside the Fiber scheduler"
+        kind :loop_blocking, title: "blocked loop",
+                               legend: "a fiber blocks its event loop in a call outside the Fiber scheduler"
 
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
         SCHEDULER_HOOK = Model::Turns::SCHEDULER_HOOK # a frame of the Fiber scheduler's hooks
