@@ -475,9 +475,10 @@ module GVLScope
       force = false
       parser = OptionParser.new do |opts|
         opts.banner = "Usage: gvlscope report FILE [--html OUT [--window FROM..TO] [--force]] [--json | --format FORMAT] [--thread NAME]\n\n" \
-                      "Findings (convoy, hog, long hold, contention, hand-off thrash, GC), one per cause, ranked by the\n" \
-                      "GVL wait each explains, with evidence and fixes; per-thread times, GVL held % per Ractor and\n" \
-                      "histograms of hold time, wait time and waiters at acquire.\nFILE: a .gvl trace or a gvl-tracing JSON trace.\n\n"
+                      "Findings (below), one per cause, ranked by the wait each explains, with evidence and fixes;\n" \
+                      "per-thread times, GVL held % per Ractor and histograms of hold time, wait time and waiters\n" \
+                      "at acquire.\nFILE: a .gvl trace or a gvl-tracing JSON trace.\n\n" \
+                      "Findings (their kind in --json):\n#{finding_kinds_help}\n"
         opts.on("--html OUT", "also write a self-contained HTML report (timeline, histograms, findings)") { |o| html = o }
         opts.on("--window FROM..TO", "with --html: the timeline's intervals for this range only, every one (up to 1,000,000),",
                 "time since the trace began with a unit (ns, us, ms, s): 12.5s..12.7s, 300..450ms;",
@@ -520,6 +521,12 @@ module GVLScope
       end
       write_html(report, html, input: path, force: force, window: window) if html
       0
+    end
+
+    # One line per kind of finding (Analysis::KINDS): its name and what it means.
+    def finding_kinds_help
+      require_relative "analysis/rules"
+      Analysis::KINDS.each_value.map { |kind| format("    %-14s %s\n", kind.name, kind.legend) }.join
     end
 
     # --window's [from_ns, to_ns] within the trace: its end cut to the trace's; one that starts

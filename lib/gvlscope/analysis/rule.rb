@@ -8,6 +8,13 @@ require_relative "finding"
 
 module GVLScope
   module Analysis
+    # A kind of finding, declared once next to its rule (Rule.kind) and read by every output that
+    # names kinds (Analysis::KINDS): +name+ is Finding#kind (JSON, diff), +title+ its words in
+    # prose ("long hold"), +legend+ what it means in one line, and +holder+ whose code the HTML
+    # report shows for it: :about (the thread it is about), :main_holder (the convoy's main
+    # holder) or nil (everyone's).
+    FindingKind = Struct.new(:name, :title, :legend, :holder, keyword_init: true)
+
     # What every finding rule shares. A rule asks for repeated, large effects (several events,
     # each a good part of a timeslice) so that a healthy program gets no finding: none is better
     # than a false one (tests check both ways). A rule is built with the Report and answers
@@ -16,6 +23,14 @@ module GVLScope
       # A thread is CPU-bound when the scheduler, not a blocking call, ended most of its holds.
       MIN_PREEMPTIONS = 2
       PREEMPTED_SHARE = 0.5
+
+      # The kinds of finding this rule makes, in the order declared (Rule.kind).
+      def self.kinds = @kinds ||= []
+
+      # Declares a kind this rule makes; #finding takes no other.
+      def self.kind(name, title:, legend:, holder: nil)
+        kinds << FindingKind.new(name: name, title: title, legend: legend, holder: holder).freeze
+      end
 
       def initialize(report)
         @report = report
@@ -34,6 +49,10 @@ module GVLScope
       # A Finding about the threads +about+ (Rows) with the +others+ involved (labels), explaining
       # +explains_wait_ns+ of the trace's GVL wait.
       def finding(kind:, about:, others: [], explains_wait_ns:, **fields)
+        # An undeclared kind would be missing from every output that lists kinds.
+        declared = self.class.kinds.any? { |declared_kind| declared_kind.name == kind }
+        raise ArgumentError, "#{self.class} declares no finding kind #{kind.inspect}" unless declared
+
         about = about.map(&:label)
         Finding.new(kind: kind, about: about, threads: (about + others).uniq, explains_wait_ns: explains_wait_ns,
                     wait_share: if fields[:loop_wait] then nil

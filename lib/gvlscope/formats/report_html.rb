@@ -125,7 +125,7 @@ module GVLScope
           end,
           findingsTotal: report.findings.size,
           # The text report's own sentence, which names the findings it looks for.
-          noFindings: report.findings.empty? ? ReportText.new(report).short.lines.find { |line| line.start_with?("No findings") }&.chomp : nil,
+          noFindings: report.findings.empty? ? ReportText.no_findings : nil,
           table: table,
           histograms: histograms,
           stacks: stacks(findings),
@@ -361,12 +361,13 @@ module GVLScope
         [windows, intervals]
       end
 
-      # The thread whose code a finding is about when it held the GVL: a hog or a long hold itself, a convoy's
-      # main holder; nil for contention (everyone's), which then shows all threads' profile.
+      # The thread whose code a finding is about when it held the GVL (its kind's FindingKind#holder): a hog
+      # or a long hold itself, a convoy's main holder; nil for the others (contention: everyone's), which
+      # then show all threads' profile.
       def holder_of(finding)
-        case finding.kind
-        when :hog, :long_hold then finding.thread
-        when :convoy then finding.evidence[:holders]&.keys&.find { |holder| holder.is_a?(String) }
+        case Analysis::KINDS.fetch(finding.kind).holder
+        when :about then finding.thread
+        when :main_holder then finding.evidence[:holders]&.keys&.find { |holder| holder.is_a?(String) }
         end
       end
 

@@ -46,7 +46,7 @@ module GVLScope
 
       def findings
         list = @report.findings
-        return "No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace." if list.empty?
+        return ReportText.no_findings if list.empty?
 
         lines = ["### Findings (#{list.size}), by #{Analysis::Finding.ranked_by(list)} each explains", ""]
         list.first(SHOWN_FINDINGS).each_with_index do |finding, index|

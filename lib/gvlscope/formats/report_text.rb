@@ -93,6 +93,12 @@ module GVLScope
         [notes.empty? ? "" : " (#{notes.join(', ')})", *held_facts(report.held_ratio_by_ractor)]
       end
 
+      # The sentence of a report without findings: it names every kind the rules look for.
+      def self.no_findings
+        titles = Analysis::KINDS.each_value.map(&:title)
+        "No findings: no #{titles[..-2].join(', ')} or #{titles.last} in this trace."
+      end
+
       # [the busiest Ractor's held share, " (Ractor 1: 40.0%, ...)" or ""] of { ractor => share }:
       # a share per GVL (all Ractors' together could pass 100%). The summary says the same.
       def self.held_facts(held)
@@ -107,7 +113,7 @@ module GVLScope
       # Each finding with the wait it explains, most first (Report#findings), the first five.
       def findings(fixes: true)
         list = @subject.findings
-        return ["No findings: no convoy, hog, contention, hand-off thrash or GC stall in this trace."] if list.empty?
+        return [ReportText.no_findings] if list.empty?
 
         lines = ["Findings (#{list.size}), by #{Analysis::Finding.ranked_by(list)} each explains:"]
         list.first(SHOWN_FINDINGS).each_with_index do |finding, index|

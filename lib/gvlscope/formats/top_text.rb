@@ -163,8 +163,11 @@ module GVLScope
       # The program's threads: gvlscope's own (named "gvlscope ...") are in the table, not in the tops.
       def app_threads = @snapshot.threads.reject { |row| self.class.own?(row) }
 
+      # Names the kinds the live rules look for (Live::Rules::KINDS).
+      FINDINGS_HEADER = "findings (live rules #{Live::Rules::KINDS.map(&:title).join(', ')} on each interval; newest last):"
+
       def findings(frame)
-        lines = ["findings (live rules hog, convoy, contention, loop stall on each interval; newest last):"]
+        lines = [FINDINGS_HEADER]
         shown = shown_findings(frame.findings)
         lines << "  none so far" if shown.empty?
         shown.each { |seen_at, finding| lines << "  #{seen_at}  #{finding['title']}" }

@@ -30,6 +30,10 @@ module GVLScope
       CONVOY = Analysis::Rules::Convoy
       CONTENTION = Analysis::Rules::Contention
 
+      # The kinds these find, the report's own (Analysis::KINDS: one title and legend each), in the
+      # order `gvlscope top`'s findings header names them.
+      KINDS = %i[hog convoy contention loop_stall].map { |name| Analysis::KINDS.fetch(name) }.freeze
+
       module_function
 
       def findings(snapshot)
@@ -117,6 +121,9 @@ module GVLScope
       def own?(row) = row.label.to_s.start_with?("gvlscope ")
 
       def finding(kind, rows, title, fix)
+        # An undeclared kind would be missing from top's header.
+        raise ArgumentError, "Live::Rules::KINDS has no #{kind.inspect}" unless KINDS.any? { |k| k.name == kind }
+
         labels = rows.map(&:label)
         { "kind" => kind.to_s, "thread" => labels.first, "threads" => labels, "title" => title, "fix" => fix }
       end

@@ -10,6 +10,9 @@ module GVLScope
       # When CPU-bound threads held the GVL for most of that wait, the cause is theirs: the Hog
       # finding ("N CPU-bound threads share one GVL") says it, and this one stays out.
       class Contention < Rule
+        kind :contention, title: "contention",
+                          legend: "many threads queue for one GVL at once and spend a good part of the time waiting"
+
         MIN_ACQUISITIONS = 20
         CROWDED_SHARE = 0.25
         WAIT_SHARE = 0.25

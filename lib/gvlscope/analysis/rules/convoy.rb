@@ -11,6 +11,9 @@ module GVLScope
       # in a convoy behind the same holder (one that held the GVL for half their waiting or more)
       # are one finding, and so are those with no such holder (they hold it for one another).
       class Convoy < Rule
+        kind :convoy, title: "convoy", holder: :main_holder,
+                      legend: "threads wait about a timeslice for the GVL after their blocking calls (IO, sleep, a lock)"
+
         MIN_WAITS = 3
         SLOW_SHARE = 0.25
         CULPRIT_SHARE = 0.5

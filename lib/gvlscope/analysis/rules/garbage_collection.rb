@@ -11,6 +11,9 @@ module GVLScope
       # tenth of all GVL wait and a quarter timeslice or more (other threads paid for it, not just
       # the allocating one).
       class GarbageCollection < Rule
+        kind :gc, title: "GC stall",
+                  legend: "garbage collection holds the GVL while other threads wait"
+
         WALL_SHARE = 0.1
         WAIT_SHARE = 0.1
 

@@ -18,6 +18,9 @@ module GVLScope
       #   more of the Ractor's GVL wait (the waiting is the transit, not another thread's hold);
       # - a wait lasts twice a hold or more on average: the wake-up costs more than the work it guards.
       class HandOff < Rule
+        kind :hand_off, title: "hand-off thrash",
+                        legend: "threads wait for a GVL that nobody holds: it spends its time being handed over"
+
         MAX_HELD_RATIO = 0.5
         MIN_WAITS = 100
         THREAD_SHARE = 0.1

@@ -10,6 +10,9 @@ module GVLScope
       # other took turns on one GVL: one finding, "N CPU-bound threads share one GVL" (a wait that
       # long happens only while another thread keeps the GVL, as in Convoy).
       class Hog < Rule
+        kind :hog, title: "hog", holder: :about,
+                   legend: "a CPU-bound thread keeps the GVL for whole timeslices while other threads wait"
+
         def findings
           hogs = @rows.each_value.select { |row| hog?(row) }.map(&:serial)
           connected(hogs, @report.blame.all_waits, @timeslice_ns / 4).map do |serials|

@@ -17,6 +17,9 @@ module GVLScope
       # streak is long when it *ran* a timeslice (ThreadStats::Row), and the title says what of the
       # longest the OS kept off a CPU (an overloaded machine) rather than blaming the code for it.
       class LongHold < Rule
+        kind :long_hold, title: "long hold", holder: :about,
+                         legend: "a request or job holds the GVL a timeslice or more while other threads wait"
+
         def findings
           holders = @rows.each_value.select { |row| long_holder?(row) }
           holders.group_by { |row| code_of(row) || row.serial }.map { |_, group| long_hold(group) }

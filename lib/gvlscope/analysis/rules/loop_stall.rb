@@ -24,6 +24,11 @@ module GVLScope
       # second kind, :loop_blocking, named by that call: the fix is the scheduler-aware call, or a
       # thread, not faster code. A release under a scheduler hook (its own select) is not one.
       class LoopStall < Rule
+        kind :loop_stall, title: "loop stall",
+                          legend: "a fiber keeps an event loop for a long turn while other fibers wait for theirs"
+        kind :loop_blocking, title: "blocked loop",
+                               legend: "a fiber blocks its event loop in a call outside the Fiber scheduler"
+
         LONG_TURN_NS = Model::Turns::LONG_TURN_NS
         SCHEDULER_HOOK = Model::Turns::SCHEDULER_HOOK # a frame of the Fiber scheduler's hooks
 
