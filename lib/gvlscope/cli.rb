@@ -613,8 +613,14 @@ module GVLScope
         case kind
         when "trace"
           Analysis::DiffInputs.from_report(report_of(timeline_of(path)), path)
-        when "snapshot" then Analysis::DiffInputs.from_snapshot_file(path)
-        else Analysis::DiffInputs.from_scrape_file(path)
+        when "snapshot"
+          require_relative "live/snapshot"
+          later, earlier = Live::Snapshot.read_file(path)
+          Analysis::DiffInputs.from_snapshot(earlier ? later - earlier : later, path, kind: "snapshot")
+        else
+          require_relative "live/scrape"
+          snapshot, breakdown = Live::Scrape.read_file(path)
+          Analysis::DiffInputs.from_snapshot(snapshot, path, kind: "scrape", breakdown: breakdown)
         end
       end
       result = Analysis::Diff.new(*sides)
@@ -685,7 +691,8 @@ module GVLScope
         end
       end
       if file
-        later, earlier = Analysis::AdvisorInputs.read_snapshot_file(file)
+        require_relative "live/snapshot"
+        later, earlier = Live::Snapshot.read_file(file)
         Analysis::AdvisorInputs.from_live(later, earlier, source: "snapshot #{File.basename(file)}",
                                                            current_threads: options[:current_threads], **choose)
       else

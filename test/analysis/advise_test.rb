@@ -210,7 +210,7 @@ class AdviseTest < Minitest::Test
     Dir.mktmpdir do |dir|
       path = File.join(dir, "snap.json")
       File.write(path, JSON.generate([earlier, later]))
-      later_snapshot, earlier_snapshot = Inputs.read_snapshot_file(path)
+      later_snapshot, earlier_snapshot = GVLScope::Live::Snapshot.read_file(path)
       workload = Inputs.from_live(later_snapshot, earlier_snapshot, source: "snap.json")
       assert_equal [:request, 2_000], [workload.unit, workload.count]
       advice = Advisor.new(workload, cores: 1).advice

@@ -1,8 +1,6 @@
 # frozen_string_literal: true
 
-require "json"
 require_relative "../errors"
-require_relative "../live/snapshot"
 require_relative "advisor"
 
 module GVLScope
@@ -226,37 +224,6 @@ module GVLScope
                               held_ratio: snapshot.held_ratio, window_ns: window_ns, processes: snapshot.processes,
                               notes: ["a scrape gives process totals: run includes GC, and every GVL hold is " \
                                       "counted as the workers' own"])
-      end
-
-      # The snapshots of a snapshot file: one JSON object, a JSON array, or one object per line
-      # (what `gvlscope top --once --json` prints, run twice). Returns [later, earlier or nil]: their
-      # per-request/per-job entries ("breakdown") are in them.
-      def read_snapshot_file(path)
-        raise Error, "#{path}: no such file" unless File.exist?(path)
-        raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
-
-        text = File.read(path, mode: "r:UTF-8")
-        # JSON is UTF-8: other bytes made the line-by-line fallback fail on the encoding.
-        raise Error, "#{path}: not JSON (not UTF-8 text)" unless text.valid_encoding?
-
-        hashes = begin
-          parsed = JSON.parse(text)
-          parsed.is_a?(Array) ? parsed : [parsed]
-        rescue JSON::ParserError
-          begin
-            text.each_line.reject { |line| line.strip.empty? }.map { |line| JSON.parse(line) }
-          rescue JSON::ParserError => e
-            raise Error, "#{path}: not JSON (#{e.message.lines.first.strip})"
-          end
-        end
-        raise Error, "#{path}: holds no snapshot" if hashes.empty?
-
-        snapshots = hashes.map do |hash|
-          Live::Snapshot.from_h(hash)
-        rescue Error => e
-          raise Error, "#{path}: #{e.message}"
-        end
-        [snapshots.last, snapshots.size > 1 ? snapshots.first : nil]
       end
     end
   end

@@ -35,28 +35,10 @@ module GVLScope
         )
       end
 
-      # A Diff::Side of a snapshot file: its one snapshot, or the interval between its first and last.
-      def from_snapshot_file(path)
-        require_relative "advisor_inputs"
-        later, earlier = AdvisorInputs.read_snapshot_file(path)
-        snapshot = earlier ? later - earlier : later
-        from_snapshot(snapshot, path, kind: "snapshot")
-      end
-
-      # A Diff::Side of a saved /metrics page (cumulative since each worker started measuring).
-      def from_scrape_file(path)
-        require_relative "../live/scrape"
-        text = File.read(path, mode: "rb").force_encoding(Encoding::UTF_8)
-        raise Error, "#{path}: not a /metrics scrape (not UTF-8 text)" unless text.valid_encoding?
-
-        snapshot, breakdown = begin
-          [Live::Scrape.parse(text, time_ns: 0), Live::Scrape.breakdown(text)]
-        rescue Error => e
-          raise Error, "#{path}: #{e.message}"
-        end
-        from_snapshot(snapshot, path, kind: "scrape", breakdown: breakdown)
-      end
-
+      # A Diff::Side of a live snapshot (a snapshot file's one snapshot, or the interval between its
+      # first and last: Live::Snapshot.read_file) or of a saved /metrics page (cumulative since each
+      # worker started measuring: Live::Scrape.read_file, with its +breakdown+). The CLI reads the
+      # file: the live stage reads analysis, never the other way (script/check-ruby-layers).
       def from_snapshot(snapshot, path, kind:, breakdown: nil)
         wall = kind == "scrape" ? snapshot.wall_ns : snapshot.interval_ns
         groups = snapshot.threads.group_by { |row| base_name(row.label || "thread") }.map do |name, same|

@@ -8,6 +8,7 @@ require_relative "blame"
 require_relative "code_locations"
 require_relative "overview"
 require_relative "rules"
+require_relative "advisor_inputs"
 
 module GVLScope
   module Analysis
@@ -38,7 +39,6 @@ module GVLScope
       def advice
         return @advice if defined?(@advice)
 
-        require_relative "advisor_inputs"
         @advice = Advisor.new(AdvisorInputs.from_report(self)).advice
       rescue Error => e
         @advice = e.message

@@ -93,6 +93,18 @@ module GVLScope
         build(series, time_ns)
       end
 
+      # A /metrics page saved to a file (`gvlscope diff` reads it): [its Snapshot, its breakdown].
+      def self.read_file(path)
+        text = File.read(path, mode: "rb").force_encoding(Encoding::UTF_8)
+        raise Error, "#{path}: not a /metrics scrape (not UTF-8 text)" unless text.valid_encoding?
+
+        begin
+          [parse(text, time_ns: 0), breakdown(text)]
+        rescue Error => e
+          raise Error, "#{path}: #{e.message}"
+        end
+      end
+
       # The per-route and per-job series of an exposition (formats/prometheus.rb's gvlscope_route_*
       # and gvlscope_job_*), each summed over the workers: a Hash per route or job (and its other
       # labels, the tags) with kind ("route" or "job"), label, tags, count, run_ns, wait_ns,

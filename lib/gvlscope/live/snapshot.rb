@@ -380,6 +380,37 @@ module GVLScope
         raise Error, "not a gvlscope live snapshot: #{e.message.lines.first.strip}"
       end
 
+      # The snapshots of a snapshot file (`gvlscope advise` and `diff` read it): one JSON object, a
+      # JSON array, or one object per line (what `gvlscope top --once --json` prints, run twice).
+      # Returns [later, earlier or nil]: their per-request/per-job entries ("breakdown") are in them.
+      def self.read_file(path)
+        raise Error, "#{path}: no such file" unless File.exist?(path)
+        raise Error, "#{path}: is a directory, not a snapshot" if File.directory?(path)
+
+        text = File.read(path, mode: "r:UTF-8")
+        # JSON is UTF-8: other bytes made the line-by-line fallback fail on the encoding.
+        raise Error, "#{path}: not JSON (not UTF-8 text)" unless text.valid_encoding?
+
+        hashes = begin
+          parsed = JSON.parse(text)
+          parsed.is_a?(Array) ? parsed : [parsed]
+        rescue JSON::ParserError
+          begin
+            text.each_line.reject { |line| line.strip.empty? }.map { |line| JSON.parse(line) }
+          rescue JSON::ParserError => e
+            raise Error, "#{path}: not JSON (#{e.message.lines.first.strip})"
+          end
+        end
+        raise Error, "#{path}: holds no snapshot" if hashes.empty?
+
+        snapshots = hashes.map do |hash|
+          from_h(hash)
+        rescue Error => e
+          raise Error, "#{path}: #{e.message}"
+        end
+        [snapshots.last, snapshots.size > 1 ? snapshots.first : nil]
+      end
+
       # Code locations one answer looks up: each is a backtrace taken under the host's GVL (tens of
       # µs), and 5,000 of them paused the host 0.2 s per `top` refresh. Past this many threads, the
       # ones waiting for or holding the GVL now come first, then those that held and waited longest.
