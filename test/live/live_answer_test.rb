@@ -70,10 +70,12 @@ class LiveAnswerTest < Minitest::Test
     assert(labels.any? { |label| label.match?(/\Aworker #\d+\z/) }, "namesakes told apart")
     assert(labels.any? { |label| label.start_with?("thread ") && label.include?("live_answer_test.rb") }, "an unnamed thread's creation site")
     assert(labels.any? { |label| label.start_with?("evil\\e]0;x\\a\\u202E\"\\") }, "a terminal's controls escaped")
-    # Code is looked up for the busiest CODE_LOCATIONS_MAX threads at most (which those are, and
-    # whether each has a Ruby frame to show, depends on what else this process ran: the suite's
-    # earlier tests leave threads of their own).
-    assert_includes 1..Snapshot::CODE_LOCATIONS_MAX, rows.count { |row| row["code"] }
+    # Code is looked up for the busiest CODE_LOCATIONS_MAX threads at most. Which those are, and
+    # whether each has a Ruby frame to show, depends on what else this process ran (the suite's
+    # earlier tests leave threads of their own, busier than these: in a full run on 3.4.5 none of
+    # the 64 chosen had a frame to show), so that any has code is asserted where nothing else ran
+    # (test/top, a child process), and here only the cap.
+    assert_operator rows.count { |row| row["code"] }, :<=, Snapshot::CODE_LOCATIONS_MAX
   end
 
   # A thread whose event loop gave turns has them in its row ("loop"), written in C as the builder
