@@ -72,11 +72,7 @@ class SpeedscopeTest < Minitest::Test
   # right: README.md and docs/format.md say otherwise.
   def test_speedscope_nests_the_chrome_json_export_into_a_staircase
     Dir.mktmpdir("gvlscope-speedscope") do |dir|
-      chrome_json = File.join(dir, "convoy.json")
-      _out, err, status = gvlscope("export", CONVOY, "--format", "chrome-json", "-o", chrome_json)
-      assert status.success?, err
-      shown = open_in_speedscope(chrome_json)
-      assert_empty shown.errors, shown.log.join("\n")
+      shown = export_and_open(dir, CONVOY, "chrome-json")
       assert_match(/Tried to end .* when .* was on the top of the stack/, shown.warnings.join("\n"))
       nested = shown.profiles.flat_map(&:rows).select { |row| row.total.percent > row.self_weight.percent + 1 }
       refute_empty nested, "no frame of the Chrome JSON export is drawn inside another any more"
@@ -88,11 +84,7 @@ class SpeedscopeTest < Minitest::Test
   # its turns (of all turns' time: speedscope's percentages are of the time a frame is open), fiber 1's long turn inside it as the code it gave the loop back in.
   def test_speedscope_shows_the_loops_fibers
     Dir.mktmpdir("gvlscope-speedscope") do |dir|
-      file = File.join(dir, "loop.speedscope.json")
-      _out, err, status = gvlscope("export", LOOP, "--format", "speedscope", "-o", file)
-      assert status.success?, err
-      shown = open_in_speedscope(file)
-      assert_empty shown.errors, shown.log.join("\n")
+      shown = export_and_open(dir, LOOP, "speedscope")
       assert_empty shown.warnings, shown.log.join("\n")
       assert_equal ["main", LOOP_NAME, "#{LOOP_NAME}: fibers"], shown.profiles.map(&:name)
       fibers = shown.profiles.last
@@ -125,6 +117,14 @@ class SpeedscopeTest < Minitest::Test
   private
 
   # What a thread's row shows: its intervals but the zero-length exit marker.
+  # +trace+ exported in +format+ into +dir+ and opened in speedscope, which showed no error.
+  def export_and_open(dir, trace, format)
+    file = File.join(dir, "#{File.basename(trace, '.gvl')}.#{format}.json")
+    _out, err, status = gvlscope("export", trace, "--format", format, "-o", file)
+    assert status.success?, err
+    open_in_speedscope(file).tap { |shown| assert_empty shown.errors, shown.log.join("\n") }
+  end
+
   def drawn(thread) = thread.intervals.select { |interval| interval.end_ns > interval.start_ns }
 
   # The first profile: every holder sample's stack, root first, as frames (name, file, line),

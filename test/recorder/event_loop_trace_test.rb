@@ -81,7 +81,7 @@ class EventLoopTraceTest < Minitest::Test
                        %i[turn_begin turn_end] * 4 + later], kinds
       ready_us = turns.select { |_, _, kind, _| kind == :turn_ready }.map(&:last)
       assert_operator ready_us[-3], :>=, 40_000 * 0.99, "B was ready through A's 40 ms of CPU clock"
-      assert_operator ready_us[-2], :>=, ready_us[-3], "C was ready since before B"
+      assert_operator ready_us[-2], :>=, 40_000 * 0.99, "C too"
       a, b, c = turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last).first(3)
       assert_equal [a, b, c, a, b, c, a], turns.select { |_, _, kind, _| kind == :turn_begin }.map(&:last)
       assert_equal [a + 1, a + 2], [b, c], "serials in order of first turn"
@@ -175,11 +175,11 @@ class EventLoopTraceTest < Minitest::Test
 
   # A trace (with the loops' turns) of a thread whose Fiber scheduler runs the tasks the block
   # schedules; its path.
-  def record_tasks(dir, &tasks)
+  def record_tasks(dir, scheduler: TinyScheduler, &tasks)
     path = File.join(dir, "loop.gvl")
     GVLScope.start(path, fibers: true)
     Thread.new do
-      Fiber.set_scheduler(TinyScheduler.new)
+      Fiber.set_scheduler(scheduler.new)
       tasks.call
     end.join
     GVLScope.stop
@@ -195,9 +195,11 @@ class EventLoopTraceTest < Minitest::Test
         Fiber.schedule { hold_the_loop(350) }
         Fiber.schedule { sleep 0 }
       end)
-      assert_empty scan.samples, "no thread waited for the GVL"
-      assert_operator scan.lone_samples.size, :>=, 2
       long = scan.turns.max_by(&:duration_ns)
+      # No thread waited for the GVL during the turn (before it, on a loaded machine, the loop's
+      # new thread may wait for the test's thread to give the GVL up: a sample of that one).
+      assert(scan.samples.none? { |sample| sample.time_ns.between?(long.start_ns, long.end_ns) }, "no waiter's sample in the turn")
+      assert_operator scan.lone_samples.size, :>=, 2
       assert(scan.lone_samples.all? { |sample| sample.time_ns.between?(long.start_ns, long.end_ns) }, "only inside the long turn")
       finding = GVLScope::Analysis::Report.new(scan).findings.find { |found| found.kind == :loop_stall }
       assert_names_the_burning_line(finding)
@@ -390,17 +392,13 @@ class EventLoopTraceTest < Minitest::Test
 
   def test_a_release_through_the_schedulers_own_select_is_not_called_blocking
     Dir.mktmpdir do |dir|
-      path = File.join(dir, "loop.gvl")
-      GVLScope.start(path, fibers: true)
-      Thread.new do
-        Fiber.set_scheduler(SelectInHookScheduler.new)
+      path = record_tasks(dir, scheduler: SelectInHookScheduler) do
         Fiber.schedule do
           sleep 0
           sleep 0.15
         end
         2.times { Fiber.schedule { sleep 0 } }
-      end.join
-      GVLScope.stop
+      end
       scan = GVLScope::Model.timeline(path)
       long = scan.turns.max_by(&:duration_ns)
       assert_equal [:run, :io, "IO.select"], inside(scan, long).first, "its release site was read: inside a turn"
