@@ -186,7 +186,9 @@ module GVLScope
       # Handles keys until +deadline+; false when the user quits. Without a view, sleeps.
       def wait_until(deadline, view)
         unless view
-          sleep([deadline - now, 0].max)
+          # Until the deadline: a sleep may end early (another thread's wakeup, a signal's handler),
+          # and an interval shorter than asked would be read as that long.
+          sleep(deadline - now) while now < deadline
           return true
         end
         while now < deadline
