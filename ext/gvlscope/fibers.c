@@ -530,6 +530,11 @@ static void fiber_switched(VALUE data, rb_trace_arg_t *arg) {
     }
     loop->in_task = (uint8_t)task;
     loop->seen = 1;
+    slot->loop_task_turn = task;
+}
+
+static void clear_task_turn(gvls_thread *slot, void *unused) {
+    slot->loop_task_turn = 0;
 }
 
 static void set_tracking(int on) {
@@ -539,6 +544,7 @@ static void set_tracking(int on) {
     else rb_remove_event_hook((rb_event_hook_func_t)fiber_switched);
     // What was seen before is not continued: a turn in progress while off is unknown.
     for (size_t i = 0; i < loops_capa; i++) loops[i].seen = 0;
+    if (!on) gvls_threads_each(clear_task_turn, NULL);  // the GVL hook reads the flags, not `tracking`
     tracking = on;
     gvls_stacks_loop_turns(on ? gvls_fibers_in_task_turn : NULL);  // a task's blocking call gets its release site
 }

@@ -33,7 +33,7 @@ static struct {
     _Atomic uint64_t sites, samples, dropped, unreadable;
 } S = { .busy = ATOMIC_FLAG_INIT };
 
-// fibers.c's query while it tracks loops (GVLS_STACKS_LOOP_TURNS is then in the waiting count), else NULL.
+// fibers.c's query while it tracks loops, else NULL.
 static int (*_Atomic in_loop_turn)(const gvls_thread *slot);
 
 static VALUE switch_tracepoint = Qnil;
@@ -121,14 +121,13 @@ static uint32_t capture(int depth) {
 }
 
 void gvls_stacks_loop_turns(int (*in_task_turn)(const gvls_thread *slot)) {
-    int was = atomic_exchange(&in_loop_turn, in_task_turn) != NULL;
-    if (was != (in_task_turn != NULL)) atomic_fetch_add(&gvls_stacks.waiting, in_task_turn ? GVLS_STACKS_LOOP_TURNS : -GVLS_STACKS_LOOP_TURNS);
+    atomic_store(&in_loop_turn, in_task_turn);
 }
 
 void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns) {
     // The two reads may straddle a change of tracking: then one release's site is read or not.
     int (*in_task_turn)(const gvls_thread *) = atomic_load_explicit(&in_loop_turn, memory_order_relaxed);
-    int64_t waiters = atomic_load_explicit(&gvls_stacks.waiting, memory_order_relaxed) - (in_task_turn ? GVLS_STACKS_LOOP_TURNS : 0);
+    int64_t waiters = atomic_load_explicit(&gvls_stacks.waiting, memory_order_relaxed);
     // Nobody waits for the GVL: only a release inside a task's turn stalls anyone (its whole loop).
     if (waiters <= 0 && !(in_task_turn && in_task_turn(slot))) return;
     // Only the subject's own frames: the hook's native thread must be running the subject (M:N
@@ -195,7 +194,7 @@ int gvls_stacks_start(void) {
     // Waiting flags left by an earlier trace would skew the count: start from nobody waiting
     // (threads already waiting are counted from their next READY).
     gvls_threads_each(reset_waiting, NULL);
-    atomic_store(&gvls_stacks.waiting, atomic_load(&in_loop_turn) ? GVLS_STACKS_LOOP_TURNS : 0);
+    atomic_store(&gvls_stacks.waiting, 0);
     atomic_store(&gvls_stacks.on, 1);
     // Enabled in the calling (main) Ractor only, like the GC tracepoint: other Ractors get release
     // sites but no holder samples.

@@ -15,13 +15,9 @@
 
 typedef struct {
     _Atomic int on;           // a trace with stacks records: read by the hook on every event
-    // Threads that fired READY and not yet RESUMED/EXITED (any Ractor), plus GVLS_STACKS_LOOP_TURNS
-    // while event loops' turns are tracked: one counter, so a release with neither pays one test.
+    // Threads that fired READY and not yet RESUMED/EXITED (any Ractor).
     _Atomic int64_t waiting;
 } gvls_stacks_state;
-
-// In `waiting` while loops are tracked (gvls_stacks_loop_turns): far above any count of waiters.
-#define GVLS_STACKS_LOOP_TURNS ((int64_t)1 << 40)
 
 extern gvls_stacks_state gvls_stacks;
 
@@ -29,15 +25,16 @@ extern gvls_stacks_state gvls_stacks;
 // blocking call there stalls every fiber of the loop; the cost stays off the fast path).
 void gvls_stacks_record_site(gvls_thread *slot, uint64_t now_ns);
 // fibers.c, when it starts (or stops: NULL) tracking loops: its query "does a task of this slot's
-// loop hold the turn?", asked at a release nobody waits for. A pointer: stacks is below fibers.
+// loop hold a turn begun in this trace?", asked at a release nobody waits for whose thread's
+// loop_task_turn is set. A pointer: stacks is below fibers.
 void gvls_stacks_loop_turns(int (*in_task_turn)(const gvls_thread *slot));
 // With the GVL, in a Ruby event hook on the running fiber: its own frames as a release site's, the
 // stack id (counted as a site), or 0 (none, dropped, or no trace with stacks).
 uint32_t gvls_stacks_capture_site(void);
 
-// After the trace recorded the event. The waiting count decides whether a release is worth its
-// site: with nobody waiting (and no loop tracked), the sysread fast path pays two counter updates
-// and no frame reads.
+// After the trace recorded the event. The waiting count and the thread's loop flag decide whether
+// a release is worth its site: with nobody waiting and no loop task's turn held, the sysread fast
+// path pays two counter updates and no frame reads.
 static inline void gvls_stacks_event(unsigned kind, gvls_thread *slot, uint64_t now_ns) {
     switch (kind) {
       case GVLS_EV_READY:
@@ -49,7 +46,9 @@ static inline void gvls_stacks_event(unsigned kind, gvls_thread *slot, uint64_t 
         if (slot->stacks_waiting) { slot->stacks_waiting = 0; atomic_fetch_sub_explicit(&gvls_stacks.waiting, 1, memory_order_relaxed); }
         return;
       case GVLS_EV_SUSPENDED:
-        if (atomic_load_explicit(&gvls_stacks.waiting, memory_order_relaxed) > 0) gvls_stacks_record_site(slot, now_ns);
+        if (atomic_load_explicit(&gvls_stacks.waiting, memory_order_relaxed) > 0 || slot->loop_task_turn) {
+            gvls_stacks_record_site(slot, now_ns);
+        }
         return;
     }
 }

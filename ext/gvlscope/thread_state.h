@@ -69,6 +69,10 @@ typedef struct gvls_thread {
     // stacks.h's, here (not in a table of its own) because the hook reads it on every event of a
     // trace with stacks: READY seen, not yet RESUMED (counted in gvls_stacks.waiting).
     int stacks_waiting;
+    // fibers.c's, here for the same reason: a task of this thread's event loop holds the turn (set
+    // by its fiber-switch hook on this thread, cleared when loops stop being tracked). A release then
+    // stalls the whole loop: the hook reads the site even with nobody waiting for the GVL.
+    int loop_task_turn;
     gvls_thread_metrics metrics;
 } gvls_thread;
 
