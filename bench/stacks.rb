@@ -13,7 +13,7 @@
 #   bundle exec ruby -Ilib bench/stacks.rb   (CALLS=200000 ROUNDS=7 SECONDS=2)
 require "gvlscope"
 require "gvlscope/model"
-require "gvlscope/units"
+require "gvlscope/support/units"
 require "tmpdir"
 require_relative "sysread"
 

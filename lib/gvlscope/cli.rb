@@ -3,12 +3,12 @@
 require "optparse"
 require "etc"
 require_relative "version"
-require_relative "errors"
-require_relative "printable"
+require_relative "support/errors"
+require_relative "support/printable"
 require_relative "formats"
-require_relative "progress"
-require_relative "units"
-require_relative "output_file"
+require_relative "support/progress"
+require_relative "support/units"
+require_relative "support/output_file"
 require_relative "integrations/launch"
 
 module GVLScope

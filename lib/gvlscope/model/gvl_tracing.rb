@@ -2,9 +2,9 @@
 
 require "json"
 require "tempfile"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "trace_file"
-require_relative "../printable"
+require_relative "../support/printable"
 require_relative "gvl_writer"
 
 module GVLScope

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
-require_relative "../vocabulary"
-require_relative "../printable"
+require_relative "../support/errors"
+require_relative "../support/vocabulary"
+require_relative "../support/printable"
 
 module GVLScope
   module Model
