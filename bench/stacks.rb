@@ -50,7 +50,7 @@ end
 def traced(path, stacks)
   result = nil
   GVLScope.trace(path, stacks: stacks) { result = yield }
-  [result, GVLScope::Model::TraceFile.read(path)]
+  [result, GVLScope::Model::TraceFile.index(path)]
 end
 
 Warning[:experimental] = false
