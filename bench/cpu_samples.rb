@@ -53,7 +53,7 @@ THREADS.each do |count|
     stop = true
     workers.each(&:join)
     bytes, records = cpu_chunks(path)
-    samples = GVLScope::Model::TraceFile.read(path).cpu_ticks.bytesize / 8
+    samples = GVLScope::Model::TraceFile.index(path).cpu_ticks.bytesize / 8
     printf("| %d | %.1f | %d | %d | %.0f | %.0f | %.0f us |\n", count, elapsed, samples, records, bytes / elapsed,
            bytes / elapsed / (count + 1), cpu_used / elapsed / 1000)
   end

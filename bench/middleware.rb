@@ -7,7 +7,7 @@
 #   bundle exec ruby -Ilib bench/middleware.rb          (N=200000 ROUNDS=7 by default)
 require "rack"
 require "gvlscope/rack"
-require "gvlscope/units"
+require "gvlscope/support/units"
 
 N = Integer(ENV.fetch("N", 200_000))
 ROUNDS = Integer(ENV.fetch("ROUNDS", 7))

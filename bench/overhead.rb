@@ -18,7 +18,7 @@
 # gvl-tracing (tracing to its JSON).
 require "gvlscope"
 require "gvlscope/model"
-require "gvlscope/units"
+require "gvlscope/support/units"
 require "gvlscope/formats/chrome_json"
 require "gvlscope/formats/perfetto"
 require "tmpdir"

@@ -14,7 +14,7 @@ require "open3"
 require "fileutils"
 require_relative "../test/support/synthetic_report"
 require "gvlscope/formats/report_html"
-require "gvlscope/units"
+require "gvlscope/support/units"
 
 ROOT = File.expand_path("..", __dir__)
 THREADS = Integer(ENV.fetch("THREADS", 2_000))

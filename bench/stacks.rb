@@ -13,7 +13,7 @@
 #   bundle exec ruby -Ilib bench/stacks.rb   (CALLS=200000 ROUNDS=7 SECONDS=2)
 require "gvlscope"
 require "gvlscope/model"
-require "gvlscope/units"
+require "gvlscope/support/units"
 require "tmpdir"
 require_relative "sysread"
 
@@ -50,7 +50,7 @@ end
 def traced(path, stacks)
   result = nil
   GVLScope.trace(path, stacks: stacks) { result = yield }
-  [result, GVLScope::Model::TraceFile.read(path)]
+  [result, GVLScope::Model::TraceFile.index(path)]
 end
 
 Warning[:experimental] = false

@@ -22,7 +22,7 @@ require "rbconfig"
 require "tmpdir"
 require "timeout"
 require "etc"
-require_relative "../lib/gvlscope/units"
+require_relative "../lib/gvlscope/support/units"
 require_relative "puma_config"
 
 ROOT = File.expand_path("..", __dir__)

@@ -8,7 +8,7 @@ require "json"
 require "rbconfig"
 require "socket"
 require_relative "ractor_result"
-require_relative "../lib/gvlscope/units"
+require_relative "../lib/gvlscope/support/units"
 $stdout.sync = true # progress as it happens, line by line, even into a pipe
 
 module LabHelper

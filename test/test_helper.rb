@@ -8,6 +8,7 @@ require "rbconfig"
 require "etc"
 require "gvlscope/model"
 require "gvlscope/formats"
+require_relative "support/whole_trace"
 require_relative "support/gvl_workloads"
 require_relative "../lab/ractor_result"
 

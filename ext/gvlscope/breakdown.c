@@ -1,4 +1,4 @@
-// GVLScope::Breakdown's series (lib/gvlscope/breakdown.rb): the sums of one route's or job
+// GVLScope::Breakdown's series (lib/gvlscope/recorder/breakdown.rb): the sums of one route's or job
 // class's requests. A request is added in one C call, which holds the GVL from start to end, so
 // threads adding at once need no Mutex and a snapshot never sees half an add (in Ruby, a Mutex and
 // nine Array updates cost a hello-world request ~14,000 instructions; this call ~200).

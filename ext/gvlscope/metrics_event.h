@@ -9,7 +9,7 @@
 #include "histogram.h"
 #include <stdatomic.h>
 
-// A thread's state, in the words of lib/gvlscope/vocabulary.rb (METRIC_STATES lists them in this
+// A thread's state, in the words of lib/gvlscope/support/vocabulary.rb (METRIC_STATES lists them in this
 // order; Native::STATES, made from GVLS_STATE_NAMES, lets a test check that they agree).
 enum gvls_state { GVLS_STATE_UNKNOWN = 0, GVLS_STATE_WAIT, GVLS_STATE_RUN, GVLS_STATE_IDLE, GVLS_STATE_EXITED };
 #define GVLS_STATE_NAMES { "unknown", "wait", "run", "idle", "exited" }

@@ -3,7 +3,7 @@
 //   .gvl trace carries. The engine takes them from there, under its short names.
 // - States and reasons are the engine's own, listed here once: the enums and the words
 //   Engine::STATES and Engine::REASONS give Ruby both come from these lists.
-// test/engine/numbering_test.rb checks the rest against these: lib/gvlscope/vocabulary.rb's EVENT_KINDS,
+// test/engine/numbering_test.rb checks the rest against these: lib/gvlscope/support/vocabulary.rb's EVENT_KINDS,
 // Model::Scan's STATES and REASONS, and the Vocabulary's words for them.
 #ifndef GVLSCOPE_ENGINE_NUMBERING_H
 #define GVLSCOPE_ENGINE_NUMBERING_H

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "errors"
+require_relative "support/errors"
 
 module GVLScope
   # Answers become bytes. Every output is a Format (formats/format.rb): built from its subject,

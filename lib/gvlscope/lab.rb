@@ -2,8 +2,8 @@
 
 require "etc"
 require "tmpdir"
-require_relative "errors"
-require_relative "private_dir"
+require_relative "support/errors"
+require_relative "support/private_dir"
 
 module GVLScope
   # The lab: the published GVL experiments as scenarios that measure, on the Ruby at hand, the

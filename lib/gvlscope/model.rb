@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "errors"
+require_relative "support/errors"
 require_relative "model/trace_file"
 require_relative "model/gvl_tracing"
 require_relative "model/interval"
@@ -11,15 +11,9 @@ module GVLScope
   # A trace becomes data: the native .gvl reader (TraceFile), the importer of gvl-tracing JSON
   # (GVLTracing), and Scan, the native report engine's passes over either: what every analysis,
   # format and command reads, in the words of Vocabulary. A new importer is one file here and one
-  # line in Model.read and Scan.read.
+  # line in Scan.read.
   module Model
     module_function
-
-    # The events of the trace at +path+, whichever tool wrote it, read whole into Ruby (what the
-    # tests' reference state machine reads; the commands read through Scan).
-    def read(path)
-      GVLTracing.json?(path) ? GVLTracing.read(path) : TraceFile.read(path)
-    end
 
     # The trace at +path+ read by the engine (a Scan whose main pass ran). +bins+, +spill+,
     # +progress+: see Scan.open.

@@ -290,7 +290,7 @@ class DiffTest < Minitest::Test
   # The live API's text (Metrics::Snapshot#to_s) says the same of two Ractors each holding its GVL
   # 90 % of a second: 90 %, not 180 %.
   def test_metrics_text_shows_a_share_of_one_gvl
-    require "gvlscope/metrics"
+    require "gvlscope/recorder/metrics"
     require "gvlscope/formats/metrics_text"
     metrics = GVLScope::Metrics
     row = ->(serial, ractor, run) { metrics::ThreadRow.new("r#{serial}", serial, ractor, :run, false, *metrics::COUNTERS.map { |c| c == :run_ns ? run : 0 }) }

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../test_helper"
-require "gvlscope/units"
+require "gvlscope/support/units"
 
 # Units.median: the one median of the report, the lab and the benchmarks.
 class MedianTest < Minitest::Test

@@ -4,7 +4,7 @@ require "test_helper"
 require "pty"
 require "stringio"
 require "tmpdir"
-require "gvlscope/progress"
+require "gvlscope/support/progress"
 
 # The progress bar: on a terminal only, after 2 s, at most 10 draws a second, erased at the end;
 # a pipe gets exactly the bytes it got before there was a bar. First with a clock the test turns
@@ -151,7 +151,7 @@ class ProgressTest < Minitest::Test
   # The real command: the same child Ruby with its stderr on a pseudo-terminal, then on a pipe.
   # The child shortens DELAY_S to 0 so that a quick command shows its bar.
   CLI = <<~RUBY
-    require "gvlscope/progress"
+    require "gvlscope/support/progress"
     GVLScope::Progress.send(:remove_const, :DELAY_S)
     GVLScope::Progress.const_set(:DELAY_S, 0.0)
     require "gvlscope/cli"

@@ -4,7 +4,7 @@ require_relative "../test_helper"
 require "stringio"
 require "gvlscope/cli"
 require "gvlscope/analysis"
-require "gvlscope/printable"
+require "gvlscope/support/printable"
 require_relative "../support/scripted_timeline"
 
 # `gvlscope report --format markdown` (Formats::ReportMarkdown), read back by a GitHub-flavoured

@@ -3,7 +3,7 @@
 require_relative "../test_helper"
 require "tmpdir"
 require "json"
-require "gvlscope/printable"
+require "gvlscope/support/printable"
 
 # A thread name, a path or an argument holding terminal control sequences (window title, screen
 # clear, clipboard) reaches the terminal as visible escapes, never as the sequence itself.

@@ -56,16 +56,12 @@ class LayoutTest < Minitest::Test
     assert_equal GVLScope::Formats::ReportHTML::CODES.keys.sort, colours.sort
   end
 
-  # Each stage has its folder; the top level holds the live API and the public require paths.
+  # Each stage has its folder; the top level holds only the stages' entry points, the public
+  # require paths (rack, sidekiq, autorun) and version.rb (which the gemspec reads).
   def test_stages_have_their_folders
     top = Dir[File.join(LIB, "gvlscope/*.rb")].map { |f| File.basename(f, ".rb") }.sort
-    # Beside the public require paths, the helpers every stage shares (units, vocabulary, printable
-    # names, a private directory's checks, the one-copy guard and the Ruby check of the entry files,
-    # the rule of every file a command writes).
-    assert_equal %w[analysis autorun breakdown cli errors event_loops flight_recorder fork formats lab live metrics model native one_copy
-                    output_file printable private_dir probe progress rack request_timing sidekiq supported_ruby trace units
-                    version vocabulary], top
-    %w[model analysis analysis/rules formats integrations lab live].each do |dir|
+    assert_equal %w[analysis autorun cli formats lab live model rack recorder sidekiq version], top
+    %w[support recorder model analysis analysis/rules formats integrations lab live top].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end
   end

@@ -54,21 +54,21 @@ class RubyLayersTest < Minitest::Test
       write.("gvlscope/model/a.rb", %(require_relative "b"\n))
       write.("gvlscope/model/b.rb", %(module M\n  def self.c\n    require "gvlscope/model/c"\n  end\nend\n))
       write.("gvlscope/model/c.rb", %(module M\n  autoload :A, File.expand_path("a", __dir__)\nend\n))
-      write.("gvlscope/units.rb", %(require_relative "formats/d" # up\n))
-      write.("gvlscope/formats/d.rb", %(# require_relative "../units" is a comment, no edge\n))
+      write.("gvlscope/support/units.rb", %(require_relative "../formats/d" # up\n))
+      write.("gvlscope/formats/d.rb", %(# require_relative "../support/units" is a comment, no edge\n))
       write.("gvlscope/elsewhere.rb", "")
       out, status = check("--lib", lib)
       assert_equal 1, status.exitstatus, out
       assert_match(%r{^circle 1: gvlscope/model/a\.rb, gvlscope/model/b\.rb, gvlscope/model/c\.rb$}, out)
       assert_match(%r{^  gvlscope/model/b\.rb:3 -> gvlscope/model/c\.rb$}, out)
       assert_match(%r{^  gvlscope/model/c\.rb:2 -> gvlscope/model/a\.rb$}, out)
-      assert_match(%r{^reaches up: gvlscope/units\.rb:1 \(support\) -> gvlscope/formats/d\.rb \(formats\)$}, out)
+      assert_match(%r{^reaches up: gvlscope/support/units\.rb:1 \(support\) -> gvlscope/formats/d\.rb \(formats\)$}, out)
       assert_match(%r{^no stage: gvlscope/elsewhere\.rb }, out)
       refute_match(/circle 2/, out)
 
       # Without the way back to a.rb, the units.rb reach and elsewhere.rb: none.
       write.("gvlscope/model/c.rb", "module M; end\n")
-      write.("gvlscope/units.rb", "")
+      write.("gvlscope/support/units.rb", "")
       File.delete(File.join(lib, "gvlscope/elsewhere.rb"))
       out, status = check("--lib", lib)
       assert status.success?, out

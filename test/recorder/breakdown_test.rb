@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "gvlscope/breakdown"
+require "gvlscope/recorder/breakdown"
 
 # The per-route / per-job store: exact sums, bounded series, snapshots that do not move, safe
 # under threads and fork.

@@ -31,6 +31,7 @@ class ForkTest < Minitest::Test
         GVLScope.stop
         puts child
         puts $?.success?
+        require #{File.join(ROOT, "test/support/whole_trace").inspect}
         puts GVLScope::Model::TraceFile.read(#{path.inspect}).thread_info.values.count { |t| !t.main }
       RUBY
       assert status.success?, err

@@ -160,7 +160,7 @@ class MetricsTest < Minitest::Test
     most_ns = 0
     asks = []
     by_request = []
-    require "gvlscope/breakdown" # loaded now: its first use would read files (IO, and waits) inside an ask
+    require "gvlscope/recorder/breakdown" # loaded now: its first use would read files (IO, and waits) inside an ask
     beside_4ms_holds_with_a_delay_server do |socket|
       me = -> { GVLScope::Metrics.current_thread }
       20.times do

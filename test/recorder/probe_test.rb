@@ -9,7 +9,7 @@ class ProbeTest < Minitest::Test
   def test_probe_loads_on_first_use_only
     out, err, status = run_ruby(<<~RUBY)
       require "gvlscope"
-      p $LOADED_FEATURES.grep(%r{gvlscope/probe}).size
+      p $LOADED_FEATURES.grep(%r{gvlscope/recorder/probe}).size
       p GVLScope::Probe.count { nil }.keys
     RUBY
     assert status.success?, err

@@ -3,6 +3,7 @@
 require "json"
 require "bigdecimal"
 require "gvlscope/model"
+require_relative "whole_trace"
 require "gvlscope/analysis"
 require "gvlscope/analysis/advisor_inputs"
 require "gvlscope/formats"
@@ -11,7 +12,7 @@ require "gvlscope/formats"
 # what the report engine (ext/gvlscope_engine, Model::Scan) replaced, kept only as the oracle the
 # engine is checked against (test/engine/engine_test.rb, test/engine/fuzz_test.rb; ReferenceCheck below).
 #
-# ReferenceTimeline turns a trace's events (Model.read) into per-thread state intervals, in the
+# ReferenceTimeline turns a trace's events (Model.read, whole_trace.rb) into per-thread state intervals, in the
 # words of Vocabulary. An interval's +reason+ says why: for :idle, the idle reason
 # (Vocabulary::IDLE_REASONS); for :run, the release cause that ended it
 # (Vocabulary::RELEASE_CAUSES). A :run interval that ended with a release recorded with its site

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "gvlscope/vocabulary"
+require "gvlscope/support/vocabulary"
 require "gvlscope/model/record"
 
 # Writes valid .gvl traces (docs/format.md) of any size, fast: the memory test and bench/report.rb

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require "etc"
-require_relative "../errors"
-require_relative "../units"
+require_relative "../support/errors"
+require_relative "../support/units"
 require_relative "gvl_simulation"
 
 module GVLScope

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../vocabulary"
+require_relative "../support/vocabulary"
 require_relative "../model/trace_file"
 require_relative "../model/scan"
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
-require_relative "../units"
+require_relative "../support/errors"
+require_relative "../support/units"
 require_relative "diff"
 
 module GVLScope

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../units"
+require_relative "../support/units"
 
 module GVLScope
   module Analysis

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "../model/scan"
 require_relative "thread_stats"
 require_relative "histograms"

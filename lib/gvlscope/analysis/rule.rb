@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "../units"
-require_relative "../vocabulary"
+require_relative "../support/units"
+require_relative "../support/vocabulary"
 require_relative "blame"
 require_relative "code_locations"
 require_relative "finding"

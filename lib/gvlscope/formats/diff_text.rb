@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "format"
-require_relative "../units"
+require_relative "../support/units"
 require_relative "../analysis/diff"
 
 module GVLScope

@@ -2,7 +2,7 @@
 
 require "json"
 require_relative "format"
-require_relative "../vocabulary"
+require_relative "../support/vocabulary"
 require_relative "../version"
 require_relative "../model/scan"
 

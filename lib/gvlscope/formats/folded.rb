@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "format"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "../analysis/stack_profile"
 
 module GVLScope

@@ -2,7 +2,7 @@
 
 require_relative "format"
 require_relative "protobuf_wire"
-require_relative "../vocabulary"
+require_relative "../support/vocabulary"
 
 module GVLScope
   module Formats

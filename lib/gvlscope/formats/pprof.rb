@@ -4,7 +4,7 @@ require "stringio"
 require "zlib"
 require_relative "format"
 require_relative "protobuf_wire"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "../version"
 require_relative "../model/scan"
 

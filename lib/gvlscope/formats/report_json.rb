@@ -2,7 +2,7 @@
 
 require "json"
 require_relative "format"
-require_relative "../units"
+require_relative "../support/units"
 
 module GVLScope
   module Formats

@@ -4,9 +4,9 @@ require_relative "format"
 require_relative "histogram_text"
 require_relative "report_text"
 require_relative "thread_table"
-require_relative "../printable"
-require_relative "../units"
-require_relative "../vocabulary"
+require_relative "../support/printable"
+require_relative "../support/units"
+require_relative "../support/vocabulary"
 
 module GVLScope
   module Formats

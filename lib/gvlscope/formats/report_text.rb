@@ -3,7 +3,7 @@
 require_relative "format"
 require_relative "histogram_text"
 require_relative "thread_table"
-require_relative "../units"
+require_relative "../support/units"
 
 module GVLScope
   module Formats

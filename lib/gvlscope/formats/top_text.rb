@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require_relative "format"
-require_relative "../units"
-require_relative "../vocabulary"
+require_relative "../support/units"
+require_relative "../support/vocabulary"
 require_relative "../live/rules"
 
 module GVLScope

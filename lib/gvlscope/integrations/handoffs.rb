@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../native"
+require_relative "../recorder/native"
 
 module GVLScope
   # Where a server or job runner hands work from one thread to another before the app or job

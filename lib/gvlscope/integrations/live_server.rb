@@ -2,8 +2,8 @@
 
 require "socket"
 require "json"
-require_relative "../metrics"
-require_relative "../fork"
+require_relative "../recorder/metrics"
+require_relative "../recorder/fork"
 require_relative "at_exit"
 require_relative "own_descriptor"
 require_relative "../live/paths"

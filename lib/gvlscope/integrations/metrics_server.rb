@@ -2,7 +2,7 @@
 
 require "socket"
 require "ipaddr"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "own_descriptor"
 
 module GVLScope

@@ -1,10 +1,10 @@
 # frozen_string_literal: true
 
 require "delegate"
-require_relative "../metrics"
-require_relative "../breakdown"
-require_relative "../units"
-require_relative "../fork"
+require_relative "../recorder/metrics"
+require_relative "../recorder/breakdown"
+require_relative "../support/units"
+require_relative "../recorder/fork"
 require_relative "../version"
 require_relative "request_hooks"
 

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
+require_relative "../support/errors"
 
 module GVLScope
   # A request's (a job's) GVL figures as attributes of its OpenTelemetry span: the span the

@@ -1,12 +1,12 @@
 # frozen_string_literal: true
 
-require_relative "../one_copy"
+require_relative "../support/one_copy"
 return if GVLScope::OneCopy.elsewhere?(File.expand_path("../..", __dir__), "gvlscope/integrations/puma_plugin") # a second copy of the gem: see one_copy.rb
 require "socket"
-require_relative "../metrics"
-require_relative "../flight_recorder"
-require_relative "../units"
-require_relative "../breakdown"
+require_relative "../recorder/metrics"
+require_relative "../recorder/flight_recorder"
+require_relative "../support/units"
+require_relative "../recorder/breakdown"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
 require_relative "own_descriptor"

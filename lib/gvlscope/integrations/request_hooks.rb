@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
-require_relative "../units"
-require_relative "../flight_recorder"
+require_relative "../support/errors"
+require_relative "../support/units"
+require_relative "../recorder/flight_recorder"
 
 module GVLScope
   # What the per-request integrations (GVLScope::Rack, GVLScope::Sidekiq) share: the `sample:` and

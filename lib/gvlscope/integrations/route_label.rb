@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../native"
+require_relative "../recorder/native"
 
 module GVLScope
   # The route of a Rack request, for GVLScope::Rack's per-route numbers, read after the app ran:

@@ -1,12 +1,12 @@
 # frozen_string_literal: true
 
 require "sidekiq"
-require_relative "../metrics"
-require_relative "../request_timing"
-require_relative "../flight_recorder"
-require_relative "../breakdown"
-require_relative "../fork"
-require_relative "../units"
+require_relative "../recorder/metrics"
+require_relative "../recorder/request_timing"
+require_relative "../recorder/flight_recorder"
+require_relative "../recorder/breakdown"
+require_relative "../recorder/fork"
+require_relative "../support/units"
 require_relative "../formats/prometheus"
 require_relative "request_hooks"
 require_relative "log_writer"

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../units"
+require_relative "../support/units"
 
 module GVLScope
   # The per-process log line of the Puma plugin and GVLScope::Sidekiq, for an interval (a

@@ -2,7 +2,7 @@
 
 require "optparse"
 require_relative "../lab"
-require_relative "../output_file"
+require_relative "../support/output_file"
 
 module GVLScope
   module Lab

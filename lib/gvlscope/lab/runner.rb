@@ -9,7 +9,7 @@ require_relative "../lab"
 require_relative "../model"
 require_relative "../analysis/report"
 require_relative "../integrations/launch"
-require_relative "../output_file"
+require_relative "../support/output_file"
 
 module GVLScope
   module Lab

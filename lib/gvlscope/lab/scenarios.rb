@@ -4,7 +4,7 @@
 # they are; numbers come from the scenario program (lab/*.rb) and, through +from_trace+, from the
 # scenario's own trace and gvlscope report.
 require_relative "../lab"
-require_relative "../units"
+require_relative "../support/units"
 
 module GVLScope
   module Lab

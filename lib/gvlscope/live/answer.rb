@@ -1,10 +1,10 @@
 # frozen_string_literal: true
 
 require "json"
-require_relative "../native"
-require_relative "../metrics"
-require_relative "../printable"
-require_relative "../vocabulary"
+require_relative "../recorder/native"
+require_relative "../recorder/metrics"
+require_relative "../support/printable"
+require_relative "../support/vocabulary"
 require_relative "snapshot"
 
 module GVLScope

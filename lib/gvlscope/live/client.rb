@@ -2,7 +2,7 @@
 
 require "socket"
 require "json"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "paths"
 require_relative "snapshot"
 

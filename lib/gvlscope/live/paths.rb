@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require "etc"
-require_relative "../errors"
-require_relative "../private_dir"
+require_relative "../support/errors"
+require_relative "../support/private_dir"
 
 module GVLScope
   module Live

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../units"
+require_relative "../support/units"
 require_relative "../analysis" # the rules whose thresholds these share (the whole stage: its files load in its order)
 
 module GVLScope

@@ -4,7 +4,7 @@ require "net/http"
 require "timeout"
 require "zlib"
 require "uri"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "snapshot"
 
 module GVLScope

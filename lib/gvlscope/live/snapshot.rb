@@ -2,10 +2,10 @@
 
 require "json"
 require "set"
-require_relative "../errors"
-require_relative "../units"
-require_relative "../printable"
-require_relative "../vocabulary"
+require_relative "../support/errors"
+require_relative "../support/units"
+require_relative "../support/printable"
+require_relative "../support/vocabulary"
 require_relative "rules"
 
 module GVLScope

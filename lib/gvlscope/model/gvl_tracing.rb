@@ -2,9 +2,9 @@
 
 require "json"
 require "tempfile"
-require_relative "../errors"
+require_relative "../support/errors"
 require_relative "trace_file"
-require_relative "../printable"
+require_relative "../support/printable"
 require_relative "gvl_writer"
 
 module GVLScope
@@ -30,8 +30,8 @@ module GVLScope
         head.lstrip.start_with?("[", "{")
       end
 
-      # Reads the whole trace into memory (for Model.read, the tests' reference; the report engine
-      # streams it instead: .index).
+      # Reads the whole trace into memory (for .whole, and the tests' Model.read: their reference;
+      # the report engine streams it instead: .index).
       def read(path)
         events = parse(path)
         pid = ruby_threads_pid(events) || raise(FormatError, "#{path}: JSON, but not a gvl-tracing trace " \

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "../vocabulary"
+require_relative "../support/vocabulary"
 
 module GVLScope
   module Model

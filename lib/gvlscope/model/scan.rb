@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require "tmpdir"
-require_relative "../errors"
-require_relative "../vocabulary"
+require_relative "../support/errors"
+require_relative "../support/vocabulary"
 require_relative "trace_file"
 require_relative "gvl_tracing"
 require_relative "interval"

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require_relative "../errors"
-require_relative "../vocabulary"
-require_relative "../printable"
+require_relative "../support/errors"
+require_relative "../support/vocabulary"
+require_relative "../support/printable"
 
 module GVLScope
   module Model
@@ -65,16 +65,6 @@ module GVLScope
       MAX_TIME_NS = 2**62
       STACKS_HEADER_BYTES = 40
       FLAG_STACKS = 1 # header flags (version 2, at byte 40)
-      # Lane records that are not events (format.h): ARG carries a value for the record before it
-      # in its lane (a SUSPENDED's release site, a SAMPLE's stack, a TURN_BEGIN's fiber, a
-      # TURN_SITE's stack, a TURN_READY's microseconds); SAMPLE is a holder sample; TURN_* are event
-      # loops' turns (version 4; TURN_READY 5).
-      EVENTS = KINDS.take(KINDS.index(:gc_exit) + 1).freeze
-      ARG = KINDS.index(:arg)
-      SAMPLE = KINDS.index(:sample)
-      SUSPENDED = KINDS.index(:suspended)
-      TURN_KINDS = (KINDS.index(:turn_begin)..KINDS.index(:turn_ready)).freeze
-
       # Events in time order, as parallel arrays (a trace holds millions: no object per event).
       #   times[i]   ns since the trace started
       #   kinds[i]   a symbol of KINDS
@@ -102,23 +92,20 @@ module GVLScope
         def overloaded? = load > cpus
       end
 
-      def self.read(path)
-        new(path).tap(&:read)
-      end
-
       # The key of #site_ids: a SUSPENDED's time and thread serial in one Integer.
       def self.site_key(time_ns, serial) = time_ns << Record::VALUE_BITS | serial
 
       # The file's header, thread table, stacks and end record, and an index of its event chunks
       # (#chunk_index), without reading a single event: what Model::Scan needs before the native
       # engine reads the events (twice: GVLScope::Engine::Index, then a Pass). The same checks
-      # and messages as #read, in the same order, but for the records' kinds (the engine's).
+      # and messages as the tests' whole-file reader (#read, test/support/whole_trace.rb), in the
+      # same order, but for the records' kinds (the engine's).
       def self.index(path)
         new(path).tap(&:index)
       end
 
       # Event chunks as the engine reads them: "Q<Q<Q<" per chunk (offset of its records, base_ns,
-      # count | native serial << 32), in file order. nil for a file #read whole.
+      # count | native serial << 32), in file order. nil for a file read whole (from_events, the tests' #read).
       attr_reader :chunk_index
 
       def initialize(path)
@@ -136,7 +123,6 @@ module GVLScope
         @machine = nil
         @cpu_ticks = +"".b
         @cpu_samples = +"".b
-        @raw_turns = []
       end
 
       # True when the trace recorded code locations (release sites and holder samples).
@@ -145,13 +131,6 @@ module GVLScope
       # True when ARG records carry values, so they are not events: with stacks, or from version 4
       # (turn records need them in any trace).
       def args? = stacks? || @version.to_i >= 4
-
-      # The event loops' turn records (version 4) of a file #read whole, in time order:
-      # [[time_ns, thread serial, kind (:turn_begin, :turn_end, :turn_site, :turn_ready), value], ...]
-      # (value: the fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, microseconds after
-      # TURN_READY, else 0). An indexed file's
-      # are the engine's (Engine::Index#turns).
-      def raw_turns = @raw_turns
 
       def stack(id) = @stacks[id]
 
@@ -222,7 +201,7 @@ module GVLScope
       end
 
       # After the engine's first pass over an indexed file: what it counted. +serials+: the
-      # threads seen in events, in order of their first event (they get a ThreadInfo, as #read
+      # threads seen in events, in order of their first event (they get a ThreadInfo, as the tests' #read
       # gives them); +bad_kind+: [kind, byte] of the first unknown event kind in time order.
       def indexed(events:, stack_records:, last_time:, serials:, bad_kind:)
         corrupt!(bad_kind[1], "unknown event kind #{bad_kind[0]}") if bad_kind
@@ -257,7 +236,7 @@ module GVLScope
               index_events(offset, payload_bytes)
             else
               @data = io.pread(8 + payload_bytes, offset)
-              read_chunk(type, @data, offset, payload_bytes, nil, nil)
+              read_chunk(type, @data, offset, payload_bytes)
             end
             offset = payload_start + payload_bytes
           end
@@ -269,42 +248,11 @@ module GVLScope
         self
       end
 
-      def read
-        data = @data = File.binread(@path)
-        read_header(data, data.bytesize)
-        times = []
-        metas = []
-        offset = @header_bytes
-        while offset < data.bytesize
-          if offset + 8 > data.bytesize
-            warn_truncated(offset)
-            break
-          end
-          type, payload_bytes = data.unpack("L<L<", offset: offset)
-          payload_start = offset + 8
-          if payload_start + payload_bytes > data.bytesize
-            warn_truncated(offset)
-            break
-          end
-          read_chunk(type, data, offset, payload_bytes, times, metas)
-          offset = payload_start + payload_bytes
-        end
-        @data = nil
-        @raw_samples.sort_by!(&:first)
-        # Ties keep file order (a TURN_SITE has its TURN_BEGIN's time).
-        @raw_turns = @raw_turns.each_with_index.sort_by { |(time, *), i| [time, i] }.map!(&:first)
-        sort_events(times, metas)
-        @dropped = @end_dropped if @end_dropped
-        @threads.uniq.each { |serial| @thread_info[serial] ||= ThreadInfo.new(serial: serial, name: nil, ractor_id: 0) }
-        Model.mark_namesakes(@thread_info.values)
-        self
-      end
-
       private
 
-      def read_chunk(type, data, offset, payload_bytes, times, metas)
+      # A chunk other than events (#index keeps those in the file; the tests' #read reads them).
+      def read_chunk(type, data, offset, payload_bytes)
         case type
-        when CHUNK_EVENTS then read_events(data, offset, payload_bytes, times, metas)
         when CHUNK_THREADS then read_threads(data, offset, payload_bytes)
         when CHUNK_END then read_end(data, offset, payload_bytes)
         when CHUNK_STACKS then read_stacks(data, offset, payload_bytes)
@@ -313,7 +261,7 @@ module GVLScope
         end
       end
 
-      # +data+: the file's first bytes (the whole file for #read), +size+: the file's size.
+      # +data+: the file's first bytes (the whole file for the tests' #read), +size+: the file's size.
       def read_header(data, size)
         raise FormatError, "#{@path}: empty file, not a gvlscope trace" if size.zero?
         unless data.start_with?(MAGIC)
@@ -337,30 +285,7 @@ module GVLScope
         @warnings << "#{@path}: file ends inside a chunk at byte #{offset} (process killed?); read what came before"
       end
 
-      # Appends the chunk's times and, per event, its Record.meta (kind, thread serial and native
-      # thread's serial in one Integer). Whole-array operations, no per-event objects: a trace
-      # holds millions of events.
-      # Every length is checked against the chunk's size before anything is allocated for it.
-      def read_events(data, offset, bytes, times, metas)
-        start = offset + 8
-        corrupt!(offset, "event chunk of #{bytes} bytes, shorter than its header") if bytes < EVENTS_HEADER_BYTES
-        native, tid, base, count, dropped_before = data.unpack("L<L<Q<L<L<", offset: start - @base)
-        if EVENTS_HEADER_BYTES + count * 8 != bytes
-          corrupt!(offset, "event chunk of #{bytes} bytes claims #{count} records")
-        end
-        corrupt!(offset, "event chunk starts at #{base} ns (over 146 years)") if base >= MAX_TIME_NS
-
-        (@record_offsets ||= []) << [times.size, start + EVENTS_HEADER_BYTES] # to name a bad record's byte
-        @native_tids[native] = tid
-        @dropped += dropped_before
-        records = data.unpack("Q<#{count}", offset: start + EVENTS_HEADER_BYTES - @base)
-        return read_events_with_stacks(records, base, native, times, metas) if args?
-
-        times.concat(records.map { |record| base + Record.delta(record) })
-        metas.concat(records.map { |record| Record.meta(record, native) })
-      end
-
-      # #read_events for #index: the same checks; the chunk joins the index, its records stay in
+      # The tests' #read_events for #index: the same checks; the chunk joins the index, its records stay in
       # the file.
       def index_events(offset, bytes)
         start = offset + 8
@@ -374,41 +299,6 @@ module GVLScope
         @native_tids[native] = tid
         @dropped += dropped_before
         @chunk_index << [start + EVENTS_HEADER_BYTES, base, count | native << 32].pack("Q<Q<Q<")
-      end
-
-      # The same, taking out the records that are not events: an ARG belongs to the record before
-      # it in the same lane (native thread), possibly the last of the lane's previous chunk.
-      def read_events_with_stacks(records, base, native, times, metas)
-        @last_in_lane ||= {}
-        last = @last_in_lane[native]
-        records.each do |record|
-          kind = Record.kind(record)
-          time = base + Record.delta(record)
-          serial = Record.value(record)
-          @stack_records = (@stack_records || 0) + 1 if kind >= ARG
-          if kind == ARG
-            if last && last[0] == SUSPENDED
-              @site_ids[TraceFile.site_key(last[2], last[1])] = serial
-            elsif last && last[0] == SAMPLE
-              @raw_samples << [last[2], last[1], serial]
-            elsif last && TURN_KINDS.cover?(last[0])
-              last[3][3] = serial
-            end
-            last = nil
-            next
-          end
-          last = [kind, serial, time]
-          next if kind == SAMPLE
-
-          if TURN_KINDS.cover?(kind)
-            @raw_turns << (last[3] = [time, serial, KINDS[kind], 0])
-            next
-          end
-
-          times << time
-          metas << Record.meta(record, native)
-        end
-        @last_in_lane[native] = last
       end
 
       # The code locations the trace interned (format.h, gvls_stacks_header). Every count is
@@ -504,31 +394,6 @@ module GVLScope
         raise FormatError, "#{@path}: #{problem} at byte #{offset} (corrupt file?)"
       end
 
-      # The byte at which the +index+th record read (in file order) starts.
-      def record_offset(index)
-        first, offset = @record_offsets.reverse_each.find { |chunk_first, _| chunk_first <= index }
-        offset + (index - first) * 8
-      end
-
-      # Each native thread's chunks are in time order; across native threads they interleave.
-      # Ties keep file order, which keeps each native thread's own order: the sort key is the time
-      # with the event's index below it, one Integer per event (a Fixnum for traces up to ~18 minutes
-      # of 4M events; longer ones still sort right, on Bignums).
-      def sort_events(times, metas)
-        count = times.size
-        index_bits = [count.bit_length, 1].max
-        mask = (1 << index_bits) - 1
-        order = Array.new(count) { |i| (times[i] << index_bits) | i }.sort!.map! { |key| key & mask }
-        @times = order.map { |i| times[i] }
-        metas = order.map { |i| metas[i] }
-        # Records that are not events (ARG, SAMPLE) were taken out above; one left here is corrupt.
-        @kinds = metas.map { |meta| EVENTS[Record.kind(meta)] }
-        if (bad = @kinds.index(nil))
-          corrupt!(record_offset(order[bad]), "unknown event kind #{Record.kind(metas[bad])}")
-        end
-        @threads = metas.map { |meta| Record.value(meta) }
-        @natives = metas.map { |meta| Record.meta_native(meta) }
-      end
     end
   end
 end

@@ -54,7 +54,7 @@ module GVLScope
                            address_resolve timeout_after blocking_operation_wait].freeze
       SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
 
-      # +records+: [[time_ns, thread, kind, value], ...] in time order (TraceFile#raw_turns, or
+      # +records+: [[time_ns, thread, kind, value], ...] in time order (the tests' TraceFile#raw_turns, or
       # the engine's Index#turns unpacked); +stack+: id -> stack (nil if unknown); +end_ns+: the
       # trace's end. Returns the turns, in order of their start; followers only for the long ones
       # (LONG_TURN_NS: the ones a finding tells of).

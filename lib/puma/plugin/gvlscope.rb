@@ -8,9 +8,9 @@
 #
 # What it does is in GVLScope::PumaPlugin (lib/gvlscope/integrations/puma_plugin.rb); this file only wires it
 # to Puma: the `gvlscope` config method, and the plugin's `start` (in the master).
-require_relative "../../gvlscope/one_copy"
+require_relative "../../gvlscope/support/one_copy"
 return if GVLScope::OneCopy.elsewhere?(File.expand_path("../..", __dir__), "puma/plugin/gvlscope") # a second copy of the gem: see one_copy.rb
-require_relative "../../gvlscope/supported_ruby" # an older Ruby: one line, before anything else loads
+require_relative "../../gvlscope/support/supported_ruby" # an older Ruby: one line, before anything else loads
 require "puma/dsl"
 require "puma/plugin"
 require "gvlscope/integrations/puma_plugin"

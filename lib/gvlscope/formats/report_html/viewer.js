@@ -9,7 +9,7 @@ window.addEventListener("error", (event) => {
   document.body.dataset.errors = (document.body.dataset.errors || "") + event.message + "\n";
 });
 
-// A colour per state code; the words (REPORT.states, REPORT.labels) come from lib/gvlscope/vocabulary.rb.
+// A colour per state code; the words (REPORT.states, REPORT.labels) come from lib/gvlscope/support/vocabulary.rb.
 const COLORS = {
   started: "#9ecae1", wait: "#d62728", run: "#2ca02c", gc: "#ff7f0e", exited: "#000000",
   io: "#aec7e8", sleep: "#dbdb8d", lock: "#9467bd", join: "#c5b0d5", pass: "#98df8a", blocking: "#bcbd22",
@@ -208,7 +208,7 @@ function threadsNote() {
     `${(TIMELINE.threadsTotal - TIMELINE.lanesShown).toLocaleString("en")} share the last lane, their average.`];
 }
 
-// "12.512345s": what `gvlscope report --window` reads (lib/gvlscope/units.rb, Units.seconds).
+// "12.512345s": what `gvlscope report --window` reads (lib/gvlscope/support/units.rb, Units.seconds).
 function seconds(microseconds) { return (microseconds / 1e6).toFixed(6).replace(/\.?0+$/, "") + "s"; }
 
 // A word for the shell as it is, or in single quotes.

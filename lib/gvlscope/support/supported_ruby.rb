@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "version"
+require_relative "../version"
 require_relative "errors"
 
 # Loaded first by every entry point (exe/gvlscope, `require "gvlscope"` and its autorun, the Puma

@@ -5,7 +5,7 @@ require "tempfile"
 require_relative "native"
 require_relative "trace"
 require_relative "fork"
-require_relative "units"
+require_relative "../support/units"
 
 module GVLScope
   # Keeps the last few seconds of GVL events in memory (a bounded ring: ext/gvlscope/sink_ring.c)

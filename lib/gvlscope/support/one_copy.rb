@@ -9,7 +9,7 @@ unless defined?(GVLScope::OneCopy)
   module GVLScope
     module OneCopy
       # The lib directory of the copy loaded first.
-      LIB = File.expand_path("..", __dir__)
+      LIB = File.expand_path("../..", __dir__)
       @told = false
 
       # True when +feature+ ("gvlscope/rack") of the copy whose lib is +lib+ should not load:

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
-require_relative "units"
+require_relative "../support/units"
 
 module GVLScope
   # Event loops (ext/gvlscope/fibers.c): on a thread with a Fiber scheduler (Falcon, async), the

@@ -3,8 +3,8 @@
 require_relative "native"
 require_relative "event_loops"
 require_relative "trace"
-require_relative "units"
-require_relative "vocabulary"
+require_relative "../support/units"
+require_relative "../support/vocabulary"
 
 module GVLScope
   # Always-on GVL metrics from the same hook as the trace: how much of the time the GVL is held,
@@ -219,12 +219,12 @@ module GVLScope
       end
 
       def to_s
-        require_relative "formats/metrics_text"
+        require_relative "../formats/metrics_text"
         Formats::MetricsText.new(self).to_s
       end
 
       def to_prometheus(**labels)
-        require_relative "formats/prometheus"
+        require_relative "../formats/prometheus"
         Formats::Prometheus.exposition(self, **labels)
       end
 

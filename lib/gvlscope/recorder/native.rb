@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "supported_ruby"
+require_relative "../support/supported_ruby"
 
 # The C recorder (ext/gvlscope): GVLScope::Native and GVLScope::RequestTiming's counting.
 begin

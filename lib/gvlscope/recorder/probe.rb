@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
-require_relative "vocabulary"
+require_relative "../support/vocabulary"
 
 module GVLScope
   # Counts the GVL events fired while a block runs: a smoke test that the hook is wired
