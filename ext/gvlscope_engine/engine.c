@@ -497,18 +497,19 @@ static VALUE pass_release_sites(VALUE self) {
     return rows;
 }
 
-// { serial => [bins * 4 Integers] } for the threads with time in run, wait, idle or gc.
+// { serial => [bins * LANE_STATES Integers] } for the threads with time in run, wait, idle or gc:
+// each bin's ns in each of Engine::LANE_STATES, in that order (Analysis::Overview#lane).
 static VALUE pass_overview(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE lanes = rb_hash_new();
     for (size_t i = 0; i < engine->order.size; i++) {
         eng_thread *thread = THREAD(engine, VEC_AT(engine->order, uint32_t, i));
         if (!thread->bins) continue;
-        VALUE lane = rb_ary_new_capa((long)engine->bins * 4);
+        VALUE lane = rb_ary_new_capa((long)engine->bins * LANE_STATES);
         for (int64_t bin = 0; bin < engine->bins; bin++) {
             bool inside = bin >= thread->bin_low && bin < thread->bin_low + thread->bin_count;
-            for (int state = 0; state < 4; state++) {
-                rb_ary_push(lane, inside ? LL2NUM(thread->bins[(bin - thread->bin_low) * 4 + state]) : INT2FIX(0));
+            for (int state = 0; state < LANE_STATES; state++) {
+                rb_ary_push(lane, inside ? LL2NUM(thread->bins[(bin - thread->bin_low) * LANE_STATES + state]) : INT2FIX(0));
             }
         }
         rb_hash_aset(lanes, UINT2NUM(thread->serial), lane);
@@ -822,10 +823,11 @@ static VALUE engine_vocabulary(VALUE module, VALUE names, VALUE reasons) {
 }
 
 // The words of the engine's numbers (numbering.h), by number, nil where a number has none:
-// Engine::EVENT_KINDS, Engine::STATES and Engine::REASONS (test/engine/numbering_test.rb checks the Ruby
-// tables against them).
+// Engine::EVENT_KINDS, Engine::STATES, Engine::REASONS and Engine::LANE_STATES
+// (test/engine/numbering_test.rb checks the Ruby tables against them).
 #define KIND_WORD(name, number, word) [name] = word,
 #define NAME_WORD(name, word) [name] = word,
+#define LANE_WORD(state) lane_words[LANE_##state] = STATE_WORDS[state];
 static const char *const KIND_WORDS[] = { ENG_EVENT_KINDS(KIND_WORD) };
 static const char *const STATE_WORDS[] = { ENG_STATES(NAME_WORD) };
 static const char *const REASON_WORDS[] = { ENG_REASONS(NAME_WORD) };
@@ -843,6 +845,9 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_const(mEngine, "EVENT_KINDS", words(KIND_WORDS, sizeof(KIND_WORDS) / sizeof(*KIND_WORDS)));
     rb_define_const(mEngine, "STATES", words(STATE_WORDS, ST_COUNT));
     rb_define_const(mEngine, "REASONS", words(REASON_WORDS, R_COUNT));
+    const char *lane_words[LANE_STATES];
+    ENG_LANE_STATES(LANE_WORD)
+    rb_define_const(mEngine, "LANE_STATES", words(lane_words, LANE_STATES));
     // The records, from their lists (each Struct's members are its fields, in order).
     cIndexSummary = DEFINE_RECORD(mEngine, "IndexSummary", ENG_INDEX_SUMMARY);
     cTurnColumns = DEFINE_RECORD(mEngine, "TurnColumns", ENG_TURN_COLUMNS);
