@@ -16,6 +16,25 @@
 static VALUE cIndex, cPass;
 static eng_vocabulary vocabulary;
 
+// ---------------------------------------------------------------- records handed to Ruby
+// Every record the engine hands to Ruby is declared once, as a list X(field, value): the field's
+// name, a member of its Struct under GVLScope::Engine (ThreadRow, BlameRow, ...: Ruby reads them
+// by name, never by position), and the expression the builder puts there (it reads the builder's
+// locals: +thread+, +entry+, +interval+, ...). Adding a column is one line in a list plus its uses.
+#define FIELD_NAME(field, value) #field,
+#define FIELD_VALUE(field, value) , value
+// A Struct class under +module+ with a list's fields, in order.
+#define DEFINE_RECORD(module, name, LIST) rb_struct_define_under(module, name, LIST(FIELD_NAME) NULL)
+// One record of class +klass+ from a list's values (evaluated in the caller's scope).
+#define NEW_RECORD(klass, LIST) rb_struct_new(klass LIST(FIELD_VALUE))
+// A record of columns: a list's Arrays, made empty, then pushed a value per item.
+#define COLUMN_INDEX(field, value) COLUMN_##field,
+#define NEW_COLUMN(field, value) columns[COLUMN_##field] = rb_ary_new_capa(size);
+#define PUSH_COLUMN(field, value) rb_ary_push(columns[COLUMN_##field], value);
+
+static VALUE cIndexSummary, cMemory, cThreadRow, cHistograms, cBlameRow, cCodeRow, cReleaseSiteRow, cWindowRow,
+    cWindowColumns, cSampleColumns, cTurnColumns;
+
 // ---------------------------------------------------------------- Index
 
 typedef struct {
@@ -101,16 +120,18 @@ static int compare_firsts(const void *a, const void *b) {
     return 0;
 }
 
-// { events:, stack_records:, last_time: (nil without events), bad_kind: [kind, byte] or nil }
+// Engine::IndexSummary: what pass 1 learnt of the trace (last_time: nil without events; bad_kind
+// and bad_byte: the first unknown event kind in time order and where it is, nil without one).
+#define ENG_INDEX_SUMMARY(X)                                                                       \
+    X(events, ULL2NUM(index->events))                                                              \
+    X(stack_records, ULL2NUM(index->stack_records))                                                \
+    X(last_time, index->has_events ? LL2NUM(index->max_time) : Qnil)                               \
+    X(bad_kind, index->bad ? UINT2NUM(index->bad_kind) : Qnil)                                     \
+    X(bad_byte, index->bad ? ULL2NUM(index->bad_byte) : Qnil)
+
 static VALUE index_summary(VALUE self) {
     eng_index *index = &get_index(self)->index;
-    VALUE summary = rb_hash_new();
-    rb_hash_aset(summary, ID2SYM(rb_intern("events")), ULL2NUM(index->events));
-    rb_hash_aset(summary, ID2SYM(rb_intern("stack_records")), ULL2NUM(index->stack_records));
-    rb_hash_aset(summary, ID2SYM(rb_intern("last_time")), index->has_events ? LL2NUM(index->max_time) : Qnil);
-    rb_hash_aset(summary, ID2SYM(rb_intern("bad_kind")),
-                 index->bad ? rb_ary_new_from_args(2, UINT2NUM(index->bad_kind), ULL2NUM(index->bad_byte)) : Qnil);
-    return summary;
+    return NEW_RECORD(cIndexSummary, ENG_INDEX_SUMMARY);
 }
 
 // The serials of the threads seen in events, in order of their first event.
@@ -132,28 +153,42 @@ static int compare_turn_records(const void *a, const void *b) {
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-// The event loops' turn records (version 4), in (time, file order): "q<L<L<L<" each (time, thread
-// serial, kind, value: the fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, else 0).
+// Engine::TurnColumns: the event loops' turn records (version 4), in (time, file order), a column
+// per field (value: the fiber's serial after TURN_BEGIN, the stack id after TURN_SITE, else 0).
+#define ENG_TURN_COLUMNS(X)                                                                        \
+    X(times, LL2NUM(turn->time))                                                                   \
+    X(serials, UINT2NUM(turn->serial))                                                             \
+    X(kinds, UINT2NUM(turn->kind))                                                                 \
+    X(values, UINT2NUM(turn->arg))
+
 static VALUE index_turns(VALUE self) {
     eng_index *index = &get_index(self)->index;
     size_t count = index->turns.size;
     eng_turn_record *sorted = ALLOC_N(eng_turn_record, count + 1);
     if (count) memcpy(sorted, index->turns.data, count * sizeof(eng_turn_record));
     if (count > 1) qsort(sorted, count, sizeof(eng_turn_record), compare_turn_records);
-    VALUE packed = rb_str_buf_new((long)count * 20);
+    enum { ENG_TURN_COLUMNS(COLUMN_INDEX) COLUMN_COUNT };
+    VALUE columns[COLUMN_COUNT];
+    long size = (long)count;
+    ENG_TURN_COLUMNS(NEW_COLUMN)
     for (size_t i = 0; i < count; i++) {
-        struct __attribute__((packed)) { int64_t time; uint32_t serial, kind, arg; } row = {
-            sorted[i].time, sorted[i].serial, sorted[i].kind, sorted[i].arg };
-        rb_str_buf_cat(packed, (const char *)&row, sizeof(row));
+        const eng_turn_record *turn = &sorted[i];
+        ENG_TURN_COLUMNS(PUSH_COLUMN)
     }
     xfree(sorted);
-    return packed;
+    return rb_class_new_instance(COLUMN_COUNT, columns, cTurnColumns);
 }
 
-static VALUE index_memory(VALUE self) {
-    eng_index *index = &get_index(self)->index;
-    return rb_ary_new_from_args(2, SIZET2NUM(index->memory.current), SIZET2NUM(index->memory.peak));
-}
+// Engine::Memory: what the engine's allocations hold now and held at most, and the bytes of a
+// pass's interval spill (an index has none).
+#define ENG_MEMORY(X)                                                                              \
+    X(current_bytes, SIZET2NUM(memory->current))                                                   \
+    X(peak_bytes, SIZET2NUM(memory->peak))                                                         \
+    X(spill_bytes, ULL2NUM(spill))
+
+static VALUE memory_record(const eng_memory *memory, uint64_t spill) { return NEW_RECORD(cMemory, ENG_MEMORY); }
+
+static VALUE index_memory(VALUE self) { return memory_record(&get_index(self)->index.memory, 0); }
 
 // ---------------------------------------------------------------- Pass
 
@@ -270,70 +305,84 @@ static VALUE counts(const uint64_t *values, size_t size) {
     return array;
 }
 
-// Per thread, in order of first appearance: [serial, ractor_id, run_ns, wait_ns, idle_ns, gc_ns,
-// holds, waits, longest_wait_ns, released_by ([reason code, count] in order of first release), longest_run, longest_wait,
-// blocking_waits, slow_blocking_waits, blocking_wait_ns, median_slow_blocking_wait_ns,
-// longest_slow_blocking_wait, median_wait_ns, first_wait, first_after_blocking, first_gc,
-// during_gc_ns, drawn, longest_gc, long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns,
-// idle_by_reason ([reason code, ns] for reasons with idle time), io_overlap_wait_ns, held_off_cpu_ns,
-// long_streak_off_cpu_ns, longest_streak_off_cpu_ns]
+// [[reason code, releases], ...] in order of first release.
+static VALUE released_by(const eng_thread *thread) {
+    VALUE released = rb_ary_new_capa(thread->release_kinds);
+    for (uint8_t k = 0; k < thread->release_kinds; k++) {
+        uint8_t reason = thread->release_order[k];
+        rb_ary_push(released, rb_ary_new_from_args(2, INT2FIX(reason), ULL2NUM(thread->released[reason])));
+    }
+    return released;
+}
+
+// [[reason code, idle ns], ...] for the reasons with idle time, by reason code.
+static VALUE idle_by_reason(const eng_thread *thread) {
+    VALUE idle = rb_ary_new();
+    for (uint8_t reason = 0; reason < R_COUNT; reason++) {
+        if (thread->idle_by_reason[reason] > 0) {
+            rb_ary_push(idle, rb_ary_new_from_args(2, INT2FIX(reason), LL2NUM(thread->idle_by_reason[reason])));
+        }
+    }
+    return idle;
+}
+
+static VALUE time_or_nil(bool has, int64_t time) { return has ? LL2NUM(time) : Qnil; }
+
+// Engine::ThreadRow: a thread's sums (Analysis::ThreadStats::Row tells what each means). Spans
+// (longest_*) are [start, end] or nil; first_*: the start of the thread's first wait, first wait
+// after a blocking call and first wait during a GC (nil: none), which order Analysis::Blame's hashes.
+#define ENG_THREAD_ROW(X)                                                                          \
+    X(serial, UINT2NUM(thread->serial))                                                            \
+    X(ractor_id, UINT2NUM(RACTOR(engine, thread->ractor)->id))                                     \
+    X(run_ns, LL2NUM(thread->totals[ST_RUN]))                                                      \
+    X(wait_ns, LL2NUM(thread->totals[ST_WAIT]))                                                    \
+    X(idle_ns, LL2NUM(thread->totals[ST_IDLE]))                                                    \
+    X(gc_ns, LL2NUM(thread->totals[ST_GC]))                                                        \
+    X(holds, ULL2NUM(thread->holds))                                                               \
+    X(waits, ULL2NUM(thread->waits))                                                               \
+    X(longest_wait_ns, LL2NUM(thread->has_longest_wait ? thread->longest_wait[1] - thread->longest_wait[0] : 0)) \
+    X(released_by, released_by(thread))                                                            \
+    X(longest_run, span(thread->has_longest_run, thread->longest_run))                             \
+    X(longest_wait, span(thread->has_longest_wait, thread->longest_wait))                          \
+    X(blocking_waits, ULL2NUM(thread->blocking_waits))                                             \
+    X(slow_blocking_waits, ULL2NUM(thread->slow_blocking_waits))                                   \
+    X(blocking_wait_ns, LL2NUM(thread->blocking_wait_ns))                                          \
+    X(median_slow_blocking_wait_ns, LL2NUM(eng_median_value(&thread->slow_median)))                \
+    X(longest_slow_blocking_wait, span(thread->has_longest_slow, thread->longest_slow))            \
+    X(median_wait_ns, LL2NUM(eng_median_value(&thread->wait_median)))                              \
+    X(first_wait, time_or_nil(thread->has_first_wait, thread->first_wait))                         \
+    X(first_after_blocking, time_or_nil(thread->has_first_after_blocking, thread->first_after_blocking)) \
+    X(first_gc, time_or_nil(thread->has_first_gc, thread->first_gc))                               \
+    X(during_gc_ns, LL2NUM(thread->during_gc))                                                     \
+    X(drawn, thread->drawn ? Qtrue : Qfalse)                                                       \
+    X(longest_gc, span(thread->has_longest_gc, thread->longest_gc))                                \
+    X(long_streaks, ULL2NUM(thread->long_streaks))                                                 \
+    X(long_streak_held_ns, LL2NUM(thread->long_streak_held))                                       \
+    X(longest_streak, span(thread->has_longest_streak, thread->longest_streak))                    \
+    X(longest_streak_held_ns, LL2NUM(thread->longest_streak_held))                                 \
+    X(idle_by_reason, idle_by_reason(thread))                                                      \
+    X(io_overlap_wait_ns, LL2NUM(thread->overlap_counted))                                         \
+    X(held_off_cpu_ns, LL2NUM(thread->held_off))                                                   \
+    X(long_streak_off_cpu_ns, LL2NUM(thread->long_streak_off))                                     \
+    X(longest_streak_off_cpu_ns, LL2NUM(thread->longest_streak_off))
+
+// A ThreadRow per thread seen in events, in order of first appearance.
 static VALUE pass_threads(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE rows = rb_ary_new_capa((long)engine->order.size);
     for (size_t i = 0; i < engine->order.size; i++) {
-        uint32_t at = VEC_AT(engine->order, uint32_t, i);
-        eng_thread *thread = THREAD(engine, at);
-        VALUE row = rb_ary_new_capa(33);
-        rb_ary_push(row, UINT2NUM(thread->serial));
-        rb_ary_push(row, UINT2NUM(RACTOR(engine, thread->ractor)->id));
-        rb_ary_push(row, LL2NUM(thread->totals[ST_RUN]));
-        rb_ary_push(row, LL2NUM(thread->totals[ST_WAIT]));
-        rb_ary_push(row, LL2NUM(thread->totals[ST_IDLE]));
-        rb_ary_push(row, LL2NUM(thread->totals[ST_GC]));
-        rb_ary_push(row, ULL2NUM(thread->holds));
-        rb_ary_push(row, ULL2NUM(thread->waits));
-        rb_ary_push(row, LL2NUM(thread->has_longest_wait ? thread->longest_wait[1] - thread->longest_wait[0] : 0));
-        VALUE released = rb_ary_new_capa(thread->release_kinds);
-        for (uint8_t k = 0; k < thread->release_kinds; k++) {
-            uint8_t reason = thread->release_order[k];
-            rb_ary_push(released, rb_ary_new_from_args(2, INT2FIX(reason), ULL2NUM(thread->released[reason])));
-        }
-        rb_ary_push(row, released);
-        rb_ary_push(row, span(thread->has_longest_run, thread->longest_run));
-        rb_ary_push(row, span(thread->has_longest_wait, thread->longest_wait));
-        rb_ary_push(row, ULL2NUM(thread->blocking_waits));
-        rb_ary_push(row, ULL2NUM(thread->slow_blocking_waits));
-        rb_ary_push(row, LL2NUM(thread->blocking_wait_ns));
-        rb_ary_push(row, LL2NUM(eng_median_value(&thread->slow_median)));
-        rb_ary_push(row, span(thread->has_longest_slow, thread->longest_slow));
-        rb_ary_push(row, LL2NUM(eng_median_value(&thread->wait_median)));
-        rb_ary_push(row, thread->has_first_wait ? LL2NUM(thread->first_wait) : Qnil);
-        rb_ary_push(row, thread->has_first_after_blocking ? LL2NUM(thread->first_after_blocking) : Qnil);
-        rb_ary_push(row, thread->has_first_gc ? LL2NUM(thread->first_gc) : Qnil);
-        rb_ary_push(row, LL2NUM(thread->during_gc));
-        rb_ary_push(row, thread->drawn ? Qtrue : Qfalse);
-        rb_ary_push(row, span(thread->has_longest_gc, thread->longest_gc));
-        rb_ary_push(row, ULL2NUM(thread->long_streaks));
-        rb_ary_push(row, LL2NUM(thread->long_streak_held));
-        rb_ary_push(row, span(thread->has_longest_streak, thread->longest_streak));
-        rb_ary_push(row, LL2NUM(thread->longest_streak_held));
-        VALUE idle_by_reason = rb_ary_new();
-        for (uint8_t reason = 0; reason < R_COUNT; reason++) {
-            if (thread->idle_by_reason[reason] > 0) {
-                rb_ary_push(idle_by_reason, rb_ary_new_from_args(2, INT2FIX(reason), LL2NUM(thread->idle_by_reason[reason])));
-            }
-        }
-        rb_ary_push(row, idle_by_reason);
-        rb_ary_push(row, LL2NUM(thread->overlap_counted));
-        rb_ary_push(row, LL2NUM(thread->held_off));
-        rb_ary_push(row, LL2NUM(thread->long_streak_off));
-        rb_ary_push(row, LL2NUM(thread->longest_streak_off));
-        rb_ary_push(rows, row);
+        const eng_thread *thread = THREAD(engine, VEC_AT(engine->order, uint32_t, i));
+        rb_ary_push(rows, NEW_RECORD(cThreadRow, ENG_THREAD_ROW));
     }
     return rows;
 }
 
-// [hold_ns counts, wait_ns counts] summed over the threads with these serials (all when nil).
+// Engine::Histograms: the log2 buckets' counts of holds and of waits (Analysis::Histograms).
+#define ENG_HISTOGRAMS(X)                                                                          \
+    X(hold_ns, counts(holds, LOG2_BUCKETS))                                                        \
+    X(wait_ns, counts(waits, LOG2_BUCKETS))
+
+// The Histograms summed over the threads with these serials (all when nil).
 static VALUE pass_histograms(VALUE self, VALUE serials) {
     eng_engine *engine = get_engine(self);
     uint64_t holds[LOG2_BUCKETS] = { 0 }, waits[LOG2_BUCKETS] = { 0 };
@@ -345,7 +394,7 @@ static VALUE pass_histograms(VALUE self, VALUE serials) {
             waits[b] += thread->wait_histogram[b];
         }
     }
-    return rb_ary_new_from_args(2, counts(holds, LOG2_BUCKETS), counts(waits, LOG2_BUCKETS));
+    return NEW_RECORD(cHistograms, ENG_HISTOGRAMS);
 }
 
 static VALUE pass_waiters_at_acquire(VALUE self) {
@@ -356,42 +405,64 @@ static VALUE pass_all_waits_median(VALUE self) { return LL2NUM(eng_median_value(
 
 static VALUE serial_of(eng_engine *engine, uint32_t at) { return UINT2NUM(THREAD(engine, at)->serial); }
 
-// [[waiter serial, holder serial (nil: the hand-off), all_ns or nil, all_seq, after_blocking_ns or nil, its seq]]
+// Engine::BlameRow: a waiter's wait while a holder (nil: nobody, the hand-off) held the GVL, over
+// all its waits and over those after a blocking call (nil: none), each with the sequence number
+// of its first overlap (Analysis::Blame adds them up in that order).
+#define ENG_BLAME_ROW(X)                                                                           \
+    X(waiter, serial_of(engine, entry->a))                                                         \
+    X(holder, entry->b ? serial_of(engine, entry->b - 1) : Qnil)                                   \
+    X(all_ns, entry->has_all ? LL2NUM(entry->all_ns) : Qnil)                                       \
+    X(all_seq, ULL2NUM(entry->all_seq))                                                            \
+    X(after_blocking_ns, entry->has_after_blocking ? LL2NUM(entry->after_blocking_ns) : Qnil)      \
+    X(after_blocking_seq, ULL2NUM(entry->after_blocking_seq))
+
 static VALUE pass_blame(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE rows = rb_ary_new_capa((long)engine->pairs.size);
     for (size_t i = 0; i < engine->pairs.size; i++) {
-        eng_pair *entry = &VEC_AT(engine->pairs, eng_pair, i);
-        rb_ary_push(rows, rb_ary_new_from_args(
-                              6, serial_of(engine, entry->a), entry->b ? serial_of(engine, entry->b - 1) : Qnil,
-                              entry->has_all ? LL2NUM(entry->all_ns) : Qnil, ULL2NUM(entry->all_seq),
-                              entry->has_after_blocking ? LL2NUM(entry->after_blocking_ns) : Qnil,
-                              ULL2NUM(entry->after_blocking_seq)));
+        const eng_pair *entry = &VEC_AT(engine->pairs, eng_pair, i);
+        rb_ary_push(rows, NEW_RECORD(cBlameRow, ENG_BLAME_ROW));
     }
     return rows;
 }
 
-// Samples as a flat Array: time, holder serial, stack id, waiters, ... in time order.
-static VALUE flat_samples(eng_engine *engine, const eng_vec *samples) {
-    VALUE flat = rb_ary_new_capa((long)samples->size * 4);
+// Engine::SampleColumns: the holders' samples in time order, a column per field (no object per
+// sample: Model::Scan#samples makes its own).
+#define ENG_SAMPLE_COLUMNS(X)                                                                      \
+    X(times, LL2NUM(sample->time))                                                                 \
+    X(holders, UINT2NUM(THREAD(engine, sample->thread)->serial))                                   \
+    X(stack_ids, UINT2NUM(sample->stack))                                                          \
+    X(waiters, LL2NUM(sample->waiters))
+
+static VALUE sample_columns(eng_engine *engine, const eng_vec *samples) {
+    enum { ENG_SAMPLE_COLUMNS(COLUMN_INDEX) COLUMN_COUNT };
+    VALUE columns[COLUMN_COUNT];
+    long size = (long)samples->size;
+    ENG_SAMPLE_COLUMNS(NEW_COLUMN)
     for (size_t i = 0; i < samples->size; i++) {
-        eng_sample *sample = &VEC_AT(*samples, eng_sample, i);
-        rb_ary_push(flat, LL2NUM(sample->time));
-        rb_ary_push(flat, UINT2NUM(THREAD(engine, sample->thread)->serial));
-        rb_ary_push(flat, UINT2NUM(sample->stack));
-        rb_ary_push(flat, LL2NUM(sample->waiters));
+        const eng_sample *sample = &VEC_AT(*samples, eng_sample, i);
+        ENG_SAMPLE_COLUMNS(PUSH_COLUMN)
     }
-    return flat;
+    return rb_class_new_instance(COLUMN_COUNT, columns, cSampleColumns);
 }
 
-static VALUE pass_samples(VALUE self) { eng_engine *engine = get_engine(self); return flat_samples(engine, &engine->samples); }
+static VALUE pass_samples(VALUE self) { eng_engine *engine = get_engine(self); return sample_columns(engine, &engine->samples); }
 // Those no thread waited for (an event loop's long turn), the same way.
-static VALUE pass_lone_samples(VALUE self) { eng_engine *engine = get_engine(self); return flat_samples(engine, &engine->lone_samples); }
+static VALUE pass_lone_samples(VALUE self) { eng_engine *engine = get_engine(self); return sample_columns(engine, &engine->lone_samples); }
 
 static VALUE pass_sample_count(VALUE self) { return SIZET2NUM(get_engine(self)->samples.size); }
 
-// Code locations: [[thread serial (nil for all holders), stack id, weight, count, seq]] in the
-// order of kind: :holders (per holder), :stacks (all holders), :waiters (samples during waits).
+// Engine::CodeRow: a stack's samples, of a thread (nil: all holders), weighted (by waiters, or
+// their count for :waiters), with the sequence number of its first sample.
+#define ENG_CODE_ROW(X)                                                                            \
+    X(thread, pairs == &engine->stacks_sampled ? Qnil : serial_of(engine, entry->a))               \
+    X(stack_id, UINT2NUM(entry->b))                                                                \
+    X(weight, LL2NUM(entry->all_ns))                                                               \
+    X(count, ULL2NUM(entry->count))                                                                \
+    X(seq, ULL2NUM(entry->all_seq))
+
+// Code locations, CodeRows of +kind+: :holders (per holder), :stacks (all holders), :waiters
+// (samples during waits).
 static VALUE pass_code(VALUE self, VALUE kind) {
     eng_engine *engine = get_engine(self);
     ID id = SYM2ID(kind);
@@ -400,39 +471,45 @@ static VALUE pass_code(VALUE self, VALUE kind) {
                                                  : &engine->waiter_stacks;
     VALUE rows = rb_ary_new_capa((long)pairs->size);
     for (size_t i = 0; i < pairs->size; i++) {
-        eng_pair *entry = &VEC_AT(*pairs, eng_pair, i);
-        VALUE thread = pairs == &engine->stacks_sampled ? Qnil : serial_of(engine, entry->a);
-        rb_ary_push(rows, rb_ary_new_from_args(5, thread, UINT2NUM(entry->b), LL2NUM(entry->all_ns),
-                                               ULL2NUM(entry->count), ULL2NUM(entry->all_seq)));
+        const eng_pair *entry = &VEC_AT(*pairs, eng_pair, i);
+        rb_ary_push(rows, NEW_RECORD(cCodeRow, ENG_CODE_ROW));
     }
     return rows;
 }
 
-// Release sites: [[thread serial, site stack id, reason code, ns waited after, releases]], each
-// thread's in order of first release.
+// Engine::ReleaseSiteRow: a thread's releases of the GVL at a site (its stack id) for a reason
+// (code), and the ns it then waited for the GVL.
+#define ENG_RELEASE_SITE_ROW(X)                                                                    \
+    X(thread, serial_of(engine, entry->a))                                                         \
+    X(site_id, UINT2NUM(entry->b))                                                                 \
+    X(reason, UINT2NUM(entry->reason))                                                             \
+    X(waited_ns, LL2NUM(entry->all_ns))                                                            \
+    X(releases, ULL2NUM(entry->count))
+
+// The ReleaseSiteRows, each thread's in order of first release.
 static VALUE pass_release_sites(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE rows = rb_ary_new_capa((long)engine->sites.size);
     for (size_t i = 0; i < engine->sites.size; i++) {
-        eng_pair *entry = &VEC_AT(engine->sites, eng_pair, i);
-        rb_ary_push(rows, rb_ary_new_from_args(5, serial_of(engine, entry->a), UINT2NUM(entry->b),
-                                               UINT2NUM(entry->reason), LL2NUM(entry->all_ns), ULL2NUM(entry->count)));
+        const eng_pair *entry = &VEC_AT(engine->sites, eng_pair, i);
+        rb_ary_push(rows, NEW_RECORD(cReleaseSiteRow, ENG_RELEASE_SITE_ROW));
     }
     return rows;
 }
 
-// { serial => [bins * 4 Integers] } for the threads with time in run, wait, idle or gc.
+// { serial => [bins * LANE_STATES Integers] } for the threads with time in run, wait, idle or gc:
+// each bin's ns in each of Engine::LANE_STATES, in that order (Analysis::Overview#lane).
 static VALUE pass_overview(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE lanes = rb_hash_new();
     for (size_t i = 0; i < engine->order.size; i++) {
         eng_thread *thread = THREAD(engine, VEC_AT(engine->order, uint32_t, i));
         if (!thread->bins) continue;
-        VALUE lane = rb_ary_new_capa((long)engine->bins * 4);
+        VALUE lane = rb_ary_new_capa((long)engine->bins * LANE_STATES);
         for (int64_t bin = 0; bin < engine->bins; bin++) {
             bool inside = bin >= thread->bin_low && bin < thread->bin_low + thread->bin_count;
-            for (int state = 0; state < 4; state++) {
-                rb_ary_push(lane, inside ? LL2NUM(thread->bins[(bin - thread->bin_low) * 4 + state]) : INT2FIX(0));
+            for (int state = 0; state < LANE_STATES; state++) {
+                rb_ary_push(lane, inside ? LL2NUM(thread->bins[(bin - thread->bin_low) * LANE_STATES + state]) : INT2FIX(0));
             }
         }
         rb_hash_aset(lanes, UINT2NUM(thread->serial), lane);
@@ -440,7 +517,19 @@ static VALUE pass_overview(VALUE self) {
     return lanes;
 }
 
-// Per window: [[thread serial, state code, reason code, start, end, native or nil, site, index in its thread], ...]
+// Engine::WindowRow: an interval found in a window (Model::Interval): native nil where the trace
+// has none, site_id 0 without a release site, index: its place among its thread's intervals.
+#define ENG_WINDOW_ROW(X)                                                                          \
+    X(thread, serial_of(engine, interval->thread))                                                 \
+    X(state, INT2FIX(interval->state))                                                             \
+    X(reason, INT2FIX(interval->reason))                                                           \
+    X(start_ns, LL2NUM(interval->start))                                                           \
+    X(end_ns, LL2NUM(interval->end))                                                               \
+    X(native, interval->has_native ? UINT2NUM(interval->native) : Qnil)                            \
+    X(site_id, UINT2NUM(interval->site))                                                           \
+    X(index, ULL2NUM(entry->listed))
+
+// Per window, its WindowRows in time order.
 static VALUE pass_windows(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE windows = rb_ary_new_capa((long)engine->window_count);
@@ -448,40 +537,41 @@ static VALUE pass_windows(VALUE self) {
         eng_vec *found = &engine->windows[w].found;
         VALUE list = rb_ary_new_capa((long)found->size);
         for (size_t i = 0; i < found->size; i++) {
-            eng_found *entry = &VEC_AT(*found, eng_found, i);
-            eng_interval *interval = &entry->interval;
-            VALUE values[8] = { serial_of(engine, interval->thread), INT2FIX(interval->state), INT2FIX(interval->reason),
-                                LL2NUM(interval->start), LL2NUM(interval->end),
-                                interval->has_native ? UINT2NUM(interval->native) : Qnil, UINT2NUM(interval->site),
-                                ULL2NUM(entry->listed) };
-            rb_ary_push(list, rb_ary_new_from_values(8, values));
+            const eng_found *entry = &VEC_AT(*found, eng_found, i);
+            const eng_interval *interval = &entry->interval;
+            rb_ary_push(list, NEW_RECORD(cWindowRow, ENG_WINDOW_ROW));
         }
         rb_ary_push(windows, list);
     }
     return windows;
 }
 
-// Per window, its intervals as columns: [serials, state codes, reason codes, starts, ends], five
-// Arrays of Integers (no object per interval: the HTML report's windows hold up to its whole
-// budget). Each window's intervals are freed as its columns are made: a second call finds none.
+// Engine::WindowColumns: a window's intervals as columns of Integers (no object per interval: the
+// HTML report's windows hold up to its whole budget).
+#define ENG_WINDOW_COLUMNS(X)                                                                      \
+    X(serials, serial_of(engine, interval->thread))                                                \
+    X(states, INT2FIX(interval->state))                                                            \
+    X(reasons, INT2FIX(interval->reason))                                                          \
+    X(starts, LL2NUM(interval->start))                                                             \
+    X(ends, LL2NUM(interval->end))
+
+// Per window, its WindowColumns. Each window's intervals are freed as its columns are made: a
+// second call finds none.
 static VALUE pass_window_columns(VALUE self) {
     eng_engine *engine = get_engine(self);
     VALUE windows = rb_ary_new_capa((long)engine->window_count);
+    enum { ENG_WINDOW_COLUMNS(COLUMN_INDEX) COLUMN_COUNT };
     for (size_t w = 0; w < engine->window_count; w++) {
         eng_vec *found = &engine->windows[w].found;
         long size = (long)found->size;
-        VALUE serials = rb_ary_new_capa(size), states = rb_ary_new_capa(size), reasons = rb_ary_new_capa(size),
-              starts = rb_ary_new_capa(size), ends = rb_ary_new_capa(size);
+        VALUE columns[COLUMN_COUNT];
+        ENG_WINDOW_COLUMNS(NEW_COLUMN)
         for (size_t i = 0; i < found->size; i++) {
-            eng_interval *interval = &VEC_AT(*found, eng_found, i).interval;
-            rb_ary_push(serials, serial_of(engine, interval->thread));
-            rb_ary_push(states, INT2FIX(interval->state));
-            rb_ary_push(reasons, INT2FIX(interval->reason));
-            rb_ary_push(starts, LL2NUM(interval->start));
-            rb_ary_push(ends, LL2NUM(interval->end));
+            const eng_interval *interval = &VEC_AT(*found, eng_found, i).interval;
+            ENG_WINDOW_COLUMNS(PUSH_COLUMN)
         }
         vec_free(&engine->memory, found);
-        rb_ary_push(windows, rb_ary_new_from_args(5, serials, states, reasons, starts, ends));
+        rb_ary_push(windows, rb_class_new_instance(COLUMN_COUNT, columns, cWindowColumns));
     }
     return windows;
 }
@@ -491,8 +581,7 @@ static VALUE pass_counter_entries(VALUE self) { return ULL2NUM(get_engine(self)-
 
 static VALUE pass_memory(VALUE self) {
     eng_engine *engine = get_engine(self);
-    return rb_ary_new_from_args(3, SIZET2NUM(engine->memory.current), SIZET2NUM(engine->memory.peak),
-                                ULL2NUM(engine->spill_size));
+    return memory_record(&engine->memory, engine->spill_size);
 }
 
 // ---------------------------------------------------------------- exports
@@ -734,10 +823,11 @@ static VALUE engine_vocabulary(VALUE module, VALUE names, VALUE reasons) {
 }
 
 // The words of the engine's numbers (numbering.h), by number, nil where a number has none:
-// Engine::EVENT_KINDS, Engine::STATES and Engine::REASONS (test/engine/numbering_test.rb checks the Ruby
-// tables against them).
+// Engine::EVENT_KINDS, Engine::STATES, Engine::REASONS and Engine::LANE_STATES
+// (test/engine/numbering_test.rb checks the Ruby tables against them).
 #define KIND_WORD(name, number, word) [name] = word,
 #define NAME_WORD(name, word) [name] = word,
+#define LANE_WORD(state) lane_words[LANE_##state] = STATE_WORDS[state];
 static const char *const KIND_WORDS[] = { ENG_EVENT_KINDS(KIND_WORD) };
 static const char *const STATE_WORDS[] = { ENG_STATES(NAME_WORD) };
 static const char *const REASON_WORDS[] = { ENG_REASONS(NAME_WORD) };
@@ -755,6 +845,21 @@ RUBY_FUNC_EXPORTED void Init_gvlscope_engine(void) {
     rb_define_const(mEngine, "EVENT_KINDS", words(KIND_WORDS, sizeof(KIND_WORDS) / sizeof(*KIND_WORDS)));
     rb_define_const(mEngine, "STATES", words(STATE_WORDS, ST_COUNT));
     rb_define_const(mEngine, "REASONS", words(REASON_WORDS, R_COUNT));
+    const char *lane_words[LANE_STATES];
+    ENG_LANE_STATES(LANE_WORD)
+    rb_define_const(mEngine, "LANE_STATES", words(lane_words, LANE_STATES));
+    // The records, from their lists (each Struct's members are its fields, in order).
+    cIndexSummary = DEFINE_RECORD(mEngine, "IndexSummary", ENG_INDEX_SUMMARY);
+    cTurnColumns = DEFINE_RECORD(mEngine, "TurnColumns", ENG_TURN_COLUMNS);
+    cMemory = DEFINE_RECORD(mEngine, "Memory", ENG_MEMORY);
+    cThreadRow = DEFINE_RECORD(mEngine, "ThreadRow", ENG_THREAD_ROW);
+    cHistograms = DEFINE_RECORD(mEngine, "Histograms", ENG_HISTOGRAMS);
+    cBlameRow = DEFINE_RECORD(mEngine, "BlameRow", ENG_BLAME_ROW);
+    cSampleColumns = DEFINE_RECORD(mEngine, "SampleColumns", ENG_SAMPLE_COLUMNS);
+    cCodeRow = DEFINE_RECORD(mEngine, "CodeRow", ENG_CODE_ROW);
+    cReleaseSiteRow = DEFINE_RECORD(mEngine, "ReleaseSiteRow", ENG_RELEASE_SITE_ROW);
+    cWindowRow = DEFINE_RECORD(mEngine, "WindowRow", ENG_WINDOW_ROW);
+    cWindowColumns = DEFINE_RECORD(mEngine, "WindowColumns", ENG_WINDOW_COLUMNS);
     // format.h's record layout under its own names, for Ruby's readers and writers of records
     // (Model::Record; test/model/record_test.rb checks them against format.h's text).
     rb_define_const(mEngine, "RECORD_KIND_BITS", INT2FIX(GVLS_RECORD_KIND_BITS));

@@ -33,10 +33,16 @@
     X(R_PASS, "pass") X(R_BLOCKING, "blocking") X(R_PREEMPTED, "preempted") X(R_EXIT, "exit")      \
     X(R_IO_SLEEP, "io_sleep") X(R_UNKNOWN, "unknown")
 
+// X(state): the states an overview lane counts, in the order of each bin's values
+// (Analysis::Overview::STATES; Engine::LANE_STATES gives Ruby their words).
+#define ENG_LANE_STATES(X) X(ST_RUN) X(ST_WAIT) X(ST_IDLE) X(ST_GC)
+
 #define ENG_KIND_ENUM(name, number, word) name = number,
 #define ENG_NAME_ENUM(name, word) name,
 enum { ENG_EVENT_KINDS(ENG_KIND_ENUM) };
 enum { ENG_STATES(ENG_NAME_ENUM) ST_COUNT };
 enum { ENG_REASONS(ENG_NAME_ENUM) R_COUNT };
+#define ENG_LANE_ENUM(state) LANE_##state,
+enum { ENG_LANE_STATES(ENG_LANE_ENUM) LANE_STATES }; // LANE_ST_RUN = 0, ...: a state's place in a bin
 
 #endif

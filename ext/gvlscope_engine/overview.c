@@ -9,7 +9,7 @@ static int64_t *lane_bins(eng_engine *engine, eng_thread *thread, int32_t first,
         int32_t count = last - first + 1;
         int32_t capacity = count < 64 ? 64 : count;
         if (first + capacity > (int32_t)engine->bins) capacity = (int32_t)engine->bins - first;
-        thread->bins = eng_alloc(&engine->memory, (size_t)capacity * 4 * sizeof(int64_t));
+        thread->bins = eng_alloc(&engine->memory, (size_t)capacity * LANE_STATES * sizeof(int64_t));
         thread->bin_low = first;
         thread->bin_count = capacity;
         return thread->bins;
@@ -24,9 +24,9 @@ static int64_t *lane_bins(eng_engine *engine, eng_thread *thread, int32_t first,
         if (doubled > count) count = doubled;
         if (low + count > (int32_t)engine->bins) count = (int32_t)engine->bins - low;
     }
-    int64_t *bins = eng_alloc(&engine->memory, (size_t)count * 4 * sizeof(int64_t));
-    memcpy(bins + (size_t)(thread->bin_low - low) * 4, thread->bins, (size_t)thread->bin_count * 4 * sizeof(int64_t));
-    eng_free(&engine->memory, thread->bins, (size_t)thread->bin_count * 4 * sizeof(int64_t));
+    int64_t *bins = eng_alloc(&engine->memory, (size_t)count * LANE_STATES * sizeof(int64_t));
+    memcpy(bins + (size_t)(thread->bin_low - low) * LANE_STATES, thread->bins, (size_t)thread->bin_count * LANE_STATES * sizeof(int64_t));
+    eng_free(&engine->memory, thread->bins, (size_t)thread->bin_count * LANE_STATES * sizeof(int64_t));
     thread->bins = bins;
     thread->bin_low = low;
     thread->bin_count = count;
@@ -37,11 +37,10 @@ static int64_t *lane_bins(eng_engine *engine, eng_thread *thread, int32_t first,
 void overview_add(eng_engine *engine, eng_thread *thread, const eng_interval *interval) {
     int offset;
     switch (interval->state) {
-    case ST_RUN: offset = 0; break;
-    case ST_WAIT: offset = 1; break;
-    case ST_IDLE: offset = 2; break;
-    case ST_GC: offset = 3; break;
-    default: return;
+#define LANE_CASE(state) case state: offset = LANE_##state; break;
+    ENG_LANE_STATES(LANE_CASE)
+#undef LANE_CASE
+    default: return; // :started and :exited take a moment: no time to count
     }
     if (interval->end <= interval->start) return;
     int64_t last_bin = engine->bins - 1;
@@ -52,12 +51,12 @@ void overview_add(eng_engine *engine, eng_thread *thread, const eng_interval *in
     if (last > last_bin) last = last_bin;
     if (last < 0) last = 0;
     int64_t *bins = lane_bins(engine, thread, (int32_t)first, (int32_t)last);
-    int64_t *base = bins - (size_t)thread->bin_low * 4;
+    int64_t *base = bins - (size_t)thread->bin_low * LANE_STATES;
     if (first == last) {
-        base[4 * first + offset] += to - from;
+        base[LANE_STATES * first + offset] += to - from;
         return;
     }
-    base[4 * first + offset] += (first + 1) * bin_ns - from;
-    for (int64_t bin = first + 1; bin < last; bin++) base[4 * bin + offset] += bin_ns;
-    base[4 * last + offset] += to - last * bin_ns;
+    base[LANE_STATES * first + offset] += (first + 1) * bin_ns - from;
+    for (int64_t bin = first + 1; bin < last; bin++) base[LANE_STATES * bin + offset] += bin_ns;
+    base[LANE_STATES * last + offset] += to - last * bin_ns;
 }

@@ -211,7 +211,7 @@ void eng_pass_free(eng_engine *engine) {
         eng_free(memory, thread->pending, thread->pending_capacity * sizeof(eng_interval));
         eng_median_free(memory, &thread->wait_median);
         eng_median_free(memory, &thread->slow_median);
-        eng_free(memory, thread->bins, (size_t)thread->bin_count * 4 * sizeof(int64_t));
+        eng_free(memory, thread->bins, (size_t)thread->bin_count * LANE_STATES * sizeof(int64_t));
         eng_stream_free(engine, &thread->stream);
     }
     for (size_t i = 0; i < engine->ractors.size; i++) {

@@ -71,7 +71,7 @@ typedef struct {
     uint8_t has_first_wait, has_first_after_blocking, has_first_gc;
     int64_t first_wait, first_after_blocking, first_gc;
     int64_t during_gc;
-    // Overview: bins [bin_low, bin_low + bin_count) x 4 states
+    // Overview: bins [bin_low, bin_low + bin_count) x LANE_STATES (numbering.h)
     int64_t *bins;
     int32_t bin_low, bin_count;
     // exports

@@ -3,6 +3,7 @@
 require_relative "../test_helper"
 require "gvlscope"
 require "gvlscope/model"
+require "gvlscope/analysis/overview"
 require "support/synthetic_trace"
 
 # Every numbering is defined once; every other place that numbers the same things is made from
@@ -14,6 +15,8 @@ require "support/synthetic_trace"
 #                  docs/format.md tells them
 #   engine states  ext/gvlscope_engine/numbering.h (ENG_STATES, Engine::STATES): Model::Scan::STATES
 #   reasons        ext/gvlscope_engine/numbering.h (ENG_REASONS, Engine::REASONS): Model::Scan::REASONS
+#   lane states    ext/gvlscope_engine/numbering.h (ENG_LANE_STATES, Engine::LANE_STATES): the order of
+#                  an overview bin's values, Analysis::Overview::STATES
 # (The recorder's metric states, ext/gvlscope/metrics.h, are checked against
 # Vocabulary::METRIC_STATES by test/gem/layout_test.rb.)
 class NumberingTest < Minitest::Test
@@ -62,6 +65,7 @@ class NumberingTest < Minitest::Test
 
   def test_engine_states_and_reasons_are_the_engines
     assert_equal engine::STATES, GVLScope::Model::Scan::STATES
+    assert_equal engine::LANE_STATES, GVLScope::Analysis::Overview::STATES
     assert_equal engine::REASONS, GVLScope::Model::Scan::REASONS
   end
 

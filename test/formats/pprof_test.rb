@@ -91,7 +91,7 @@ class PprofTest < Minitest::Test
 
       # gvl_wait: the blame of each holder (nil: the hand-off), all of it.
       blamed = Hash.new(0)
-      scan.blame_rows.each { |_waiter, holder, all_ns, *| blamed[holder && labels[holder]] += all_ns.to_i }
+      scan.blame_rows.each { |row| blamed[row.holder && labels[row.holder]] += row.all_ns.to_i }
       blamed.each do |label, ns|
         shown = label ? profile.total("gvl_wait", thread: label) : profile.total("gvl_wait") - blamed.except(nil).values.sum
         assert_equal ns, shown, "gvl_wait of #{label || 'the hand-off'}"
@@ -100,10 +100,10 @@ class PprofTest < Minitest::Test
 
       # Release sites: releases and the wait after, per thread and cause, as the engine summed them.
       sites = Hash.new { |hash, key| hash[key] = [0, 0] }
-      scan.release_site_rows.each do |serial, site, reason, waited, count|
-        key = [labels[serial], GVLScope::Model::Scan::REASONS[reason].to_s, scan.file.stack(site).first.label]
-        sites[key][0] += count
-        sites[key][1] += waited
+      scan.release_site_rows.each do |row|
+        key = [labels[row.thread], GVLScope::Model::Scan::REASONS[row.reason].to_s, scan.file.stack(row.site_id).first.label]
+        sites[key][0] += row.releases
+        sites[key][1] += row.waited_ns
       end
       shown = Hash.new { |hash, key| hash[key] = [0, 0] }
       profile.samples.select { |sample| sample[:labels]["cause"] }.each do |sample|
@@ -127,10 +127,10 @@ class PprofTest < Minitest::Test
     Dir.mktmpdir("gvlscope-pprof") do |dir|
       profile = raw(export(dir, "thrash.gvl"))
       scan = scan("thrash.gvl")
-      assert_equal scan.blame_rows.sum { |row| row[2].to_i }, profile.total("gvl_wait")
+      assert_equal scan.blame_rows.sum { |row| row.all_ns.to_i }, profile.total("gvl_wait")
       assert_equal scan.samples.sum(&:waiters), profile.total("waiting_threads")
-      assert_equal scan.release_site_rows.sum { |row| row[4] }, profile.total("releases")
-      assert_equal scan.release_site_rows.sum { |row| row[3] }, profile.total("wait_after_release")
+      assert_equal scan.release_site_rows.sum(&:releases), profile.total("releases")
+      assert_equal scan.release_site_rows.sum(&:waited_ns), profile.total("wait_after_release")
     end
   end
 

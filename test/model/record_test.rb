@@ -120,10 +120,11 @@ class RecordTest < Minitest::Test
       indexed = GVLScope::Model::TraceFile.index(path)
       index = GVLScope::Engine::Index.open(path, indexed.args?, indexed.chunk_index)
       nil until index.step(1 << 20)
-      assert_equal({ events: 4, stack_records: 6, last_time: last, bad_kind: nil }, index.summary)
+      assert_equal({ events: 4, stack_records: 6, last_time: last, bad_kind: nil, bad_byte: nil }, index.summary.to_h)
       assert_equal [0, 1, MAX_VALUE], index.serials
-      assert_equal turns, index.turns.unpack("q<L<L<L<" * turns.size).each_slice(4).map { |time, serial, kind, value|
-        [time, serial, GVLScope::Engine::EVENT_KINDS[kind], value]
+      found = index.turns
+      assert_equal turns, found.times.each_index.map { |at|
+        [found.times[at], found.serials[at], GVLScope::Engine::EVENT_KINDS[found.kinds[at]], found.values[at]]
       }
     end
   end

@@ -46,28 +46,22 @@ module GVLScope
       def from_scan(scan)
         ractor_rank = scan.ractors.keys.each_with_index.to_h
         appearance = scan.threads.keys.each_with_index.to_h
-        rows = scan.thread_rows.values
-        first = lambda do |column|
-          rows.select { |row| row[column] }
-              .sort_by { |row| [ractor_rank.fetch(scan.threads[row[0]].ractor_id, 0), row[column], appearance[row[0]]] }
+        rows = scan.thread_rows.values # Engine::ThreadRows
+        first = lambda do |field|
+          rows.select(&field)
+              .sort_by { |row| [ractor_rank.fetch(scan.threads[row.serial].ractor_id, 0), row[field], appearance[row.serial]] }
         end
-        first.call(FIRST_WAIT).each { |row| @all_waits[row[0]] }
-        first.call(FIRST_AFTER_BLOCKING).each { |row| @after_blocking[row[0]] }
-        first.call(FIRST_GC).each { |row| @during_gc[row[0]] = row[DURING_GC] }
-        pairs = scan.blame_rows
-        pairs.select { |pair| pair[2] }.sort_by { |pair| pair[3] }.each do |waiter, holder, ns, _|
-          @all_waits[waiter][holder || HAND_OFF] += ns
+        first.call(:first_wait).each { |row| @all_waits[row.serial] }
+        first.call(:first_after_blocking).each { |row| @after_blocking[row.serial] }
+        first.call(:first_gc).each { |row| @during_gc[row.serial] = row.during_gc_ns }
+        pairs = scan.blame_rows # Engine::BlameRows
+        pairs.select(&:all_ns).sort_by(&:all_seq).each do |pair|
+          @all_waits[pair.waiter][pair.holder || HAND_OFF] += pair.all_ns
         end
-        pairs.select { |pair| pair[4] }.sort_by { |pair| pair[5] }.each do |waiter, holder, _, _, ns, _|
-          @after_blocking[waiter][holder || HAND_OFF] += ns
+        pairs.select(&:after_blocking_ns).sort_by(&:after_blocking_seq).each do |pair|
+          @after_blocking[pair.waiter][pair.holder || HAND_OFF] += pair.after_blocking_ns
         end
       end
-
-      # Columns of Engine::Pass#threads.
-      FIRST_WAIT = 18
-      FIRST_AFTER_BLOCKING = 19
-      FIRST_GC = 20
-      DURING_GC = 21
     end
   end
 end

@@ -49,7 +49,7 @@ module GVLScope
       # The holders' code, heaviest first: weight = sum of waiters over the samples. With +thread+
       # (a serial), only the samples of that holder.
       def holder_profile(thread: nil)
-        rows = thread ? @timeline.code_rows(:holders).select { |row| row[0] == thread } : @timeline.code_rows(:stacks)
+        rows = thread ? @timeline.code_rows(:holders).select { |row| row.thread == thread } : @timeline.code_rows(:stacks)
         rank(by_stack(rows) { |stack, weight, count| [code_frame(stack), weight, count] })
       end
 
@@ -57,7 +57,7 @@ module GVLScope
       # The holders' code while +waiter+ (a serial) waited for the GVL: each sample inside one of
       # its waits counts once.
       def holders_while_waiting(waiter)
-        rows = @timeline.code_rows(:waiters).select { |row| row[0] == waiter }
+        rows = @timeline.code_rows(:waiters).select { |row| row.thread == waiter }
         rank(by_stack(rows) { |stack, _weight, count| [code_frame(stack), count, count] })
       end
 
@@ -96,15 +96,15 @@ module GVLScope
       # again and the count of the :run intervals of +thread+ that ended with a recorded release
       # site: summed by site and cause by the engine, in the order first seen.
       def each_release(thread)
-        (@releases ||= @timeline.release_site_rows.group_by(&:first))[thread.serial]&.each do |_, site, reason, waited, count|
-          yield @timeline.file.stack(site), Model::Scan::REASONS[reason], waited, count
+        (@releases ||= @timeline.release_site_rows.group_by(&:thread))[thread.serial]&.each do |row|
+          yield @timeline.file.stack(row.site_id), Model::Scan::REASONS[row.reason], row.waited_ns, row.releases
         end
       end
 
-      # [[stack, weight, count], ...] mapped by the block, in the order the engine first saw each
-      # stack (the samples' time order).
+      # [[stack, weight, count], ...] of Engine::CodeRows, mapped by the block, in the order the
+      # engine first saw each stack (the samples' time order).
       def by_stack(rows)
-        rows.sort_by { |row| row[4] }.map { |_, stack, weight, count, _| yield @timeline.file.stack(stack), weight, count }
+        rows.sort_by(&:seq).map { |row| yield @timeline.file.stack(row.stack_id), row.weight, row.count }
       end
 
       # [[frame, weight, count (1 when left out)], ...] grouped by method and file, heaviest first;

@@ -18,7 +18,7 @@ module GVLScope
         rows = report.all_rows
         histograms = report.histograms[:wait_ns]
         groups = rows.group_by { |row| [base_name(row.label), row.created_at] }.map do |(name, created_at), same|
-          thread_histogram = scan.respond_to?(:histograms) ? scan.histograms(same.map(&:serial))[1] : nil
+          thread_histogram = scan.respond_to?(:histograms) ? scan.histograms(same.map(&:serial)).wait_ns : nil
           Diff::Group.new(name: name, created_at: created_at, threads: same.size, wait_ns: same.sum(&:wait_ns),
                           held_ns: busiest_gvl_ns(same) { |row| row.run_ns + row.gc_ns }, waits: same.sum(&:waits),
                           wait_histogram: thread_histogram && Array(thread_histogram))

@@ -12,8 +12,8 @@ module GVLScope
 
       # Of a Model::Scan's threads with these serials (all when nil): the engine counted them.
       def of(scan, serials = nil)
-        holds, waits = scan.histograms(serials)
-        { hold_ns: holds, wait_ns: waits, waiters_at_acquire: scan.waiters_at_acquire }
+        counted = scan.histograms(serials) # Engine::Histograms
+        { hold_ns: counted.hold_ns, wait_ns: counted.wait_ns, waiters_at_acquire: scan.waiters_at_acquire }
       end
     end
   end

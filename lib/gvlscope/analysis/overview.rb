@@ -8,7 +8,7 @@ module GVLScope
     # length: a 100M-event trace's overview is as small as a 1,000-event one's.
     #
     # lane(serial) is an Array of bins * 4 Integers: bin i's run, wait, idle and gc ns at indexes
-    # 4i, 4i + 1, 4i + 2 and 4i + 3 (STATES order). Time in :started and :exited (a moment each) is
+    # 4i, 4i + 1, 4i + 2 and 4i + 3 (STATES order, the engine's Engine::LANE_STATES). Time in :started and :exited (a moment each) is
     # not counted, so a bin's four numbers add up to at most bin_ns, less where the thread did not
     # exist. Bin i covers [start_ns + i * bin_ns, start_ns + (i + 1) * bin_ns); the last may reach
     # past the end of the trace.
@@ -35,12 +35,12 @@ module GVLScope
       def serials = @lanes.keys
 
       # Thread +serial+'s bins (all zeros for a thread it has no time for).
-      def lane(serial) = @lanes.fetch(serial) { Array.new(@bins * 4, 0) }
+      def lane(serial) = @lanes.fetch(serial) { Array.new(@bins * STATES.size, 0) }
 
       # Several threads' lanes added up, bin by bin: the HTML report's lane of the threads it does
       # not draw one by one.
       def sum(serials)
-        total = Array.new(@bins * 4, 0)
+        total = Array.new(@bins * STATES.size, 0)
         # Columns summed in C (transpose, sum) a hundred lanes at a time: thousands of threads'
         # lanes add up in a fraction of a second, with a bounded copy.
         serials.each_slice(100) do |group|

@@ -67,27 +67,30 @@ module GVLScope
 
       private
 
-      # The engine's sums (Engine::Pass#threads): nil for a thread of the thread table that never
+      # The Row fields the engine sums (Engine::ThreadRow) under the same names, as they are (0 for a
+      # thread that never appeared in an event), ...
+      SUMMED = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_wait_ns blocking_waits slow_blocking_waits
+                  blocking_wait_ns median_slow_blocking_wait_ns median_wait_ns long_streaks long_streak_held_ns
+                  longest_streak_held_ns io_overlap_wait_ns].freeze
+      # ... [start_ns, end_ns] or nil, ...
+      SPANS = %i[longest_run longest_wait longest_slow_blocking_wait longest_gc longest_streak].freeze
+      # ... and measured only in a trace that sampled CPU time (nil without).
+      OFF_CPU = %i[held_off_cpu_ns long_streak_off_cpu_ns longest_streak_off_cpu_ns].freeze
+
+      # The engine's sums (an Engine::ThreadRow): nil for a thread of the thread table that never
       # appeared in an event.
       def row_from_scan(thread, sums)
-        _serial, _ractor, run, wait, idle, gc, holds, waits, longest_wait_ns, released, longest_run, longest_wait,
-          blocking, slow, blocking_ns, median_slow, longest_slow, median_wait = sums || [nil, nil, 0, 0, 0, 0, 0, 0, 0, []]
-        longest_gc = sums&.at(23)
-        long_streaks, long_streak_held_ns, longest_streak, longest_streak_held_ns, idle_by_reason, io_overlap = sums&.[](24, 6)
-        off_cpu = @timeline.respond_to?(:cpu_sampled?) && @timeline.cpu_sampled? ? (sums&.[](30, 3) || [0, 0, 0]) : []
-        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at,
-                ractor_id: thread.ractor_id, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc, holds: holds,
-                waits: waits, longest_wait_ns: longest_wait_ns,
-                released_by: released.each_with_object(Hash.new(0)) { |(code, count), by| by[Model::Scan::REASONS[code]] = count },
-                longest_run: longest_run, longest_wait: longest_wait, blocking_waits: blocking || 0,
-                slow_blocking_waits: slow || 0, blocking_wait_ns: blocking_ns || 0,
-                median_slow_blocking_wait_ns: median_slow || 0, longest_slow_blocking_wait: longest_slow,
-                median_wait_ns: median_wait || 0, longest_gc: longest_gc, long_streaks: long_streaks || 0,
-                long_streak_held_ns: long_streak_held_ns || 0, longest_streak: longest_streak,
-                longest_streak_held_ns: longest_streak_held_ns || 0,
-                idle_by_reason: (idle_by_reason || []).each_with_object(Hash.new(0)) { |(code, ns), by| by[Model::Scan::REASONS[code]] = ns },
-                io_overlap_wait_ns: io_overlap || 0, held_off_cpu_ns: off_cpu[0], long_streak_off_cpu_ns: off_cpu[1],
-                longest_streak_off_cpu_ns: off_cpu[2])
+        cpu_sampled = @timeline.respond_to?(:cpu_sampled?) && @timeline.cpu_sampled?
+        fields = SUMMED.to_h { |name| [name, sums ? sums[name] : 0] }
+        SPANS.each { |name| fields[name] = sums && sums[name] }
+        OFF_CPU.each { |name| fields[name] = cpu_sampled ? (sums ? sums[name] : 0) : nil }
+        Row.new(serial: thread.serial, label: thread.label, created_at: thread.info.created_at, ractor_id: thread.ractor_id,
+                released_by: by_reason(sums&.released_by), idle_by_reason: by_reason(sums&.idle_by_reason), **fields)
+      end
+
+      # reason => Integer of the engine's [[reason code, Integer], ...].
+      def by_reason(pairs)
+        (pairs || []).each_with_object(Hash.new(0)) { |(code, value), by| by[Model::Scan::REASONS[code]] = value }
       end
     end
 

@@ -118,7 +118,7 @@ module GVLScope
 
       def holder_samples
         blamed = Hash.new(0)
-        scan.blame_rows.each { |_waiter, holder, all_ns, *| blamed[holder] += all_ns.to_i }
+        scan.blame_rows.each { |row| blamed[row.holder] += row.all_ns.to_i }
         groups = holder_groups
         groups.group_by(&:first).each do |serial, own|
           split(blamed.delete(serial) || 0, own.map { |group| group[3] }).each_with_index { |share, index| own[index] << share }
@@ -151,10 +151,10 @@ module GVLScope
       end
 
       def release_samples
-        scan.release_site_rows.map do |serial, site, reason, waited, count|
-          stack = scan.file.stack(site) || []
-          sample(shown_stack(stack).map { |frame| location(frame.label, frame.path, frame.line) }, [0, 0, 0, count, waited],
-                 thread: serial, cause: Model::Scan::REASONS[reason].to_s)
+        scan.release_site_rows.map do |row|
+          stack = scan.file.stack(row.site_id) || []
+          sample(shown_stack(stack).map { |frame| location(frame.label, frame.path, frame.line) }, [0, 0, 0, row.releases, row.waited_ns],
+                 thread: row.thread, cause: Model::Scan::REASONS[row.reason].to_s)
         end
       end
 

@@ -287,7 +287,8 @@ module GVLScope
       def busiest_centre(overview, shown, others_bins)
         totals = overview.sum(shown.map(&:serial))
         totals = totals.zip(others_bins).map(&:sum) if others_bins
-        peak = (0...overview.bins).max_by { |bin| [totals[4 * bin + 1], totals[4 * bin]] }
+        width, at = Analysis::Overview::STATES.size, Analysis::Overview::STATE_INDEX
+        peak = (0...overview.bins).max_by { |bin| [totals[width * bin + at[:wait]], totals[width * bin + at[:run]]] }
         overview.start_ns + peak * overview.bin_ns + overview.bin_ns / 2
       end
 

@@ -116,7 +116,7 @@ module GVLScope
       def threads
         @threads ||= begin
           threads = {}
-          any_pass.threads.each { |row| threads[row[0]] = thread(row[0]) }
+          any_pass.threads.each { |row| threads[row.serial] = thread(row.serial) }
           @file.thread_info.each_key { |serial| threads[serial] ||= thread(serial) }
           threads
         end
@@ -127,35 +127,35 @@ module GVLScope
       def waiters_at_acquire = any_pass.waiters_at_acquire
       def shared_native_threads? = any_pass.shared_natives?
 
-      # The engine's per-thread sums: serial => [see Engine::Pass#threads], in order of appearance.
-      def thread_rows = @thread_rows ||= pass.threads.to_h { |row| [row[0], row] }
+      # The engine's per-thread sums: serial => Engine::ThreadRow (ext/gvlscope_engine/engine.c
+      # declares its fields), in order of appearance.
+      def thread_rows = @thread_rows ||= pass.threads.to_h { |row| [row.serial, row] }
 
       def all_waits_median_ns = pass.all_waits_median
 
-      # [hold_ns counts, wait_ns counts] of the threads with these serials (all when nil).
+      # Engine::Histograms (hold_ns and wait_ns bucket counts) of the threads with these serials
+      # (all when nil).
       def histograms(serials = nil) = pass.histograms(serials&.to_h { |serial| [serial, true] })
 
+      # Engine::BlameRows.
       def blame_rows = pass.blame
 
-      # Code locations: see Engine::Pass#code and #release_sites.
+      # Code locations: Engine::CodeRows of a kind (Engine::Pass#code) and Engine::ReleaseSiteRows.
       def code_rows(kind) = (@code_rows ||= {})[kind] ||= pass.code(kind)
       def release_site_rows = @release_site_rows ||= pass.release_sites
 
       # The event loops' turns (Model::Turns; none before format version 4, nor in imports).
       def turns
         @turns ||= begin
-          packed = @file.chunk_index ? @index.turns : "".b
-          records = packed.unpack("q<L<L<L<" * (packed.bytesize / 20))
-          rows = records.each_slice(4).map { |time, thread, kind, value| [time, thread, TraceFile::KINDS[kind], value] }
+          found = @index.turns if @file.chunk_index # Engine::TurnColumns
+          rows = found ? found.times.each_index.map { |at| [found.times[at], found.serials[at], TraceFile::KINDS[found.kinds[at]], found.values[at]] } : []
           Turns.build(rows, end_ns: duration_ns, stack: ->(id) { @file.stack(id) })
         end
       end
 
       # The holders' samples (Model::Sample), kept while threads waited: at most ~100 a second.
       def samples
-        @samples ||= any_pass.samples.each_slice(4).map do |time, serial, stack, waiters|
-          Sample.new(time, serial, @file.stack(stack), waiters)
-        end
+        @samples ||= samples_of(any_pass.samples)
       end
 
       def sample_count = any_pass.sample_count
@@ -163,9 +163,7 @@ module GVLScope
       # Holder samples no thread waited for (Model::Sample, waiters 0): a loop thread's task deep in
       # a long turn, sampled at the trace's CPU ticks (ext/gvlscope/fibers.c).
       def lone_samples
-        @lone_samples ||= any_pass.lone_samples.each_slice(4).map do |time, serial, stack, waiters|
-          Sample.new(time, serial, @file.stack(stack), waiters)
-        end
+        @lone_samples ||= samples_of(any_pass.lone_samples)
       end
 
       # serial => Array of bins * 4 Integers (Analysis::Overview#lane) for +bins+ bins; another
@@ -182,7 +180,7 @@ module GVLScope
       def details(windows, limit:)
         found = window_rows(windows, limit)
         # In place, window by window: each one's rows are garbage once its intervals are made.
-        found.each_index { |index| found[index] = found[index].map { |row| interval(*row) } }
+        found.each_index { |index| found[index] = found[index].map { |row| interval(row) } }
       end
 
       def detail(start_ns, end_ns, limit:) = details([[start_ns, end_ns]], limit: limit).first
@@ -190,14 +188,15 @@ module GVLScope
       # #details as IntervalColumns, one per window: the same intervals in the same order, with no
       # object per interval (the HTML report's windows).
       def details_columns(windows, limit:)
-        window_pass(windows, limit).window_columns.map do |serials, states, reasons, starts, ends|
-          IntervalColumns.new(serials, states.map! { |code| STATES[code] }, reasons.map! { |code| REASONS[code] }, starts, ends)
+        window_pass(windows, limit).window_columns.map do |found|
+          IntervalColumns.new(found.serials, found.states.map! { |code| STATES[code] },
+                              found.reasons.map! { |code| REASONS[code] }, found.starts, found.ends)
         end
       end
 
       # What the engine's two passes allocated at most, in bytes (tests: memory bounded by the
       # trace's threads, not its events).
-      def peak_bytes = @index.memory[1] + any_pass.memory[1]
+      def peak_bytes = @index.memory.peak_bytes + any_pass.memory.peak_bytes
 
       # The exports' writers (formats/chrome_json.rb, perfetto.rb, speedscope.rb), each into
       # +target+: a file descriptor, written directly; or nil: pieces of up to ~1 MB are yielded,
@@ -221,14 +220,12 @@ module GVLScope
       def speedscope_names(serial) = spilled.speedscope_names(serial).map { |code| [code, NAMES[code]] }
 
       # True when the thread has an interval with end > start (speedscope draws it).
-      def drawn?(serial) = (@drawn ||= spilled.threads.to_h { |row| [row[0], row[DRAWN]] })[serial] || false
-
-      DRAWN = 22 # the column of Engine::Pass#threads
+      def drawn?(serial) = (@drawn ||= spilled.threads.to_h { |row| [row.serial, row.drawn] })[serial] || false
 
       # All intervals of a thread, collected by one more pass (once, for all threads).
       def intervals_of(serial)
-        @all_intervals ||= window_rows([[-ALL, ALL]], ALL).first.group_by(&:first).transform_values do |rows|
-          rows.sort_by!(&:last).map { |row| interval(*row) }
+        @all_intervals ||= window_rows([[-ALL, ALL]], ALL).first.group_by(&:thread).transform_values do |rows|
+          rows.sort_by!(&:index).map { |row| interval(row) }
         end
         @all_intervals.fetch(serial, [])
       end
@@ -247,7 +244,7 @@ module GVLScope
 
       def thread(serial) = LazyThread.new(serial, @file.thread_info[serial] || ThreadInfo.new(serial: serial, ractor_id: 0), self)
 
-      # [[serial, state, reason, start, end, native, site, index in its thread], ...] per window.
+      # Engine::WindowRows, per window.
       def window_rows(windows, limit) = window_pass(windows, limit).windows
 
       # A pass that collects the intervals of +windows+ only ([start_ns, end_ns] or [start_ns, end_ns,
@@ -261,9 +258,16 @@ module GVLScope
         @progress.phase(*resumed) if resumed
       end
 
-      def interval(serial, state, reason, start_ns, end_ns, native, site, _listed)
-        Interval.new(serial, STATES[state], start_ns, end_ns, REASONS[reason], native,
-                               site.zero? ? nil : @file.stack(site))
+      def interval(row)
+        Interval.new(row.thread, STATES[row.state], row.start_ns, row.end_ns, REASONS[row.reason], row.native,
+                     row.site_id.zero? ? nil : @file.stack(row.site_id))
+      end
+
+      # Model::Samples of Engine::SampleColumns.
+      def samples_of(found)
+        found.times.each_index.map do |at|
+          Sample.new(found.times[at], found.holders[at], @file.stack(found.stack_ids[at]), found.waiters[at])
+        end
       end
 
       # The pass that analysed the trace (rows, blame, histograms, code locations, overview).
@@ -294,8 +298,8 @@ module GVLScope
         return index unless file.chunk_index
 
         summary = index.summary
-        file.indexed(events: summary[:events], stack_records: summary[:stack_records], last_time: summary[:last_time],
-                     serials: index.serials, bad_kind: summary[:bad_kind])
+        file.indexed(events: summary.events, stack_records: summary.stack_records, last_time: summary.last_time,
+                     serials: index.serials, bad_kind: summary.bad_kind, bad_byte: summary.bad_byte)
         index
       end
 

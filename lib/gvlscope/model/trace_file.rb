@@ -202,9 +202,9 @@ module GVLScope
 
       # After the engine's first pass over an indexed file: what it counted. +serials+: the
       # threads seen in events, in order of their first event (they get a ThreadInfo, as the tests' #read
-      # gives them); +bad_kind+: [kind, byte] of the first unknown event kind in time order.
-      def indexed(events:, stack_records:, last_time:, serials:, bad_kind:)
-        corrupt!(bad_kind[1], "unknown event kind #{bad_kind[0]}") if bad_kind
+      # gives them); +bad_kind+: the first unknown event kind in time order (nil: none), at +bad_byte+.
+      def indexed(events:, stack_records:, last_time:, serials:, bad_kind:, bad_byte:)
+        corrupt!(bad_byte, "unknown event kind #{bad_kind}") if bad_kind
         @events = events
         @stack_records = stack_records if args?
         @last_time = last_time

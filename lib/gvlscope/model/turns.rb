@@ -55,8 +55,8 @@ module GVLScope
       SCHEDULER_HOOK = /#(?:#{SCHEDULER_HOOKS.join('|')})\z/
 
       # +records+: [[time_ns, thread, kind, value], ...] in time order (the tests' TraceFile#raw_turns, or
-      # the engine's Index#turns unpacked); +stack+: id -> stack (nil if unknown); +end_ns+: the
-      # trace's end. Returns the turns, in order of their start; followers only for the long ones
+      # the rows of the engine's Index#turns, Engine::TurnColumns); +stack+: id -> stack (nil if
+      # unknown); +end_ns+: the trace's end. Returns the turns, in order of their start; followers only for the long ones
       # (LONG_TURN_NS: the ones a finding tells of).
       def build(records, end_ns:, stack: ->(_id) {})
         turns = []
