@@ -9,6 +9,7 @@ require_relative "recorder/metrics"
 require_relative "recorder/fork"
 require_relative "recorder/flight_recorder"
 require_relative "recorder/request_timing"
+require_relative "recorder/callbacks"
 
 module GVLScope
   autoload :Breakdown, File.expand_path("recorder/breakdown", __dir__)

@@ -60,7 +60,7 @@ class LayoutTest < Minitest::Test
   # require paths (rack, sidekiq, autorun) and version.rb (which the gemspec reads).
   def test_stages_have_their_folders
     top = Dir[File.join(LIB, "gvlscope/*.rb")].map { |f| File.basename(f, ".rb") }.sort
-    assert_equal %w[analysis autorun cli formats lab live model rack recorder sidekiq version], top
+    assert_equal %w[analysis autorun cli formats lab live model rack recorder sidekiq version yabeda], top
     %w[support recorder model analysis analysis/rules formats integrations lab live top].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end
