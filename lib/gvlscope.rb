@@ -15,6 +15,7 @@ require_relative "gvlscope/metrics"
 require_relative "gvlscope/fork"
 require_relative "gvlscope/flight_recorder"
 require_relative "gvlscope/request_timing"
+require_relative "gvlscope/callbacks"
 
 module GVLScope
   autoload :Rack, File.expand_path("gvlscope/integrations/rack", __dir__)

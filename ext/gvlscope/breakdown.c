@@ -203,6 +203,10 @@ static ID id_ActionDispatch, id_Sinatra;
 // Bumped by Breakdown (reset, fork, new caps): every table's series are then stale.
 static unsigned long breakdown_generation;
 
+// Native.request_callbacks = on: GVLScope.on_request has callbacks (GVLScope::Callbacks), which
+// Ruby runs after each request, as it does a table's after_response work; none: one load a request.
+static int request_callbacks;
+
 static void table_mark(void *ptr) {
     route_table *t = ptr;
     if (!t->slots) return;
@@ -448,7 +452,7 @@ static series *known_route(route_table *t, VALUE env, VALUE response) {
 // function, or a label not known here yet): only the timing is finished; nil when the route is
 // recorded (or not asked for) and the header added if it could be, but Ruby has more to do: the
 // header when the response would not take it here (frozen, an Array value already there), or the
-// middleware's work after the response (a slow-request log, the flight recorder).
+// middleware's work after the response (a slow-request log, the flight recorder, the callbacks).
 static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
     route_table *t = table_of(self);
     uint64_t values[GVLS_REQUEST_VALUES];
@@ -461,7 +465,12 @@ static VALUE table_finish(VALUE self, VALUE timing, VALUE env, VALUE response) {
         return Qfalse;
     }
     VALUE done = gvls_request_timing_respond(timing, response, t->add_header);
-    return t->after_response ? Qnil : done;
+    return t->after_response || request_callbacks ? Qnil : done;
+}
+
+static VALUE native_set_request_callbacks(VALUE self, VALUE on) {
+    request_callbacks = RTEST(on);
+    return on;
 }
 
 // RackRequests.forget_all: Breakdown's series changed (reset, fork, caps); every table starts over.
@@ -480,6 +489,7 @@ static VALUE frozen_key(const char *name) {
 
 void gvls_breakdown_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "route_template", route_template, 2);
+    rb_define_singleton_method(mNative, "request_callbacks=", native_set_request_callbacks, 1);
     VALUE cSeries = rb_define_class_under(mNative, "BreakdownSeries", rb_cObject);
     rb_define_alloc_func(cSeries, series_alloc);
     rb_define_method(cSeries, "add", series_add, 2);

@@ -2,6 +2,7 @@
 
 require_relative "native"
 require_relative "units"
+require_relative "callbacks"
 
 module GVLScope
   # Event loops (ext/gvlscope/fibers.c): on a thread with a Fiber scheduler (Falcon, async), the
@@ -43,10 +44,12 @@ module GVLScope
       # +tags+, a frozen Hash such as { queue: "default" }), as GVLScope::Sidekiq's. Returns the
       # finished RequestTiming; the block's exceptions pass through. Its numbers come from
       # GVLScope::Metrics, which the runner enables at its boot (GVLScope::Sidekiq does for its jobs).
+      # GVLScope.on_job's callbacks get the finished timing and +job+ (the runner's payload; default
+      # { "class" => label } and the tags, String-keyed), after the numbers are recorded.
       #
-      #   timing = GVLScope::EventLoops.measure_job(redis_socket, "MailJob", enqueued_at: job["enqueued_at"]) { run(job) }
+      #   timing = GVLScope::EventLoops.measure_job(redis_socket, "MailJob", enqueued_at: job["enqueued_at"], job: job) { run(job) }
       #   logger.info(timing.to_h.merge(jid: job["jid"]))  # loop_wait_ms among them
-      def measure_job(io, label, tags = Breakdown::NO_TAGS, enqueued_at: nil)
+      def measure_job(io, label, tags = Breakdown::NO_TAGS, enqueued_at: nil, job: nil)
         # Metrics not enabled, Breakdown not required here: both load this file (a circle). `require
         # "gvlscope"` autoloads Breakdown; a runner enables the metrics once.
         raise Error, "GVLScope::EventLoops.measure_job: metrics are off (GVLScope::Metrics.enable at the runner's boot)" unless Native.metrics_enabled?
@@ -58,6 +61,9 @@ module GVLScope
         ensure
           timing.finish!
           Breakdown.record(:job, label, timing, tags)
+          unless Callbacks.job.empty?
+            Callbacks.job_finished(timing, job || { "class" => label, **tags.transform_keys(&:to_s) }, nil)
+          end
         end
         timing
       end

@@ -5,6 +5,7 @@ require_relative "../request_timing"
 require_relative "../flight_recorder"
 require_relative "../breakdown"
 require_relative "../units"
+require_relative "../callbacks"
 require_relative "request_hooks"
 require_relative "route_label"
 require_relative "handoffs"
@@ -102,6 +103,7 @@ module GVLScope
       if timing && !timing.finished? # the app raised: env["gvlscope"] still ends up finished and counted
         timing.finish!
         record_route(env, nil, timing) if @routes
+        Callbacks.request_finished(timing, env, @logger)
       end
       raise
     end
@@ -123,6 +125,7 @@ module GVLScope
         timing.finish!
         record_route(env, nil, timing) if @routes
         annotate_span(timing)
+        Callbacks.request_finished(timing, env, @logger)
       end
       raise
     end
@@ -131,10 +134,12 @@ module GVLScope
 
     # What RackRequests#finish left (the timing is finished): the route when it returned false (a
     # route function, or a route not seen yet: C then learns its series), the header when it could
-    # not add it (a timing adds it once), the slow-request log and the flight recorder's triggers.
+    # not add it (a timing adds it once), GVLScope.on_request's callbacks (C leaves every request to
+    # this method while there are some), the slow-request log and the flight recorder's triggers.
     def finish_in_ruby(env, timing, response, route_recorded)
       record_route(env, response, timing) if route_recorded == false && @routes
       done = timing.finish_response(response, @server_timing)
+      Callbacks.request_finished(timing, env, @logger) unless Callbacks.request.empty?
       return done if done && !@after_response
 
       report(env, timing, done || response, done.nil?)

@@ -7,6 +7,7 @@ require_relative "../flight_recorder"
 require_relative "../breakdown"
 require_relative "../fork"
 require_relative "../units"
+require_relative "../callbacks"
 require_relative "../formats/prometheus"
 require_relative "request_hooks"
 require_relative "log_writer"
@@ -80,13 +81,15 @@ module GVLScope
         Handoffs.install_sidekiq # the wait before the job: from the fetch that brought it
       end
 
-      # After the job: its numbers into its series, the slow-job line, the recorder's trigger.
-      # Never raises (this runs in the middleware's ensure, beside the job's own exception).
+      # After the job: its numbers into its series, GVLScope.on_job's callbacks, the slow-job line,
+      # the recorder's trigger. Never raises (this runs in the middleware's ensure, beside the
+      # job's own exception).
       def finish(job, queue, timing)
         OpenTelemetrySpans.annotate(timing) if @spans
         label = label_of(job)
         tags = @tags[queue] || (@tags[queue] = { queue: queue.to_s.dup.freeze }.freeze)
         Breakdown.record(:job, label, timing, tags, @sample)
+        Callbacks.job_finished(timing, job, ::Sidekiq.logger) unless Callbacks.job.empty?
         log_slow(label, job, queue, timing) if @log_wait_over_ns && timing.wait_ns >= @log_wait_over_ns
         if @recorder_triggers && (why = RequestHooks.recorder_trigger(@recorder_triggers, timing))
           FlightRecorder.dump_later("#{label} #{why}")
