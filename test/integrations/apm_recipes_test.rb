@@ -6,15 +6,17 @@ require "tmpdir"
 require "uri"
 require_relative "../support/redis_server"
 
-# docs/apm.md's recipes against the real agent gems, offline: each recipe's snippet (the
-# ```ruby config.ru block of its "### <Agent>" section, as written) serves three requests under
-# a real Puma in a child Ruby, each as another thread burns 30 ms of CPU (so it waits for the GVL);
-# a GVLScope.on_request block of the test, registered after the recipe's, keeps each request's
-# RequestTiming figures. Then the child reads back what the agent recorded: what it sent to a
-# receiver on the loopback (HTTPCollector as Datadog's trace agent, Sentry's and Honeybadger's
-# endpoints; a UDP socket as DogStatsD), or, for New Relic (whose collector speaks only TLS), the
-# transaction events and metrics the agent holds for its next harvest. Each recorded value must be
-# the request's figure, exactly (both are the same Float, or its decimal text).
+# docs/apm.md's recipes against the real agent gems, offline. Each agent's two snippets (the
+# ```ruby config.ru and ```ruby sidekiq blocks of its "### <Agent>" section, as written) run in a
+# child Ruby: the config.ru serves three requests under a real Puma, the Sidekiq initializer runs
+# three jobs in Sidekiq embedded (against a real Redis), each as another thread burns CPU (so they
+# wait for the GVL). A GVLScope.on_request (on_job) block of the test, registered after the
+# recipe's, keeps each one's RequestTiming figures. Then the child reads back what the agent
+# recorded: what it sent to a receiver on the loopback (HTTPCollector as Datadog's trace agent,
+# Sentry's and Honeybadger's endpoints; a UDP socket as DogStatsD), or, for New Relic (whose
+# collector speaks only TLS), the transaction events and metrics the agent holds for its next
+# harvest. Each recorded value must be the request's (job's) figure, exactly (the same Float, or
+# its decimal text).
 class APMRecipesTest < Minitest::Test
   include GVLScopeTestHelper
 
