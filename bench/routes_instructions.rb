@@ -24,7 +24,8 @@
 #   otel_bare the bare app inside the same span: otel_span - otel_bare is the middleware with its attributes
 #   SETUPS=bare,no_routes,callback_none,callback_one   GVLScope.on_request (docs/apm.md): callback_none is
 #   no_routes in a process where a callback was registered and removed again (none left); callback_one
-#   with one empty block registered (`GVLScope.on_request { |timing, env| }`): what the call itself costs
+#   with one empty block registered (`GVLScope.on_request { |timing, env| }`): what the call itself costs;
+#   yabeda: GVLScope::Yabeda installed, Yabeda configured with yabeda-prometheus' adapter (its histograms observed)
 require "rbconfig"
 require_relative "support/callgrind"
 
@@ -46,6 +47,12 @@ PROGRAM = <<~'RUBY'
     TRACER = OpenTelemetry.tracer_provider.tracer("bench")
   end
   GVLScope.on_request { |_timing, _env| }.then { |callback| callback.remove if setup == "callback_none" } if setup.start_with?("callback")
+  if setup == "yabeda"
+    require "gvlscope/yabeda"
+    require "yabeda/prometheus"
+    GVLScope::Yabeda.install!
+    Yabeda.configure!
+  end
   controller = Class.new { def self.name = "UsersController"; def action_name = "show" }.new
   rails = lambda do |env|
     env["action_dispatch.request.path_parameters"] = { controller: "users", action: "show", id: "42" }
@@ -62,6 +69,7 @@ PROGRAM = <<~'RUBY'
                 "everything" => [GVLScope::Rack.new(hello, flight_recorder: RECORDER), "/"],
                 "callback_none" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
                 "callback_one" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
+                "yabeda" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
                 "handoff" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"],
                 "handoff_off" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"] }.fetch(setup) do
     if setup.start_with?("otel") # built now: the SDK is set up
@@ -115,5 +123,5 @@ per_call.each do |setup, count|
            "otel" => setup == "otel_idle" ? per_call["bare"] : per_call["otel_bare"] }.fetch(setup[/\A[a-z]+/], per_call["bare"])
   bare = nil if setup == "handoff_off"
   puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") || bare.nil? ? "-" : format("%+.0f", count - bare),
-              per_call["no_routes"] && %w[route route_with_id recorder header everything otel_idle callback_none callback_one].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
+              per_call["no_routes"] && %w[route route_with_id recorder header everything otel_idle callback_none callback_one yabeda].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
 end

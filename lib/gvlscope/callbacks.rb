@@ -6,7 +6,7 @@ module GVLScope
   # The blocks of GVLScope.on_request and GVLScope.on_job: what a team wires to its APM (docs/apm.md).
   # GVLScope::Rack calls the request ones after each measured request, GVLScope::Sidekiq and
   # EventLoops.measure_job the job ones after each measured job, once the figures are final (the
-  # timing finished, its route or job series counted, the Server-Timing header added).
+  # timing finished, its route or job series counted).
   #
   # A callback that raises is warned about once, where its integration warns (GVLScope::Rack's
   # logger: or Kernel#warn, Sidekiq's logger, Kernel#warn for measure_job), and called again at the

@@ -62,9 +62,9 @@ class LayoutTest < Minitest::Test
     # Beside the public require paths, the helpers every stage shares (units, vocabulary, printable
     # names, a private directory's checks, the one-copy guard and the Ruby check of the entry files,
     # the rule of every file a command writes).
-    assert_equal %w[analysis autorun breakdown cli errors event_loops flight_recorder fork formats lab live metrics model native one_copy
-                    output_file printable private_dir probe progress rack request_timing sidekiq supported_ruby trace units
-                    version vocabulary], top
+    assert_equal %w[analysis autorun breakdown callbacks cli errors event_loops flight_recorder fork formats lab live metrics model native
+                    one_copy output_file printable private_dir probe progress rack request_timing sidekiq supported_ruby trace units
+                    version vocabulary yabeda], top
     %w[model analysis analysis/rules formats integrations lab live].each do |dir|
       assert File.directory?(File.join(LIB, "gvlscope", dir)), dir
     end

@@ -8,6 +8,7 @@ require "socket"
 require "tmpdir"
 require "fileutils"
 require_relative "../support/puma_process"
+require_relative "../support/prometheus_server"
 
 # Prometheus for real: Debian's `prometheus` server (a temporary config and data directory, a free
 # loopback port, a scrape a second) scrapes a real Puma cluster's /metrics (plugin :gvlscope, two
@@ -18,15 +19,15 @@ require_relative "../support/puma_process"
 # without it the test skips.
 class PrometheusServerTest < Minitest::Test
   include PumaProcess
+  include PrometheusServer
   include GVLScopeTestHelper
 
   APP = File.join(ROOT, "test/fixtures/web/app.ru")
   RULES = File.join(ROOT, "contrib/prometheus/gvlscope.rules.yml")
   JOB = "gvlscope"
-  WAIT = 60 # seconds for each thing awaited (a loaded 2-core machine boots Puma slowly)
 
   def setup
-    unless system("command -v prometheus >/dev/null 2>&1")
+    unless PrometheusServer.available?
       skip "prometheus is not installed (Debian's prometheus package: script/test installs it)"
     end
     @dir = Dir.mktmpdir("gvlscope-prometheus")
@@ -64,72 +65,6 @@ class PrometheusServerTest < Minitest::Test
     @puma.metrics_port = Integer(@puma.log[%r{GVL metrics on http://127\.0\.0\.1:(\d+)/metrics}, 1])
   end
 
-  # Prometheus on a free loopback port (asked of the kernel, then given to Prometheus: should
-  # another process take it in between, Prometheus exits and we try another).
-  def start_prometheus(target)
-    config = File.join(@dir, "prometheus.yml")
-    File.write(config, <<~YAML)
-      global:
-        scrape_interval: 1s
-        scrape_timeout: 1s
-        evaluation_interval: 1s
-      rule_files:
-        - #{RULES}
-      scrape_configs:
-        - job_name: #{JOB}
-          static_configs:
-            - targets: ["#{target}"]
-    YAML
-    3.times do |attempt|
-      port = TCPServer.open("127.0.0.1", 0) { |server| server.addr[1] }
-      log = File.join(@dir, "prometheus-#{attempt}.log")
-      pid = Process.spawn("prometheus", "--config.file=#{config}", "--storage.tsdb.path=#{File.join(@dir, "data-#{attempt}")}",
-                          "--web.listen-address=127.0.0.1:#{port}", out: log, err: %i[child out], pgroup: true)
-      @prometheus = [pid, log, port]
-      ready = await("Prometheus ready") do
-        next :exited if Process.waitpid(pid, Process::WNOHANG)
-
-        begin
-          Net::HTTP.get_response(URI("http://127.0.0.1:#{port}/-/ready")).code == "200"
-        rescue SystemCallError, IOError, Net::ReadTimeout
-          false
-        end
-      end
-      return port unless ready == :exited
-
-      @prometheus = nil # exited: its port was taken, perhaps
-
-      flunk "prometheus did not start:\n#{File.read(log)}" if attempt == 2
-    end
-  end
-
-  def stop_prometheus
-    pid, = @prometheus
-    return unless pid
-
-    ProcessGroup.stop(pid, grace: 20)
-  end
-
-  # Polls the block every 0.2 s until it answers truthy (returned), up to WAIT seconds.
-  def await(what)
-    deadline = clock + WAIT
-    loop do
-      result = yield
-      return result if result
-
-      flunk "#{what}: not in #{WAIT} s#{"\nprometheus: #{File.read(@prometheus[1])[-3000..]}" if @prometheus}" if clock > deadline
-      sleep 0.2
-    end
-  end
-
-  def api(path, **params)
-    uri = URI("http://127.0.0.1:#{@prometheus[2]}#{path}")
-    uri.query = URI.encode_www_form(params)
-    body = JSON.parse(Net::HTTP.get_response(uri).body)
-    assert_equal "success", body["status"], "#{path} #{params}: #{body}"
-    body["data"]
-  end
-
   # What Puma's /metrics says now, parsed by the strict parser: [types, {[name, labels] => value}].
   def scrape
     text = Net::HTTP.get_response(URI("http://127.0.0.1:#{@puma.metrics_port}/metrics")).body
@@ -145,9 +80,6 @@ class PrometheusServerTest < Minitest::Test
     [name, labels.sort.to_h]
   end
 
-  # A sample value or bound as Prometheus writes it ("+Inf", "NaN" are not Ruby's spellings).
-  def number(text) = { "+Inf" => Float::INFINITY, "Inf" => Float::INFINITY, "-Inf" => -Float::INFINITY, "NaN" => Float::NAN }.fetch(text) { Float(text) }
-
   def get(path) = Net::HTTP.get_response(URI("http://127.0.0.1:#{@puma.port}#{path}"))
 
   def test_prometheus_scrapes_the_plugin_and_answers_what_it_said
@@ -158,7 +90,7 @@ class PrometheusServerTest < Minitest::Test
     await("the requests on /metrics") do
       scrape.last.select { |(name, _), _| name == "gvlscope_route_requests_total" }.values.sum == sent.values.sum
     end
-    port = start_prometheus("127.0.0.1:#{@puma.metrics_port}")
+    port = start_prometheus("127.0.0.1:#{@puma.metrics_port}", job: JOB, rules: RULES)
 
     # Prometheus scraped it, and a scrape after ours is in: its values come after ours.
     await("a scrape of the target") do
