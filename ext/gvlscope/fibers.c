@@ -445,7 +445,7 @@ int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_
     fiber_entry *entry = slot ? fiber_find(&R, fiber) : NULL;
     if (!entry || entry->own->slot_index != slot->index) return 0;
     memcpy(out, entry->own->sums, sizeof(entry->own->sums));
-    out[1] += entry->own->wait_ready_ns;  // gvls_metrics_counters_now's order: run, wait, ...
+    out[GVLS_NOW_WAIT] += entry->own->wait_ready_ns;
     *loop_wait_ns = entry->own->loop_wait_ns;
     if (entry->own->in) {
         uint64_t counters[GVLS_COUNTERS_NOW];

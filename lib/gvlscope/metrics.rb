@@ -18,11 +18,13 @@ module GVLScope
   #   interval.held_ratio  # => 0.93
   #   puts interval        # table and histograms
   module Metrics
-    COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
-                  released_preempted released_exit io_overlap_wait_ns].freeze
+    # A thread's counters and which of them are maxima (the longest_*), as ext/gvlscope/metrics.h
+    # declares them once (GVLS_THREAD_COUNTERS); ROW: a packed row's fields, identity then counters.
+    COUNTERS = Native::THREAD_COUNTERS
+    MAX_COUNTERS = Native::MAXIMUM_COUNTERS
+    ROW = Native::THREAD_ROW
     HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
     BUCKETS = Log2::BUCKETS
-    MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
 
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
@@ -31,7 +33,7 @@ module GVLScope
     # read blocked: the answer was on its way during that wait; docs/metrics.md).
     # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
     # arguments cost 5 us a row.)
-    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS) do
+    ThreadRow = Struct.new(:name, *ROW) do
       def held_ns = run_ns + gc_ns
       def releases = released_blocking + released_preempted + released_exit
     end
@@ -85,7 +87,9 @@ module GVLScope
     # packed numbers; rows and histograms are unpacked when first read.
     class Snapshot
       STATES = Vocabulary::METRIC_STATES
-      ROW_FIELDS = 4 + COUNTERS.size
+      ROW_FIELDS = ROW.size
+
+      SERIAL = ROW.index(:serial)
 
       # The label of the row of the threads that exited earlier, together.
       EXITED_LABEL = "(exited threads)"
@@ -102,7 +106,7 @@ module GVLScope
       end
 
       def self.row_from(counters, **identity)
-        ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
+        ThreadRow.new(**identity, **COUNTERS.zip(counters).to_h).freeze
       end
 
       # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go).
@@ -234,12 +238,15 @@ module GVLScope
         threads, packed_rows = @packed
         numbers = packed_rows.unpack("Q<*")
         fields = threads.each_index.map { |i| numbers[i * ROW_FIELDS, ROW_FIELDS] }
-        serials = fields.map(&:first)
+        serials = fields.map { |values| values[SERIAL] }
         cwd = Vocabulary.working_directory
         labels = self.class.distinct_labels(threads.zip(serials).map { |thread, serial| thread && self.class.thread_label(thread, serial, cwd) },
                                             serials)
-        fields.zip(labels).map do |(serial, ractor_id, state, exited, *counters), label|
-          ThreadRow.new(label || EXITED_LABEL, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
+        fields.zip(labels).map do |values, label|
+          row = ThreadRow.new(label || EXITED_LABEL, *values) # ThreadRow's fields after name are ROW's
+          row.state = STATES[row.state]
+          row.exited = row.exited == 1
+          row.freeze
         end.freeze
       end
 
@@ -264,8 +271,8 @@ module GVLScope
     before = Native.metrics_thread(Thread.current)
     value = yield
     after = Native.metrics_thread(Thread.current)
-    run, wait, idle, gc = after.first(4).zip(before.first(4)).map { |a, b| a - b }
-    Measurement.new(value: value, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc)
+    interval = Metrics::COUNTERS.zip(after, before).to_h { |counter, later, earlier| [counter, later - earlier] }
+    Measurement.new(value: value, **interval.slice(:run_ns, :wait_ns, :idle_ns, :gc_ns))
   ensure
     Metrics.disable if enabled_here
   end
