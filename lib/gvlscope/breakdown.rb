@@ -4,6 +4,7 @@ require_relative "errors"
 require_relative "units"
 require_relative "native"
 require_relative "fork"
+require_relative "support/counters"
 
 module GVLScope
   # Process-wide GVL numbers per route (GVLScope::Rack) and per job class (GVLScope::Sidekiq):
@@ -46,6 +47,7 @@ module GVLScope
     # to the start (RequestTiming#queue_latency_ns; 0 for requests and for jobs that had none).
     # wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0 counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, *SUMS, :wait_buckets, :sample_rate, keyword_init: true) do
+      include Counters::Sums
       def wait_ms = wait_ns / 1e6
       def key = [kind, label, tags]
 

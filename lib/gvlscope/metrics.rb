@@ -5,6 +5,7 @@ require_relative "event_loops"
 require_relative "trace"
 require_relative "units"
 require_relative "vocabulary"
+require_relative "support/counters"
 
 module GVLScope
   # Always-on GVL metrics from the same hook as the trace: how much of the time the GVL is held,
@@ -34,8 +35,8 @@ module GVLScope
     # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
     # arguments cost 5 us a row.)
     ThreadRow = Struct.new(:name, *ROW) do
-      def held_ns = run_ns + gc_ns
-      def releases = released_blocking + released_preempted + released_exit
+      include Counters::Sums
+      include Counters::Releases
     end
 
     class << self
@@ -93,6 +94,9 @@ module GVLScope
 
       # The label of the row of the threads that exited earlier, together.
       EXITED_LABEL = "(exited threads)"
+
+      include Counters::Sums
+      include Counters::Releases
 
       attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
       # The event loops' turns (EventLoops::Turns; EventLoops::NONE without a loop).
@@ -175,19 +179,15 @@ module GVLScope
         @totals[:histograms] ||= @packed[3].unpack("Q<*").each_slice(BUCKETS).to_a.freeze
       end
 
-      # Time some thread held the GVL (running Ruby or in GC), all Ractors together.
-      def held_ns = run_ns + gc_ns
+      # held_ns: time some thread held the GVL (running Ruby or in GC), all Ractors together (Counters::Sums).
       def acquisitions = waits
-      def releases = released_blocking + released_preempted + released_exit
 
       # Share of wall time the GVL was held. With several Ractors (each has its own GVL) this can
       # exceed 1: see held_ratio_by_ractor.
-      def held_ratio
-        wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
-      end
+      def held_ratio(whole_ns = wall_ns) = super
 
       def held_ratio_by_ractor
-        threads.group_by(&:ractor_id).transform_values { |rows| wall_ns.positive? ? rows.sum(&:held_ns).fdiv(wall_ns) : 0.0 }
+        threads.group_by(&:ractor_id).transform_values { |rows| Counters.ratio(rows.sum(&:held_ns), wall_ns) }
       end
 
       # Threads waiting for the GVL when the snapshot was taken.
@@ -195,11 +195,9 @@ module GVLScope
 
       # The interval between two snapshots: counters subtract, maxima keep the later value.
       def -(other)
-        earlier = other.threads.to_h { |row| [row.serial, row] }
-        rows = threads.map { |row| (before = earlier.delete(row.serial)) ? subtract_row(row, before) : row }
-        # Rows of the earlier snapshot missing now exited in between: their counts moved into
-        # `exited`, including what they had counted before the interval; take that back out.
-        exited_diff = earlier.values.reduce(subtract_row(exited, other.exited)) { |row, gone| subtract_row(row, gone) }
+        rows, exited_diff = Counters.interval_rows(threads, exited, other.threads, other.exited) do |row, before|
+          ThreadRow.new(**Counters.subtract(row.to_h, before, COUNTERS, MAX_COUNTERS)).freeze
+        end
         Snapshot.new(taken_ns: taken_ns, wall_ns: taken_ns - other.taken_ns, threads: rows,
                      exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor,
                      histograms: histograms.zip(other.histograms).map { |now, before| now.zip(before).map { |a, b| a - b } },
@@ -249,18 +247,12 @@ module GVLScope
           row.freeze
         end.freeze
       end
-
-      def subtract_row(row, before)
-        values = row.to_h
-        COUNTERS.each { |c| values[c] -= before[c] unless MAX_COUNTERS.include?(c) }
-        ThreadRow.new(**values).freeze
-      end
     end
   end
 
   # What GVLScope.measure returns: the block's value and the calling thread's GVL times.
   Measurement = Struct.new(:value, :run_ns, :wait_ns, :idle_ns, :gc_ns, keyword_init: true) do
-    def total_ns = run_ns + wait_ns + idle_ns + gc_ns
+    include Counters::Sums # total_ns, held_ns
   end
 
   # Runs the block and splits the calling thread's time in it into running (holding the GVL),

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
+require_relative "support/counters"
 
 module GVLScope
   # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per
@@ -25,6 +26,8 @@ module GVLScope
   # its fiber the thread, but the GVL waits in between (pickup_wait_ns has those); 0 elsewhere,
   # and loop_wait_known? false (docs/fibers.md).
   class RequestTiming
+    include Counters::Sums # held_ns, total_ns, counters, ...
+
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6
     def idle_ms = idle_ns / 1e6

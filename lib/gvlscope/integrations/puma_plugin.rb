@@ -6,6 +6,7 @@ require "socket"
 require_relative "../metrics"
 require_relative "../flight_recorder"
 require_relative "../units"
+require_relative "../support/counters"
 require_relative "../breakdown"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
@@ -53,9 +54,9 @@ module GVLScope
       def self.of(snapshot) = new(*members.map { |m| snapshot.public_send(m) })
       def self.zero = new(*members.map { |m| m.end_with?("histogram") ? [] : 0 })
 
-      def held_ns = run_ns + gc_ns
+      include Counters::Sums # held_ns
       def acquisitions = waits
-      def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+      def held_ratio = Counters.ratio(held_ns, wall_ns)
 
       def +(other)
         Totals.new(*to_a.zip(other.to_a).map do |a, b|
