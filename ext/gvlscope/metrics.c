@@ -129,9 +129,9 @@ static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *liv
     m->state = live->state; m->since_ns = live->since_ns; m->gc_started_ns = live->gc_started_ns;
     m->others_wanted = live->others_wanted; m->last_hold_ns = live->last_hold_ns;  // release_undecided
     m->resume_seq_at_suspend = live->resume_seq_at_suspend;
-    m->wait_ns_at_wake = live->wait_ns_at_wake; m->released_blocking = live->released_blocking;
-#define COPY_NOW(name, field) m->field = live->field;
-    GVLS_NOW_COUNTERS(COPY_NOW)  // what gvls_metrics_counters_now reads: each counter from its own field
+    m->wait_ns_at_wake = live->wait_ns_at_wake;
+#define COPY_COUNTER(name, how) m->name = live->name;
+    GVLS_THREAD_COUNTERS(COPY_COUNTER)  // every counter: gvls_metrics_counters_now's values are made of them
 }
 
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms) {
@@ -183,15 +183,14 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns, uint64_t re
     m->run_ns += add[0]; m->wait_ns += add[1]; m->idle_ns += add[2]; m->gc_ns += add[3];
 }
 
-// Copies only the fields add_in_progress reads and writes, not the histograms (1.5 KiB): this
-// runs twice per web request.
+// Copies the state and the counters, not the histograms (1.5 KiB): this runs twice per web request.
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
                                uint64_t *wait_ns_at_wake) {
     gvls_thread_metrics m;
     uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, &m, 0);
     add_in_progress(&m, now_ns, resume_seq);
-#define OUT_NOW(name, field) out[GVLS_NOW_##name] = m.field;
+#define OUT_NOW(name, value) out[GVLS_NOW_##name] = (value);
     GVLS_NOW_COUNTERS(OUT_NOW)
     // released_blocking counts the wakes: none since counting began, no wake is known.
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;

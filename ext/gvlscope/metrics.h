@@ -23,14 +23,15 @@ void gvls_metrics_init(VALUE mNative);
 enum { GVLS_THREAD_COUNTERS(GVLS_COUNTER_INDEX) COUNTER_FIELDS };
 enum { GVLS_THREAD_ROW_IDENTITY(GVLS_ROW_INDEX) GVLS_ROW_COUNTERS };
 #define ROW_FIELDS (GVLS_ROW_COUNTERS + COUNTER_FIELDS)
-// A consistent copy of a slot's metrics (all of them, or only the state and the four time
-// counters: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
+// A consistent copy of a slot's metrics (all of them, or only the state and the counters, no
+// histograms: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms);
 // A thread's counters a request takes deltas of (request_timing.c, fibers.c), in this order:
-// X(index name, field of gvls_thread_metrics). OVERLAP: counted when a blocking release confirms
-// it, no part in progress.
-#define GVLS_NOW_COUNTERS(X) X(RUN, run_ns) X(WAIT, wait_ns) X(IDLE, idle_ns) X(GC, gc_ns) X(OVERLAP, io_overlap_wait_ns)
-#define GVLS_NOW_INDEX(name, field) GVLS_NOW_##name,
+// X(index name, its value from m, a gvls_thread_metrics copied with GVLS_THREAD_COUNTERS). OVERLAP:
+// counted when a blocking release confirms it, no part in progress.
+#define GVLS_NOW_COUNTERS(X)                                                                         \
+    X(RUN, m.run_ns) X(WAIT, m.wait_ns) X(IDLE, m.idle_ns) X(GC, m.gc_ns) X(OVERLAP, m.io_overlap_wait_ns)
+#define GVLS_NOW_INDEX(name, value) GVLS_NOW_##name,
 enum { GVLS_NOW_COUNTERS(GVLS_NOW_INDEX) GVLS_COUNTERS_NOW };
 // Those counters so far, the state the thread is in counted up to now_ns.
 // wait_ns_at_wake (may be NULL): wait_ns when the thread last came back from idle, GVLS_NEVER_WOKE
