@@ -30,7 +30,8 @@ void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int wi
 // X(index name, its value from m, a gvls_thread_metrics copied with GVLS_THREAD_COUNTERS). OVERLAP:
 // counted when a blocking release confirms it, no part in progress.
 #define GVLS_NOW_COUNTERS(X)                                                                         \
-    X(RUN, m.run_ns) X(WAIT, m.wait_ns) X(IDLE, m.idle_ns) X(GC, m.gc_ns) X(OVERLAP, m.io_overlap_wait_ns)
+    X(RUN, m.run_ns) X(WAIT, m.wait_ns) X(IDLE, m.idle_ns) X(GC, m.gc_ns) X(OVERLAP, m.io_overlap_wait_ns) \
+    X(RELEASES, m.released_blocking + m.released_preempted + m.released_exit)
 #define GVLS_NOW_INDEX(name, value) GVLS_NOW_##name,
 enum { GVLS_NOW_COUNTERS(GVLS_NOW_INDEX) GVLS_COUNTERS_NOW };
 // Those counters so far, the state the thread is in counted up to now_ns.

@@ -7,7 +7,7 @@
 #include "gvlscope.h"
 #include <stdint.h>
 
-// A request's numbers (ns), declared once, in this order: X(name, its value in put_values'
+// A request's numbers (ns, or a count), declared once, in this order: X(name, its value in put_values'
 // terms (request_timing.c): the thread counters' deltas (GVLS_NOW_* of metrics.h), the finished or
 // so-far duration_ns and loop_wait_ns, the timing; reader: READER, RequestTiming#name answers the
 // value; OWN_READER, a reader of its own does). GVLScope::Breakdown's series sum them, named for
@@ -21,7 +21,8 @@
     X(pickup_wait_ns, timing->pickup_wait_ns, READER)                                                \
     X(io_overlap_wait_ns, deltas[GVLS_NOW_OVERLAP], READER)                                          \
     X(queue_latency_ns, timing->queue_latency_ns, OWN_READER) /* nil when not told */                \
-    X(loop_wait_ns, loop_wait_ns, READER)
+    X(loop_wait_ns, loop_wait_ns, READER)                                                            \
+    X(releases, deltas[GVLS_NOW_RELEASES], READER) /* times it gave the GVL up: a count, not ns */
 #define GVLS_REQUEST_INDEX(name, value, reader) GVLS_REQUEST_##name,
 enum { GVLS_REQUEST_FIELDS(GVLS_REQUEST_INDEX) GVLS_REQUEST_VALUES };
 int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);

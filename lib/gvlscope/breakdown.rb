@@ -45,6 +45,7 @@ module GVLScope
     # resolution). io_overlap_wait_ns: the part of wait_ns that IO the request/job had started
     # overlapped (docs/metrics.md). queue_latency_ns: jobs' time in their queue, from enqueued_at
     # to the start (RequestTiming#queue_latency_ns; 0 for requests and for jobs that had none).
+    # releases: the times their threads gave the GVL up (RequestTiming#releases; a count).
     # wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0 counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, *SUMS, :wait_buckets, :sample_rate, keyword_init: true) do
       include Counters::Sums

@@ -24,7 +24,8 @@ module GVLScope
   # loop_wait_ns: on an event loop's task (a Falcon request, on a fiber of a thread with a Fiber
   # scheduler), what the request waited for the loop, from its bytes' arrival until the loop gave
   # its fiber the thread, but the GVL waits in between (pickup_wait_ns has those); 0 elsewhere,
-  # and loop_wait_known? false (docs/fibers.md).
+  # and loop_wait_known? false (docs/fibers.md). releases: how many times the thread gave the GVL
+  # up during the request (IO, sleeps, locks, preemptions: a count).
   class RequestTiming
     include Counters::Sums # held_ns, total_ns, counters, ...
 

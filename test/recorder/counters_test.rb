@@ -67,10 +67,27 @@ class CountersTest < Minitest::Test
   # A request's values (request_timing.h): each a series' sum and a RequestTiming reader.
   def test_request_values_from_the_declaration
     values = GVLScope::Native::BreakdownSeries::FIELDS - %i[count sample_rate]
-    assert_equal %i[run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns loop_wait_ns],
-                 values
+    assert_equal %i[run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns loop_wait_ns
+                    releases], values
     timing = GVLScope::RequestTiming.new.finish!
     values.each { |value| assert_respond_to timing, value }
     assert_nil timing.queue_latency_ns # its own reader: nil when not told
+  end
+
+  # A request's releases: the times its thread gave the GVL up between its start and its end (each
+  # sleep one), as the thread's own counters count them.
+  def test_a_request_counts_its_releases
+    GVLScope::Metrics.enable
+    released = -> { GVLScope::Metrics.current_thread.releases }
+    before = released.()
+    timing = GVLScope::RequestTiming.start
+    3.times { sleep 0.001 }
+    timing.finish!
+    after = released.()
+    assert_operator timing.releases, :>=, 3
+    assert_operator timing.releases, :<=, after - before
+    assert_equal timing.releases, timing.counters.releases
+  ensure
+    GVLScope::Metrics.disable
   end
 end
