@@ -92,6 +92,10 @@ module GVLScope
 
       SERIAL = ROW.index(:serial)
 
+      # What Native.metrics_snapshot packed, kept until read: the rows' threads (Threads, or names of
+      # those that exited), the rows (ROW_FIELDS uint64 each) and the histograms (BUCKETS each).
+      Packed = Struct.new(:threads, :rows, :histograms)
+
       # The label of the row of the threads that exited earlier, together.
       EXITED_LABEL = "(exited threads)"
 
@@ -106,7 +110,7 @@ module GVLScope
       # the live socket's answer, which writes the rows itself and unpacks none).
       def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms), totals: nil, loops: EventLoops::NONE)
         new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, waiting_threads_by_ractor: waiting,
-            packed: [threads, rows, nil, histograms], totals: totals, loops: loops)
+            packed: Packed.new(threads, rows, histograms), totals: totals, loops: loops)
       end
 
       def self.row_from(counters, **identity)
@@ -158,7 +162,7 @@ module GVLScope
 
       # The Thread objects of #threads, in the same order (nil for one gone meanwhile); empty for
       # a difference of snapshots.
-      def ruby_threads = @packed ? @packed[0].first(threads.size) : []
+      def ruby_threads = @packed ? @packed.threads.first(threads.size) : []
 
       def all_rows = rows
 
@@ -176,7 +180,7 @@ module GVLScope
       end
 
       def histograms
-        @totals[:histograms] ||= @packed[3].unpack("Q<*").each_slice(BUCKETS).to_a.freeze
+        @totals[:histograms] ||= @packed.histograms.unpack("Q<*").each_slice(BUCKETS).to_a.freeze
       end
 
       # held_ns: time some thread held the GVL (running Ruby or in GC), all Ractors together (Counters::Sums).
@@ -233,8 +237,8 @@ module GVLScope
       private
 
       def unpack_rows
-        threads, packed_rows = @packed
-        numbers = packed_rows.unpack("Q<*")
+        threads = @packed.threads
+        numbers = @packed.rows.unpack("Q<*")
         fields = threads.each_index.map { |i| numbers[i * ROW_FIELDS, ROW_FIELDS] }
         serials = fields.map { |values| values[SERIAL] }
         cwd = Vocabulary.working_directory

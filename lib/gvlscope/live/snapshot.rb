@@ -49,8 +49,10 @@ module GVLScope
       # their lengths. Cumulative in a snapshot; in a difference, the interval's (longest_turn_ns:
       # see #-).
       LOOP_FIELDS = %i[turns busy_ns longest_turn_ns turn_histogram].freeze
-      # The packed rows of Native.loop_rows: serial, then LOOP_FIELDS (the histogram's Log2::BUCKETS counts).
-      LOOP_ROW_FIELDS = 1 + 3 + Log2::BUCKETS
+      # The packed rows of Native.loop_rows: Native::LOOP_ROW's numbers (serial, then LOOP_FIELDS'),
+      # then the histogram's Log2::BUCKETS counts.
+      LOOP_ROW_NUMBERS = (Native::LOOP_ROW - [:turn_histogram]).freeze
+      LOOP_ROW_FIELDS = LOOP_ROW_NUMBERS.size + Log2::BUCKETS
       LoopRow = Struct.new(*LOOP_FIELDS) do
         def self.of(turns:, busy_ns:, longest_turn_ns:, turn_histogram:)
           new(turns, busy_ns, longest_turn_ns, Array.new(Log2::BUCKETS) { |i| turn_histogram.fetch(i, 0).to_i }.freeze).freeze
@@ -480,8 +482,9 @@ module GVLScope
       # { serial => LoopRow } from Native.loop_rows' packed rows (serial 0: the loops of threads
       # that exited, the exited threads' row's).
       def self.loop_rows(packed)
-        packed.unpack("Q<*").each_slice(LOOP_ROW_FIELDS).to_h do |serial, turns, busy_ns, longest_turn_ns, *histogram|
-          [serial, LoopRow.of(turns: turns, busy_ns: busy_ns, longest_turn_ns: longest_turn_ns, turn_histogram: histogram)]
+        packed.unpack("Q<*").each_slice(LOOP_ROW_FIELDS).to_h do |values|
+          numbers = LOOP_ROW_NUMBERS.zip(values).to_h
+          [numbers.delete(:serial), LoopRow.of(**numbers, turn_histogram: values.drop(LOOP_ROW_NUMBERS.size))]
         end
       end
 
