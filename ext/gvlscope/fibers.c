@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "metrics.h"
 #include "histogram.h"
+#include "record_names.h"
 #include "stacks.h"
 #include "trace_session.h"
 #include "trace.h"

@@ -18,12 +18,4 @@ void gvls_live_answer_init(VALUE mNative);
 // Hand-offs of work between threads before a request or job starts: handoff.h.
 void gvls_debug_init(VALUE mNative);  // test-only: debug.c
 
-// A record's field names (an X-macro list's) as the frozen Array of Symbols Ruby builds its
-// Struct from: one declaration per record, in C, named for Ruby.
-static inline VALUE gvls_symbols(const char *const *names, long count) {
-    VALUE symbols = rb_ary_new_capa(count);
-    for (long i = 0; i < count; i++) rb_ary_push(symbols, ID2SYM(rb_intern(names[i])));
-    return rb_ary_freeze(symbols);
-}
-
 #endif

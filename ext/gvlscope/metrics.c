@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "format.h"
 #include "histogram.h"
+#include "record_names.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
