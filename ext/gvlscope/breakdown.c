@@ -10,11 +10,11 @@
 #include <ruby/encoding.h>
 #include <string.h>
 
-// The sums: the count, then a request's values in gvls_request_timing_values' order (request_timing.h
-// names them); WAIT is the one a series' histogram buckets.
-enum { COUNT, FIRST_VALUE, WAIT = FIRST_VALUE + 1, SUMS = FIRST_VALUE + GVLS_REQUEST_VALUES };
-static const char *const value_names[] = { GVLS_REQUEST_VALUE_NAMES };
-_Static_assert(sizeof(value_names) / sizeof(*value_names) == GVLS_REQUEST_VALUES, "a name for each request value");
+// The sums: the count, then a request's values in request_timing.h's GVLS_REQUEST_FIELDS order;
+// wait_ns is the one a series' histogram buckets.
+enum { COUNT, FIRST_VALUE, SUMS = FIRST_VALUE + GVLS_REQUEST_VALUES };
+#define VALUE_NAME(name, value, reader) #name,
+static const char *const value_names[] = { GVLS_REQUEST_FIELDS(VALUE_NAME) };
 #define BUCKETS 64
 
 typedef struct {
@@ -44,7 +44,7 @@ static void add(series *s, const uint64_t values[GVLS_REQUEST_VALUES], double sa
     s->sums[COUNT] += 1;
     for (int i = 0; i < GVLS_REQUEST_VALUES; i++) s->sums[FIRST_VALUE + i] += values[i];
     s->sample_rate = sample_rate;
-    unsigned bucket = gvls_log2_bucket(values[WAIT - FIRST_VALUE]);
+    unsigned bucket = gvls_log2_bucket(values[GVLS_REQUEST_wait_ns]);
     s->buckets[bucket < BUCKETS ? bucket : BUCKETS - 1] += 1;
 }
 

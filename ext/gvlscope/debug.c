@@ -171,7 +171,8 @@ static VALUE debug_metrics_replay(VALUE self, VALUE events, VALUE read_at_ms) {
     gvls_metrics_counters_now(r.slot, replay_ns(&r, read_at_ms), out, NULL);
     uint64_t overlap_ns = r.slot->metrics.io_overlap_wait_ns;
     replay_end(&r);
-    return rb_ary_new_from_args(5, ULL2NUM(out[0]), ULL2NUM(out[1]), ULL2NUM(out[2]), ULL2NUM(out[3]), ULL2NUM(overlap_ns));
+    return rb_ary_new_from_args(5, ULL2NUM(out[GVLS_NOW_RUN]), ULL2NUM(out[GVLS_NOW_WAIT]), ULL2NUM(out[GVLS_NOW_IDLE]),
+                                ULL2NUM(out[GVLS_NOW_GC]), ULL2NUM(overlap_ns));
 }
 
 // Native.debug_wait_since(events, from_ms, read_at_ms) -> [wait_ns, exact]: as debug_metrics_replay,

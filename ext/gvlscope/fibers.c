@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "metrics.h"
 #include "histogram.h"
+#include "record_names.h"
 #include "stacks.h"
 #include "trace_session.h"
 #include "trace.h"
@@ -445,7 +446,7 @@ int gvls_fibers_own_counters(VALUE fiber, const gvls_thread *slot, uint64_t now_
     fiber_entry *entry = slot ? fiber_find(&R, fiber) : NULL;
     if (!entry || entry->own->slot_index != slot->index) return 0;
     memcpy(out, entry->own->sums, sizeof(entry->own->sums));
-    out[1] += entry->own->wait_ready_ns;  // gvls_metrics_counters_now's order: run, wait, ...
+    out[GVLS_NOW_WAIT] += entry->own->wait_ready_ns;
     *loop_wait_ns = entry->own->loop_wait_ns;
     if (entry->own->in) {
         uint64_t counters[GVLS_COUNTERS_NOW];
@@ -625,17 +626,26 @@ static loop_rows copy_loops(void) {
     return copied;
 }
 
-// Native.loop_turns -> [[serial, turns, busy_ns, longest_turn_ns, histogram (log2 ns buckets)], ...]
-// for the threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
+// One row as fibers.h's GVLS_LOOP_ROW says, GVLS_LOOP_ROW_FIELDS uint64.
+static void pack_loop_row(const loop_row *row, uint64_t *out) {
+#define LOOP_ROW_VALUE(name, index, value) out[GVLS_LOOP_ROW_##index] = (value);
+    GVLS_LOOP_ROW(LOOP_ROW_VALUE)
+    memcpy(out + GVLS_LOOP_ROW_HISTOGRAM, row->loop.turn_histogram, sizeof(row->loop.turn_histogram));
+}
+
+// Native.loop_turns -> [[*Native::LOOP_ROW's numbers, turn_histogram (log2 ns buckets)], ...] for the
+// threads whose loop gave turns while tracking was on; serial 0: those of exited threads.
 static VALUE native_loop_turns(VALUE self) {
     loop_rows copied = copy_loops();
     VALUE rows = rb_ary_new_capa((long)copied.count);
     for (size_t i = 0; i < copied.count; i++) {
-        const loop_state *loop = &copied.rows[i].loop;
-        VALUE histogram = rb_ary_new_capa(GVLS_HISTOGRAM_BUCKETS);
-        for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) rb_ary_push(histogram, ULL2NUM(loop->turn_histogram[b]));
-        rb_ary_push(rows, rb_ary_new_from_args(5, UINT2NUM(copied.rows[i].serial), ULL2NUM(loop->turns),
-                                               ULL2NUM(loop->busy_ns), ULL2NUM(loop->longest_turn_ns), histogram));
+        uint64_t packed[GVLS_LOOP_ROW_FIELDS];
+        pack_loop_row(&copied.rows[i], packed);
+        VALUE row = rb_ary_new_capa(GVLS_LOOP_ROW_HISTOGRAM + 1), histogram = rb_ary_new_capa(GVLS_HISTOGRAM_BUCKETS);
+        for (int f = 0; f < GVLS_LOOP_ROW_HISTOGRAM; f++) rb_ary_push(row, ULL2NUM(packed[f]));
+        for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) rb_ary_push(histogram, ULL2NUM(packed[GVLS_LOOP_ROW_HISTOGRAM + b]));
+        rb_ary_push(row, histogram);
+        rb_ary_push(rows, row);
     }
     free(copied.rows);
     return rows;
@@ -647,21 +657,14 @@ static int by_serial(const void *a, const void *b) {
 }
 
 // Native.loop_rows -> the rows of Native.loop_turns packed as GVLS_LOOP_ROW_FIELDS little-endian
-// uint64 each (serial, turns, busy_ns, longest_turn_ns, histogram), sorted by serial: the live
+// uint64 each (GVLS_LOOP_ROW, then the histogram), sorted by serial: the live
 // answer writes each thread's from them (live_answer.c) without a Ruby object per loop.
 static VALUE native_loop_rows(VALUE self) {
     loop_rows copied = copy_loops();
     qsort(copied.rows, copied.count, sizeof(loop_row), by_serial);
     VALUE packed = rb_str_new(NULL, (long)(copied.count * GVLS_LOOP_ROW_FIELDS * sizeof(uint64_t)));
     uint64_t *out = (uint64_t *)RSTRING_PTR(packed);
-    for (size_t i = 0; i < copied.count; i++, out += GVLS_LOOP_ROW_FIELDS) {
-        const loop_state *loop = &copied.rows[i].loop;
-        out[GVLS_LOOP_ROW_SERIAL] = copied.rows[i].serial;
-        out[GVLS_LOOP_ROW_TURNS] = loop->turns;
-        out[GVLS_LOOP_ROW_BUSY_NS] = loop->busy_ns;
-        out[GVLS_LOOP_ROW_LONGEST_NS] = loop->longest_turn_ns;
-        memcpy(out + GVLS_LOOP_ROW_HISTOGRAM, loop->turn_histogram, sizeof(loop->turn_histogram));
-    }
+    for (size_t i = 0; i < copied.count; i++, out += GVLS_LOOP_ROW_FIELDS) pack_loop_row(&copied.rows[i], out);
     free(copied.rows);
     return packed;
 }
@@ -724,6 +727,9 @@ void gvls_fibers_init(VALUE mNative) {
     rb_define_singleton_method(mNative, "loop_turns", native_loop_turns, 0);
     rb_define_singleton_method(mNative, "loop_turns_reset", native_loop_turns_reset, 0);
     rb_define_singleton_method(mNative, "loop_rows", native_loop_rows, 0);
+#define LOOP_ROW_NAME(name, index, value) #name,
+    static const char *const loop_row_names[] = { GVLS_LOOP_ROW(LOOP_ROW_NAME) "turn_histogram" };
+    rb_define_const(mNative, "LOOP_ROW", gvls_symbols(loop_row_names, sizeof(loop_row_names) / sizeof(*loop_row_names)));
 }
 
 // In the GVL hook, at the slot's own SUSPENDED (it still holds the GVL; fiber_switched writes the

@@ -16,9 +16,14 @@ typedef struct gvls_loop_turn {
 } gvls_loop_turn;
 
 void gvls_fibers_init(VALUE mNative);
-// A loop's row in Native.loop_rows: serial, turns, busy_ns, longest_turn_ns, then the log2
-// histogram of turn lengths.
-enum { GVLS_LOOP_ROW_SERIAL, GVLS_LOOP_ROW_TURNS, GVLS_LOOP_ROW_BUSY_NS, GVLS_LOOP_ROW_LONGEST_NS, GVLS_LOOP_ROW_HISTOGRAM };
+// A loop's row in Native.loop_turns and Native.loop_rows, declared once: X(name for Ruby, index
+// name, its value from row, a thread's loop_row of fibers.c), then the log2 histogram of turn
+// lengths (turn_histogram). Native::LOOP_ROW names them for Ruby.
+#define GVLS_LOOP_ROW(X)                                                                             \
+    X(serial, SERIAL, row->serial) X(turns, TURNS, row->loop.turns) X(busy_ns, BUSY_NS, row->loop.busy_ns) \
+    X(longest_turn_ns, LONGEST_NS, row->loop.longest_turn_ns)
+#define GVLS_LOOP_ROW_INDEX(name, index, value) GVLS_LOOP_ROW_##index,
+enum { GVLS_LOOP_ROW(GVLS_LOOP_ROW_INDEX) GVLS_LOOP_ROW_HISTOGRAM };
 #define GVLS_LOOP_ROW_FIELDS (GVLS_LOOP_ROW_HISTOGRAM + GVLS_HISTOGRAM_BUCKETS)
 // Whether the caller runs on a task of an event loop (a non-blocking fiber under a Fiber scheduler),
 // looked for only where requests may (gvls_fibers_requests: an Async server's process, or loops

@@ -14,16 +14,17 @@
 
 static const char *const state_names[] = GVLS_STATE_NAMES;
 #define STATE_COUNT (sizeof(state_names) / sizeof(state_names[0]))
-enum { ROW_SERIAL, ROW_RACTOR, ROW_STATE, ROW_EXITED, ROW_COUNTERS };
-enum { RUN_NS, WAIT_NS, IDLE_NS, GC_NS };
-// Live::Snapshot::ThreadRow#to_h's keys after "exited", in the packed counters' order (the row's
-// "code" comes before the last one, io_overlap_wait_ns).
-static const char *const counter_keys[COUNTER_FIELDS] = {
-    "run_ns", "wait_ns", "idle_ns", "gc_ns", "holds", "waits", "longest_hold_ns", "longest_wait_ns",
-    "released_blocking", "released_preempted", "released_exit", "io_overlap_wait_ns",
-};
+enum { ROW_SERIAL = GVLS_ROW_serial, ROW_RACTOR = GVLS_ROW_ractor_id, ROW_STATE = GVLS_ROW_state,
+       ROW_EXITED = GVLS_ROW_exited, ROW_COUNTERS = GVLS_ROW_COUNTERS };
+// Live::Snapshot::ThreadRow#to_h's keys after "exited": the packed counters' names (metrics.h; the
+// row's "code" comes before io_overlap_wait_ns, as snapshot files have it).
+#define COUNTER_KEY(name, how) #name,
+static const char *const counter_keys[COUNTER_FIELDS] = { GVLS_THREAD_COUNTERS(COUNTER_KEY) };
 // The maxima among the counters (Metrics::MAX_COUNTERS): totals keep the largest, not the sum.
-static int is_maximum(int counter) { return counter == 6 || counter == 7; }
+#define MAXIMUM_FLAG(name, how) [GVLS_COUNTER_##name] = IS_MAXIMUM_##how,
+enum { IS_MAXIMUM_SUM = 0, IS_MAXIMUM_MAX = 1 };
+static const char maximum[COUNTER_FIELDS] = { GVLS_THREAD_COUNTERS(MAXIMUM_FLAG) };
+static int is_maximum(int counter) { return maximum[counter]; }
 
 static long row_count(VALUE rows) {
     StringValue(rows);
@@ -154,7 +155,7 @@ static void put_row(json_writer *w, VALUE rows, long index, VALUE label, VALUE a
     }
     put_cstr(w, row[ROW_EXITED] == 1 ? ",\"exited\":true" : ",\"exited\":false");
     for (int counter = 0; counter < COUNTER_FIELDS; counter++) {
-        if (counter == COUNTER_FIELDS - 1) {
+        if (counter == GVLS_COUNTER_io_overlap_wait_ns) {
             put_cstr(w, ",\"code\":");
             if (NIL_P(at)) {
                 put_cstr(w, "null");
@@ -217,10 +218,11 @@ static VALUE snapshot_rows_summary(VALUE self, VALUE rows) {
         if (i == count - 1) break;  // the exited threads' row: no thread, no Ractor of its own
         VALUE ractor = ULL2NUM(row[ROW_RACTOR]);
         VALUE held = rb_hash_lookup2(by_ractor, ractor, INT2FIX(0));
-        uint64_t own = row[ROW_COUNTERS + RUN_NS] + row[ROW_COUNTERS + GC_NS];
+        const uint64_t *counters = row + ROW_COUNTERS;
+        uint64_t own = counters[GVLS_COUNTER_run_ns] + counters[GVLS_COUNTER_gc_ns];
         rb_hash_aset(by_ractor, ractor, rb_funcall(held, '+', 1, ULL2NUM(own)));
         rb_ary_push(states, ULL2NUM(row[ROW_STATE]));
-        rb_ary_push(busy, ULL2NUM(row[ROW_COUNTERS + RUN_NS] + row[ROW_COUNTERS + WAIT_NS]));
+        rb_ary_push(busy, ULL2NUM(counters[GVLS_COUNTER_run_ns] + counters[GVLS_COUNTER_wait_ns]));
     }
     VALUE sums = rb_ary_new_capa(COUNTER_FIELDS);
     for (int c = 0; c < COUNTER_FIELDS; c++) rb_ary_push(sums, ULL2NUM(totals[c]));

@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "format.h"
 #include "histogram.h"
+#include "record_names.h"
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,13 @@
 
 static gvls_thread_metrics retired;  // threads that exited, folded in by a snapshot
 
+// How a total takes a thread's counter (GVLS_THREAD_COUNTERS' second column).
+#define ADD_SUM(total, value) ((total) += (value))
+#define ADD_MAX(total, value) ((total) = (value) > (total) ? (value) : (total))
+#define ADD_COUNTER(name, how) ADD_##how(into->name, m->name);
+
 static void add_counters(gvls_thread_metrics *into, const gvls_thread_metrics *m) {
-    into->run_ns += m->run_ns; into->wait_ns += m->wait_ns; into->idle_ns += m->idle_ns; into->gc_ns += m->gc_ns;
-    into->holds += m->holds; into->waits += m->waits;
-    if (m->longest_hold_ns > into->longest_hold_ns) into->longest_hold_ns = m->longest_hold_ns;
-    if (m->longest_wait_ns > into->longest_wait_ns) into->longest_wait_ns = m->longest_wait_ns;
-    into->released_blocking += m->released_blocking; into->released_preempted += m->released_preempted;
-    into->released_exit += m->released_exit; into->io_overlap_wait_ns += m->io_overlap_wait_ns;
+    GVLS_THREAD_COUNTERS(ADD_COUNTER)
     for (int b = 0; b < GVLS_HISTOGRAM_BUCKETS; b++) {
         into->hold_histogram[b] += m->hold_histogram[b];
         into->wait_histogram[b] += m->wait_histogram[b];
@@ -129,9 +130,9 @@ static void copy_counters(gvls_thread_metrics *m, const gvls_thread_metrics *liv
     m->state = live->state; m->since_ns = live->since_ns; m->gc_started_ns = live->gc_started_ns;
     m->others_wanted = live->others_wanted; m->last_hold_ns = live->last_hold_ns;  // release_undecided
     m->resume_seq_at_suspend = live->resume_seq_at_suspend;
-    m->run_ns = live->run_ns; m->wait_ns = live->wait_ns; m->idle_ns = live->idle_ns; m->gc_ns = live->gc_ns;
-    m->wait_ns_at_wake = live->wait_ns_at_wake; m->released_blocking = live->released_blocking;
-    m->io_overlap_wait_ns = live->io_overlap_wait_ns;  // a request's IO hidden in GVL wait (request_timing.c)
+    m->wait_ns_at_wake = live->wait_ns_at_wake;
+#define COPY_COUNTER(name, how) m->name = live->name;
+    GVLS_THREAD_COUNTERS(COPY_COUNTER)  // every counter: gvls_metrics_counters_now's values are made of them
 }
 
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms) {
@@ -183,15 +184,15 @@ static void add_in_progress(gvls_thread_metrics *m, uint64_t now_ns, uint64_t re
     m->run_ns += add[0]; m->wait_ns += add[1]; m->idle_ns += add[2]; m->gc_ns += add[3];
 }
 
-// Copies only the fields add_in_progress reads and writes, not the histograms (1.5 KiB): this
-// runs twice per web request.
+// Copies the state and the counters, not the histograms (1.5 KiB): this runs twice per web request.
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
                                uint64_t *wait_ns_at_wake) {
     gvls_thread_metrics m;
     uint64_t resume_seq = resume_seq_before_copy(slot);
     gvls_metrics_read(slot, &m, 0);
     add_in_progress(&m, now_ns, resume_seq);
-    out[0] = m.run_ns; out[1] = m.wait_ns; out[2] = m.idle_ns; out[3] = m.gc_ns; out[4] = m.io_overlap_wait_ns;
+#define OUT_NOW(name, value) out[GVLS_NOW_##name] = (value);
+    GVLS_NOW_COUNTERS(OUT_NOW)
     // released_blocking counts the wakes: none since counting began, no wake is known.
     if (wait_ns_at_wake) *wait_ns_at_wake = m.released_blocking ? m.wait_ns_at_wake : GVLS_NEVER_WOKE;
 }
@@ -297,10 +298,8 @@ void gvls_metrics_request_started(gvls_thread *slot) {
 }
 
 static void counters_of(const gvls_thread_metrics *m, uint64_t *out) {
-    uint64_t values[COUNTER_FIELDS] = { m->run_ns, m->wait_ns, m->idle_ns, m->gc_ns, m->holds, m->waits,
-                                        m->longest_hold_ns, m->longest_wait_ns, m->released_blocking,
-                                        m->released_preempted, m->released_exit, m->io_overlap_wait_ns };
-    memcpy(out, values, sizeof(values));
+#define COUNTER_VALUE(name, how) out[GVLS_COUNTER_##name] = m->name;
+    GVLS_THREAD_COUNTERS(COUNTER_VALUE)
 }
 
 static VALUE counters_array(const gvls_thread_metrics *m) {
@@ -311,10 +310,11 @@ static VALUE counters_array(const gvls_thread_metrics *m) {
     return row;
 }
 
-// Packs one row: serial, ractor id, state, exited, counters.
+// Packs one row: GVLS_THREAD_ROW_IDENTITY, then the counters.
 static void pack_row(const gvls_thread *slot, const gvls_thread_metrics *m, char *rows) {
-    uint64_t row[ROW_FIELDS] = { slot->serial, slot->ractor_id, m->state, (uint64_t)slot->exited };
-    counters_of(m, row + 4);
+    uint64_t row[ROW_FIELDS] = { [GVLS_ROW_serial] = slot->serial, [GVLS_ROW_ractor_id] = slot->ractor_id,
+                                 [GVLS_ROW_state] = m->state, [GVLS_ROW_exited] = (uint64_t)slot->exited };
+    counters_of(m, row + GVLS_ROW_COUNTERS);
     memcpy(rows, row, sizeof(row));
 }
 
@@ -357,7 +357,9 @@ static void fill_slot(gvls_thread *slot, void *arg) {
     // The unfinished part of the current state, added to the packed counters (run, wait, idle, gc).
     uint64_t add[4];
     in_progress(m, fill->now_ns, resume_seq, add);
-    for (int c = 0; c < 4; c++) row[4 + c] += add[c];
+    uint64_t *counters = row + GVLS_ROW_COUNTERS;
+    counters[GVLS_COUNTER_run_ns] += add[0]; counters[GVLS_COUNTER_wait_ns] += add[1];
+    counters[GVLS_COUNTER_idle_ns] += add[2]; counters[GVLS_COUNTER_gc_ns] += add[3];
     if (exited) {  // reported once more now, then only as part of the retired totals
         add_counters(&retired, m);
         slot->metrics.retired = 1;
@@ -469,6 +471,19 @@ void gvls_metrics_init(VALUE mNative) {
     VALUE states = rb_ary_new();
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) rb_ary_push(states, ID2SYM(rb_intern(names[i])));
     rb_define_const(mNative, "STATES", rb_ary_freeze(states));
+    // The records' field names (metrics.h), for Ruby's Structs of them (Metrics::ThreadRow).
+#define COUNTER_NAME(name, how) #name,
+#define MAXIMUM_NAME(name, how) IS_##how(#name)
+#define IS_SUM(name)
+#define IS_MAX(name) name,
+#define ROW_NAME(name) #name,
+    static const char *const counters[] = { GVLS_THREAD_COUNTERS(COUNTER_NAME) };
+    static const char *const maxima[] = { GVLS_THREAD_COUNTERS(MAXIMUM_NAME) };
+    static const char *const identity[] = { GVLS_THREAD_ROW_IDENTITY(ROW_NAME) };
+    rb_define_const(mNative, "THREAD_COUNTERS", gvls_symbols(counters, COUNTER_FIELDS));
+    rb_define_const(mNative, "MAXIMUM_COUNTERS", gvls_symbols(maxima, sizeof(maxima) / sizeof(*maxima)));
+    rb_define_const(mNative, "THREAD_ROW", rb_ary_freeze(rb_ary_plus(gvls_symbols(identity, GVLS_ROW_COUNTERS),
+                                                                     gvls_symbols(counters, COUNTER_FIELDS))));
     // io_overlap_wait_ns's bounds (metrics_event.h), for a trace's reading of the same
     // (Analysis::AdvisorInputs.io_overlap_wait_ns).
     rb_define_const(mNative, "QUICK_RELEASE_NS", ULL2NUM(GVLS_QUICK_RELEASE_NS));

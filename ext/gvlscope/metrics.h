@@ -8,20 +8,36 @@
 #include <stdatomic.h>
 
 void gvls_metrics_init(VALUE mNative);
-// Native.metrics_snapshot's packed rows: serial, ractor_id, state, exited, then the counters in
-// Metrics::COUNTERS' order (run, wait, idle, gc, holds, waits, longest hold and wait, released
-// blocking, preempted and at exit, io_overlap_wait), each a little-endian uint64.
-#define COUNTER_FIELDS 12
-#define ROW_FIELDS (4 + COUNTER_FIELDS)
-// A consistent copy of a slot's metrics (all of them, or only the state and the four time
-// counters: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
+// A thread's counters, declared once, in the order of Native.metrics_snapshot's packed rows:
+// X(field of gvls_thread_metrics, how rows add up: SUM, or MAX for a longest). The rows, the exited
+// threads' totals, the live answer's JSON and Native::THREAD_COUNTERS (Metrics::ThreadRow's fields,
+// Metrics::MAX_COUNTERS) all come from this list.
+#define GVLS_THREAD_COUNTERS(X)                                                                      \
+    X(run_ns, SUM) X(wait_ns, SUM) X(idle_ns, SUM) X(gc_ns, SUM) X(holds, SUM) X(waits, SUM)         \
+    X(longest_hold_ns, MAX) X(longest_wait_ns, MAX) X(released_blocking, SUM)                        \
+    X(released_preempted, SUM) X(released_exit, SUM) X(io_overlap_wait_ns, SUM)
+// A packed row: these (Native::THREAD_ROW names them), then the counters; each a little-endian uint64.
+#define GVLS_THREAD_ROW_IDENTITY(X) X(serial) X(ractor_id) X(state) X(exited)
+#define GVLS_COUNTER_INDEX(name, sum) GVLS_COUNTER_##name,
+#define GVLS_ROW_INDEX(name) GVLS_ROW_##name,
+enum { GVLS_THREAD_COUNTERS(GVLS_COUNTER_INDEX) COUNTER_FIELDS };
+enum { GVLS_THREAD_ROW_IDENTITY(GVLS_ROW_INDEX) GVLS_ROW_COUNTERS };
+#define ROW_FIELDS (GVLS_ROW_COUNTERS + COUNTER_FIELDS)
+// A consistent copy of a slot's metrics (all of them, or only the state and the counters, no
+// histograms: what gvls_metrics_counters_now needs), written by no hook halfway (metrics_event.h).
 void gvls_metrics_read(const gvls_thread *slot, gvls_thread_metrics *out, int with_histograms);
-// A thread's run, wait, idle and GC ns so far, the state it is in counted up to now_ns, and its
-// io_overlap_wait_ns (counted when a blocking release confirms it: no part in progress).
+// A thread's counters a request takes deltas of (request_timing.c, fibers.c), in this order:
+// X(index name, its value from m, a gvls_thread_metrics copied with GVLS_THREAD_COUNTERS). OVERLAP:
+// counted when a blocking release confirms it, no part in progress.
+#define GVLS_NOW_COUNTERS(X)                                                                         \
+    X(RUN, m.run_ns) X(WAIT, m.wait_ns) X(IDLE, m.idle_ns) X(GC, m.gc_ns) X(OVERLAP, m.io_overlap_wait_ns) \
+    X(RELEASES, m.released_blocking + m.released_preempted + m.released_exit)
+#define GVLS_NOW_INDEX(name, value) GVLS_NOW_##name,
+enum { GVLS_NOW_COUNTERS(GVLS_NOW_INDEX) GVLS_COUNTERS_NOW };
+// Those counters so far, the state the thread is in counted up to now_ns.
 // wait_ns_at_wake (may be NULL): wait_ns when the thread last came back from idle, GVLS_NEVER_WOKE
 // if it has not since counting began.
 #define GVLS_NEVER_WOKE UINT64_MAX
-#define GVLS_COUNTERS_NOW 5
 void gvls_metrics_counters_now(const gvls_thread *slot, uint64_t now_ns, uint64_t out[GVLS_COUNTERS_NOW],
                                uint64_t *wait_ns_at_wake);
 // The GVL wait of the slot's thread in [from_ns, now_ns], from its last GVLS_WAIT_LOG waits and the one

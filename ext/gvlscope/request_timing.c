@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-// The thread's counters a request takes deltas of (gvls_metrics_counters_now's order). OVERLAP:
-// the GVL wait that IO the request had started overlapped (docs/metrics.md, io_overlap_wait_ns).
-enum { RUN, WAIT, IDLE, GC, OVERLAP, COUNTERS };
+// The thread's counters a request takes deltas of (metrics.h's GVLS_NOW_COUNTERS). OVERLAP: the GVL
+// wait that IO the request had started overlapped (docs/metrics.md, io_overlap_wait_ns).
+enum { RUN = GVLS_NOW_RUN, WAIT = GVLS_NOW_WAIT, IDLE = GVLS_NOW_IDLE, GC = GVLS_NOW_GC, COUNTERS = GVLS_COUNTERS_NOW };
 
 typedef struct {
     VALUE thread;
@@ -246,14 +246,6 @@ static void deltas_now(const request_timing *timing, uint64_t now_ns, uint64_t *
     deltas_of(timing, gvls_thread_find(timing->thread), now_ns, out, loop_wait_after_ns);
 }
 
-// Its wait for the loop so far (all of it once finished).
-static uint64_t loop_wait_now(const request_timing *timing) {
-    if (timing->finished || !timing->fiber) return timing->loop_wait_ns;
-    uint64_t deltas[COUNTERS], after_ns;
-    deltas_now(timing, gvls_now_ns(), deltas, &after_ns);
-    return timing->loop_wait_ns + after_ns;
-}
-
 // Freezes the numbers at the end of the app call; the thread's next request measures its pickup from here.
 static void finish(request_timing *timing) {
     if (timing->finished) return;
@@ -282,26 +274,11 @@ static VALUE timing_finish(VALUE self) {
 
 static VALUE timing_finished_p(VALUE self) { return timing_of(self)->finished ? Qtrue : Qfalse; }
 
-// Inside the app (before finish!): the numbers so far.
-static uint64_t counter(VALUE self, int index) {
-    request_timing *timing = timing_of(self);
-    if (timing->finished) return timing->delta[index];
-    uint64_t so_far[COUNTERS], loop_wait_after_ns;
-    deltas_now(timing, gvls_now_ns(), so_far, &loop_wait_after_ns);
-    return so_far[index];
-}
-
-static VALUE timing_run_ns(VALUE self) { return ULL2NUM(counter(self, RUN)); }
-static VALUE timing_wait_ns(VALUE self) { return ULL2NUM(counter(self, WAIT)); }
-static VALUE timing_idle_ns(VALUE self) { return ULL2NUM(counter(self, IDLE)); }
-static VALUE timing_gc_ns(VALUE self) { return ULL2NUM(counter(self, GC)); }
-static VALUE timing_pickup_wait_ns(VALUE self) { return ULL2NUM(timing_of(self)->pickup_wait_ns); }
-static VALUE timing_io_overlap_wait_ns(VALUE self) { return ULL2NUM(counter(self, OVERLAP)); }
 static VALUE timing_thread(VALUE self) { return timing_of(self)->thread; }
 
-// Waited for its event loop: from its arrival until the loop gave its task the thread, but the GVL
-// waits in between (gvl-wait's); 0 when not on a loop's task, or when the arrival was not known.
-static VALUE timing_loop_wait_ns(VALUE self) { return ULL2NUM(loop_wait_now(timing_of(self))); }
+// loop_wait_ns: waited for its event loop: from its arrival until the loop gave its task the thread,
+// but the GVL waits in between (gvl-wait's); 0 when not on a loop's task, or when the arrival was
+// not known.
 
 // Whether the request ran on an event loop's task and loop_wait_ns was measured.
 static VALUE timing_loop_wait_known_p(VALUE self) { return timing_of(self)->loop_known ? Qtrue : Qfalse; }
@@ -377,12 +354,11 @@ static VALUE timing_pickup_exact_p(VALUE self) {
     return timing->arrival_ns && !timing->pickup_exact ? Qfalse : Qtrue;
 }
 
-// deltas and the rest in request_timing.h's order (GVLS_REQUEST_VALUES).
+// deltas and the rest, each as request_timing.h's GVLS_REQUEST_FIELDS says.
 static void put_values(const request_timing *timing, const uint64_t deltas[COUNTERS], uint64_t duration_ns,
                        uint64_t loop_wait_ns, uint64_t out[GVLS_REQUEST_VALUES]) {
-    out[0] = deltas[RUN]; out[1] = deltas[WAIT]; out[2] = deltas[IDLE]; out[3] = deltas[GC];
-    out[4] = duration_ns; out[5] = timing->pickup_wait_ns; out[6] = deltas[OVERLAP]; out[7] = timing->queue_latency_ns;
-    out[8] = loop_wait_ns;
+#define PUT_VALUE(name, value, reader) out[GVLS_REQUEST_##name] = (value);
+    GVLS_REQUEST_FIELDS(PUT_VALUE)
 }
 
 // For breakdown.c: a RequestTiming's numbers (so far if it is not finished) into out; 0 if obj is
@@ -400,10 +376,17 @@ int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]) {
     return 1;
 }
 
-static VALUE timing_duration_ns(VALUE self) {
-    request_timing *timing = timing_of(self);
-    return ULL2NUM(timing->finished ? timing->duration_ns : minus(gvls_now_ns(), timing->started_ns));
-}
+// RequestTiming#run_ns, #wait_ns, ...: one of GVLS_REQUEST_FIELDS' values, the numbers so far
+// inside the app (before finish!).
+#define VALUE_READER(name, value, reader) VALUE_READER_##reader(name)
+#define VALUE_READER_READER(name)                                                                    \
+    static VALUE timing_##name(VALUE self) {                                                         \
+        uint64_t values[GVLS_REQUEST_VALUES];                                                        \
+        gvls_request_timing_values(self, values);                                                    \
+        return ULL2NUM(values[GVLS_REQUEST_##name]);                                                 \
+    }
+#define VALUE_READER_OWN_READER(name)
+GVLS_REQUEST_FIELDS(VALUE_READER)
 
 // Appends ns as milliseconds rounded to the microsecond, without trailing zeros: "12.345", "0.09",
 // "72", "0". By hand: snprintf's "%.3f" of four doubles was half of the middleware's cost per request.
@@ -528,14 +511,11 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "finish!", timing_finish, 0);
     rb_define_method(cTiming, "finished?", timing_finished_p, 0);
     rb_define_method(cTiming, "thread", timing_thread, 0);
-    rb_define_method(cTiming, "run_ns", timing_run_ns, 0);
-    rb_define_method(cTiming, "wait_ns", timing_wait_ns, 0);
-    rb_define_method(cTiming, "idle_ns", timing_idle_ns, 0);
-    rb_define_method(cTiming, "gc_ns", timing_gc_ns, 0);
-    rb_define_method(cTiming, "pickup_wait_ns", timing_pickup_wait_ns, 0);
-    rb_define_method(cTiming, "io_overlap_wait_ns", timing_io_overlap_wait_ns, 0);
+#define DEFINE_READER(name, value, reader) DEFINE_READER_##reader(name)
+#define DEFINE_READER_READER(name) rb_define_method(cTiming, #name, timing_##name, 0);
+#define DEFINE_READER_OWN_READER(name)
+    GVLS_REQUEST_FIELDS(DEFINE_READER)
     rb_define_method(cTiming, "queue_ns", timing_queue_ns, 0);
-    rb_define_method(cTiming, "loop_wait_ns", timing_loop_wait_ns, 0);
     rb_define_method(cTiming, "loop_wait_known?", timing_loop_wait_known_p, 0);
     rb_define_method(cTiming, "enqueued_at=", timing_set_enqueued_at, 1);
     rb_define_method(cTiming, "queue_latency_ns", timing_queue_latency_ns, 0);
@@ -543,7 +523,6 @@ void gvls_request_timing_init(VALUE mGVLScope) {
     rb_define_method(cTiming, "queue_thread_ns", timing_queue_thread_ns, 0);
     rb_define_method(cTiming, "queue_cpu_ns", timing_queue_cpu_ns, 0);
     rb_define_method(cTiming, "blocked_before_start_ns", timing_blocked_before_start_ns, 0);
-    rb_define_method(cTiming, "duration_ns", timing_duration_ns, 0);
     rb_define_method(cTiming, "server_timing", timing_server_timing, 0);
     rb_define_method(cTiming, "finish_response", timing_finish_response, 2);
     server_timing_key = rb_obj_freeze(rb_usascii_str_new_cstr("server-timing"));

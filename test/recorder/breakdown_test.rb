@@ -46,9 +46,11 @@ class BreakdownTest < Minitest::Test
     timing.finish!
     GVLScope::Breakdown.record(:route, "GET /", timing)
     e = entry(:route, "GET /")
-    assert_equal [1, timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns, timing.pickup_wait_ns],
-                 [e.count, e.run_ns, e.wait_ns, e.idle_ns, e.gc_ns, e.duration_ns, e.pickup_wait_ns]
+    assert_equal [1, timing.run_ns, timing.wait_ns, timing.idle_ns, timing.gc_ns, timing.duration_ns, timing.pickup_wait_ns,
+                  timing.releases],
+                 [e.count, e.run_ns, e.wait_ns, e.idle_ns, e.gc_ns, e.duration_ns, e.pickup_wait_ns, e.releases]
     assert_operator e.idle_ns, :>=, 2_000_000
+    assert_equal timing.counters, GVLScope::Counters.of(e)
   ensure
     GVLScope::Metrics.disable
   end
@@ -73,7 +75,7 @@ class BreakdownTest < Minitest::Test
     assert_equal timing.run_ns + 2, e.run_ns
     assert_equal 0, entry(:route, "GET /").queue_latency_ns
     assert_equal %i[count run_ns wait_ns idle_ns gc_ns duration_ns pickup_wait_ns io_overlap_wait_ns queue_latency_ns loop_wait_ns
-                    sample_rate], GVLScope::Native::BreakdownSeries::FIELDS
+                    releases sample_rate], GVLScope::Native::BreakdownSeries::FIELDS
     assert_equal GVLScope::Native::BreakdownSeries::FIELDS.size + GVLScope::Breakdown::BUCKETS,
                  GVLScope::Native::BreakdownSeries.new.to_a.size
   ensure

@@ -3,6 +3,7 @@
 require "etc"
 require_relative "../support/errors"
 require_relative "../support/units"
+require_relative "../support/counters"
 require_relative "gvl_simulation"
 
 module GVLScope
@@ -55,8 +56,7 @@ module GVLScope
                             :other_held_ns, :pool_held_ns, :threads, :pool, :held_ratio, :window_ns, :notes,
                             :processes, :pool_labels, :cpu_wait_ns, :cpu_ns, :io_overlap_wait_ns, :kinds, :hog,
                             keyword_init: true) do
-        def held_ns = run_ns + gc_ns
-        def total_ns = run_ns + gc_ns + wait_ns + idle_ns
+        include Counters::Sums # held_ns, total_ns
 
         # Share of the unit's time in each state (wait included), as shown.
         def shares
@@ -101,7 +101,7 @@ module GVLScope
       # One kind of unit (a route, a job class): how many, and their times summed (ns);
       # io_overlap_wait_ns: theirs, or nil where the source does not count it per unit.
       WorkKind = Struct.new(:label, :count, :run_ns, :gc_ns, :wait_ns, :idle_ns, :io_overlap_wait_ns, keyword_init: true) do
-        def held_ns = run_ns + gc_ns
+        include Counters::Sums
       end
 
       # What the model is given for one kind (per unit, ns): its share of the units, its GVL hold D

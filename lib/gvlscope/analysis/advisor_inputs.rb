@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "../support/errors"
+require_relative "../support/counters"
 require_relative "advisor"
 
 module GVLScope
@@ -15,7 +16,7 @@ module GVLScope
       # with stacks, a snapshot with code locations), or nil.
       Row = Struct.new(:label, :run_ns, :gc_ns, :wait_ns, :idle_ns, :excluded_idle_ns, :io_overlap_wait_ns, :code,
                        keyword_init: true) do
-        def held_ns = run_ns + gc_ns
+        include Counters::Sums
       end
 
       # A thread that held the GVL this share of the time or more decides how long the others wait

@@ -7,6 +7,7 @@ require_relative "../recorder/metrics"
 require_relative "../recorder/flight_recorder"
 require_relative "../support/units"
 require_relative "../recorder/breakdown"
+require_relative "../support/counters"
 require_relative "../formats/prometheus"
 require_relative "metrics_server"
 require_relative "own_descriptor"
@@ -53,9 +54,9 @@ module GVLScope
       def self.of(snapshot) = new(*members.map { |m| snapshot.public_send(m) })
       def self.zero = new(*members.map { |m| m.end_with?("histogram") ? [] : 0 })
 
-      def held_ns = run_ns + gc_ns
+      include Counters::Sums # held_ns
       def acquisitions = waits
-      def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+      def held_ratio = Counters.ratio(held_ns, wall_ns)
 
       def +(other)
         Totals.new(*to_a.zip(other.to_a).map do |a, b|

@@ -127,7 +127,7 @@ module GVLScope
         def namesake(serial) = self.namesake_text ||= Printable.text(Vocabulary.thread_label(raw, serial, namesake: true))
       end
 
-      def serial(rows, index) = rows.unpack1("Q<", offset: index * Metrics::Snapshot::ROW_FIELDS * 8)
+      def serial(rows, index) = rows.unpack1("Q<", offset: (index * Metrics::Snapshot::ROW_FIELDS + Metrics::Snapshot::SERIAL) * 8)
     end
   end
 end

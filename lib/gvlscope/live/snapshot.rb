@@ -6,6 +6,8 @@ require_relative "../support/errors"
 require_relative "../support/units"
 require_relative "../support/printable"
 require_relative "../support/vocabulary"
+require_relative "../support/counters"
+require_relative "../recorder/native"
 require_relative "rules"
 
 module GVLScope
@@ -33,26 +35,24 @@ module GVLScope
       # io_overlap_wait_ns: the part of wait_ns that IO the thread had started overlapped (Metrics).
       # loop: the thread's event loop (LoopRow), nil for a thread without one (and in a snapshot
       # written before gvlscope carried loops: the key is added, the version stays).
-      THREAD_FIELDS = %i[serial label ractor_id state exited run_ns wait_ns idle_ns gc_ns holds waits
-                         longest_hold_ns longest_wait_ns released_blocking released_preempted released_exit code
-                         io_overlap_wait_ns loop].freeze
-      # The fields of THREAD_FIELDS that are numbers (counters, and the longest_* maxima).
-      THREAD_NUMBERS = THREAD_FIELDS.select do |field|
-        field.end_with?("_ns") || %i[holds waits].include?(field) || field.start_with?("released_")
-      end.freeze
-      # THREAD_NUMBERS' keys in a snapshot's JSON, in order (io_overlap_wait_ns, the last, after code).
-      THREAD_NUMBER_KEYS = THREAD_NUMBERS.map(&:to_s).freeze
-      unless THREAD_FIELDS.last(3) == %i[code io_overlap_wait_ns loop]
-        raise "THREAD_FIELDS: code must come just before the last number, loop after it"
-      end
+      # The fields of THREAD_FIELDS that are numbers: a thread's counters as the recorder declares
+      # them (ext/gvlscope/metrics.h, Native::THREAD_COUNTERS; the longest_* are maxima).
+      THREAD_NUMBERS = Native::THREAD_COUNTERS
+      # A snapshot file's thread fields, in its order: code comes before io_overlap_wait_ns (version 1
+      # files have it there), loop last.
+      THREAD_FIELDS = [:serial, :label, :ractor_id, :state, :exited,
+                       *THREAD_NUMBERS.flat_map { |field| field == :io_overlap_wait_ns ? [:code, field] : [field] },
+                       :loop].freeze
 
       # A thread's event loop (GVLScope::EventLoops, ext/gvlscope/fibers.c): the turns its loop gave
       # its fibers, the time they kept the thread (busy_ns), the longest, and the Log2 histogram of
       # their lengths. Cumulative in a snapshot; in a difference, the interval's (longest_turn_ns:
       # see #-).
       LOOP_FIELDS = %i[turns busy_ns longest_turn_ns turn_histogram].freeze
-      # The packed rows of Native.loop_rows: serial, then LOOP_FIELDS (the histogram's Log2::BUCKETS counts).
-      LOOP_ROW_FIELDS = 1 + 3 + Log2::BUCKETS
+      # The packed rows of Native.loop_rows: Native::LOOP_ROW's numbers (serial, then LOOP_FIELDS'),
+      # then the histogram's Log2::BUCKETS counts.
+      LOOP_ROW_NUMBERS = (Native::LOOP_ROW - [:turn_histogram]).freeze
+      LOOP_ROW_FIELDS = LOOP_ROW_NUMBERS.size + Log2::BUCKETS
       LoopRow = Struct.new(*LOOP_FIELDS) do
         def self.of(turns:, busy_ns:, longest_turn_ns:, turn_histogram:)
           new(turns, busy_ns, longest_turn_ns, Array.new(Log2::BUCKETS) { |i| turn_histogram.fetch(i, 0).to_i }.freeze).freeze
@@ -95,17 +95,14 @@ module GVLScope
 
       # Built and written by position: a snapshot of hundreds of threads is answered in ms.
       ThreadRow = Struct.new(*THREAD_FIELDS) do
-        def held_ns = run_ns + gc_ns
-        def total_ns = run_ns + wait_ns + idle_ns + gc_ns
-        def releases = released_blocking + released_preempted + released_exit
+        include Counters::Sums
+        include Counters::Releases
 
         def to_h
-          { "serial" => serial, "label" => label, "ractor_id" => ractor_id, "state" => state&.to_s, "exited" => exited,
-            "run_ns" => run_ns, "wait_ns" => wait_ns, "idle_ns" => idle_ns, "gc_ns" => gc_ns, "holds" => holds,
-            "waits" => waits, "longest_hold_ns" => longest_hold_ns, "longest_wait_ns" => longest_wait_ns,
-            "released_blocking" => released_blocking, "released_preempted" => released_preempted,
-            "released_exit" => released_exit, "code" => code, "io_overlap_wait_ns" => io_overlap_wait_ns,
-            **(loop ? { "loop" => loop.to_h } : {}) }
+          hash = THREAD_FIELDS.to_h { |field| [field.to_s, self[field]] }
+          hash["state"] = state&.to_s
+          loop ? hash["loop"] = loop.to_h : hash.delete("loop")
+          hash
         end
 
         def self.from_h(hash)
@@ -177,16 +174,14 @@ module GVLScope
       # Share of the covered wall time some thread held the GVL (running Ruby or in GC), all
       # Ractors of a process together (it can exceed 1 with several Ractors: held_ratio_by_ractor);
       # for several Puma workers, their mean.
-      def held_ratio = wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
+      def held_ratio = Counters.ratio(held_ns, wall_ns)
 
       # The busiest Ractor's held share (one GVL's, at most 1), held_ratio without thread rows.
       def busiest_held_ratio = threads.empty? ? held_ratio : held_ratio_by_ractor.values.max
 
       # { ractor_id => held share } from the thread rows (empty for a scrape).
       def held_ratio_by_ractor
-        threads.group_by(&:ractor_id).transform_values do |rows|
-          wall_ns.positive? ? rows.sum(&:held_ns).fdiv(wall_ns) : 0.0
-        end
+        threads.group_by(&:ractor_id).transform_values { |rows| Counters.ratio(rows.sum(&:held_ns), wall_ns) }
       end
 
       # Nanoseconds threads spent waiting for the GVL per second of wall time (per process): 1e9
@@ -201,10 +196,9 @@ module GVLScope
           raise Error, "cannot subtract a snapshot of #{earlier.source} pid #{earlier.pid} from one of #{source} pid #{pid}"
         end
 
-        before = earlier.threads.to_h { |row| [row.serial, row] }
-        rows = threads.map { |row| (old = before.delete(row.serial)) ? subtract_row(row, old) : row }
-        exited = exited_threads && earlier.exited_threads && subtract_row(exited_threads, earlier.exited_threads)
-        exited = before.values.reduce(exited) { |row, gone| subtract_row(row, gone) } if exited
+        rows, exited = Counters.interval_rows(threads, exited_threads, earlier.threads, earlier.exited_threads) do |row, old|
+          subtract_row(row, old)
+        end
         earlier_workers = earlier.workers.to_h { |row| [[row.worker, row.pid], row] }
         workers = self.workers.map { |row| (old = earlier_workers[[row.worker, row.pid]]) ? subtract_worker(row, old) : row }
         counters = COUNTERS.to_h do |counter|
@@ -344,11 +338,12 @@ module GVLScope
           code = typed(row, "code", Hash, within: field)
           texts(code, "#{field}.code") if code
           code = code.transform_values { |value| value.is_a?(String) ? Printable.text(value) : value } if code
-          numbers = THREAD_NUMBER_KEYS.map { |key| number(row, key, within: field) || 0 }
-          loop = typed(row, "loop", Hash, within: field) && loop_row_of(row["loop"], "#{field}.loop")
-          ThreadRow.new(number(row, "serial", within: field), label, number(row, "ractor_id", within: field),
-                        text(row, "state", within: field)&.to_sym, row["exited"] ? true : false,
-                        *numbers[0...-1], code, numbers.last, loop).freeze
+          values = THREAD_NUMBERS.to_h { |key| [key, number(row, key.to_s, within: field) || 0] }
+          values.update(serial: number(row, "serial", within: field), label: label,
+                        ractor_id: number(row, "ractor_id", within: field), state: text(row, "state", within: field)&.to_sym,
+                        exited: row["exited"] ? true : false, code: code,
+                        loop: typed(row, "loop", Hash, within: field) && loop_row_of(row["loop"], "#{field}.loop"))
+          ThreadRow.new(*values.values_at(*THREAD_FIELDS)).freeze
         end
 
         def loop_row_of(loop, field)
@@ -478,18 +473,18 @@ module GVLScope
         nil
       end
 
+      # A Metrics::ThreadRow as a snapshot's (its name the label, printable).
       def self.thread_row(row, code = nil, loop = nil)
-        ThreadRow.new(row.serial, row.name && Printable.text(row.name), row.ractor_id, row.state, row.exited, row.run_ns,
-                      row.wait_ns, row.idle_ns, row.gc_ns, row.holds, row.waits, row.longest_hold_ns, row.longest_wait_ns,
-                      row.released_blocking, row.released_preempted, row.released_exit, code, row.io_overlap_wait_ns,
-                      loop).freeze
+        values = row.to_h.update(label: row.name && Printable.text(row.name), code: code, loop: loop)
+        ThreadRow.new(*values.values_at(*THREAD_FIELDS)).freeze
       end
 
       # { serial => LoopRow } from Native.loop_rows' packed rows (serial 0: the loops of threads
       # that exited, the exited threads' row's).
       def self.loop_rows(packed)
-        packed.unpack("Q<*").each_slice(LOOP_ROW_FIELDS).to_h do |serial, turns, busy_ns, longest_turn_ns, *histogram|
-          [serial, LoopRow.of(turns: turns, busy_ns: busy_ns, longest_turn_ns: longest_turn_ns, turn_histogram: histogram)]
+        packed.unpack("Q<*").each_slice(LOOP_ROW_FIELDS).to_h do |values|
+          numbers = LOOP_ROW_NUMBERS.zip(values).to_h
+          [numbers.delete(:serial), LoopRow.of(**numbers, turn_histogram: values.drop(LOOP_ROW_NUMBERS.size))]
         end
       end
 
@@ -517,13 +512,8 @@ module GVLScope
       def trimmed(counts) = counts.first((counts.rindex(&:positive?) || -1) + 1)
 
       def subtract_row(row, before)
-        values = row.to_h.transform_keys(&:to_sym)
+        values = Counters.subtract(row.to_h.transform_keys(&:to_sym), before, THREAD_NUMBERS, Native::MAXIMUM_COUNTERS)
         values[:state] = row.state
-        THREAD_NUMBERS.each do |field|
-          next if field.start_with?("longest_") # maxima keep the later value
-
-          values[field] = values[field].to_i - before.public_send(field).to_i # nil: a row made without it
-        end
         values[:loop] = row.loop && row.loop - before.loop
         ThreadRow.new(**values).freeze
       end

@@ -4,6 +4,7 @@ require_relative "../support/errors"
 require_relative "../support/units"
 require_relative "native"
 require_relative "fork"
+require_relative "support/counters"
 
 module GVLScope
   # Process-wide GVL numbers per route (GVLScope::Rack) and per job class (GVLScope::Sidekiq):
@@ -44,8 +45,10 @@ module GVLScope
     # resolution). io_overlap_wait_ns: the part of wait_ns that IO the request/job had started
     # overlapped (docs/metrics.md). queue_latency_ns: jobs' time in their queue, from enqueued_at
     # to the start (RequestTiming#queue_latency_ns; 0 for requests and for jobs that had none).
+    # releases: the times their threads gave the GVL up (RequestTiming#releases; a count).
     # wait_buckets: Log2 buckets of each request's/job's GVL wait in ns (bucket 0 counts zero waits).
     Entry = Struct.new(:kind, :label, :tags, *SUMS, :wait_buckets, :sample_rate, keyword_init: true) do
+      include Counters::Sums
       def wait_ms = wait_ns / 1e6
       def key = [kind, label, tags]
 

@@ -70,12 +70,12 @@ module GVLScope
 
       # The turns of every loop since tracking began (NONE when no loop gave one).
       def turns
-        rows = Native.loop_turns
+        rows = Native.loop_turns.map { |values| Native::LOOP_ROW.zip(values).to_h }
         return NONE if rows.empty?
 
-        Turns.new(turns: rows.sum { |row| row[1] }, busy_ns: rows.sum { |row| row[2] },
-                  longest_turn_ns: rows.map { |row| row[3] }.max,
-                  turn_histogram: rows.map { |row| row[4] }.transpose.map(&:sum).freeze).freeze
+        Turns.new(turns: rows.sum { |row| row[:turns] }, busy_ns: rows.sum { |row| row[:busy_ns] },
+                  longest_turn_ns: rows.map { |row| row[:longest_turn_ns] }.max,
+                  turn_histogram: rows.map { |row| row[:turn_histogram] }.transpose.map(&:sum).freeze).freeze
       end
     end
   end

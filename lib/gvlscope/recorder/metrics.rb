@@ -5,6 +5,7 @@ require_relative "event_loops"
 require_relative "trace"
 require_relative "../support/units"
 require_relative "../support/vocabulary"
+require_relative "../support/counters"
 
 module GVLScope
   # Always-on GVL metrics from the same hook as the trace: how much of the time the GVL is held,
@@ -18,11 +19,13 @@ module GVLScope
   #   interval.held_ratio  # => 0.93
   #   puts interval        # table and histograms
   module Metrics
-    COUNTERS = %i[run_ns wait_ns idle_ns gc_ns holds waits longest_hold_ns longest_wait_ns released_blocking
-                  released_preempted released_exit io_overlap_wait_ns].freeze
+    # A thread's counters and which of them are maxima (the longest_*), as ext/gvlscope/metrics.h
+    # declares them once (GVLS_THREAD_COUNTERS); ROW: a packed row's fields, identity then counters.
+    COUNTERS = Native::THREAD_COUNTERS
+    MAX_COUNTERS = Native::MAXIMUM_COUNTERS
+    ROW = Native::THREAD_ROW
     HISTOGRAMS = %i[hold_histogram wait_histogram waiters_at_acquire_histogram].freeze
     BUCKETS = Log2::BUCKETS
-    MAX_COUNTERS = %i[longest_hold_ns longest_wait_ns].freeze
 
     # Counters of one thread (or of exited threads together). run_ns: holding the GVL running Ruby
     # (GC excluded); wait_ns: runnable, waiting for the GVL; idle_ns: blocked (IO, sleep, locks);
@@ -31,9 +34,9 @@ module GVLScope
     # read blocked: the answer was on its way during that wait; docs/metrics.md).
     # (Built by position where many are made at once, a snapshot of hundreds of threads: keyword
     # arguments cost 5 us a row.)
-    ThreadRow = Struct.new(:name, :serial, :ractor_id, :state, :exited, *COUNTERS) do
-      def held_ns = run_ns + gc_ns
-      def releases = released_blocking + released_preempted + released_exit
+    ThreadRow = Struct.new(:name, *ROW) do
+      include Counters::Sums
+      include Counters::Releases
     end
 
     class << self
@@ -85,10 +88,19 @@ module GVLScope
     # packed numbers; rows and histograms are unpacked when first read.
     class Snapshot
       STATES = Vocabulary::METRIC_STATES
-      ROW_FIELDS = 4 + COUNTERS.size
+      ROW_FIELDS = ROW.size
+
+      SERIAL = ROW.index(:serial)
+
+      # What Native.metrics_snapshot packed, kept until read: the rows' threads (Threads, or names of
+      # those that exited), the rows (ROW_FIELDS uint64 each) and the histograms (BUCKETS each).
+      Packed = Struct.new(:threads, :rows, :histograms)
 
       # The label of the row of the threads that exited earlier, together.
       EXITED_LABEL = "(exited threads)"
+
+      include Counters::Sums
+      include Counters::Releases
 
       attr_reader :taken_ns, :wall_ns, :waiting_threads_by_ractor
       # The event loops' turns (EventLoops::Turns; EventLoops::NONE without a loop).
@@ -98,11 +110,11 @@ module GVLScope
       # the live socket's answer, which writes the rows itself and unpacks none).
       def self.from_native((now_ns, epoch_ns, waiting, threads, rows, histograms), totals: nil, loops: EventLoops::NONE)
         new(taken_ns: now_ns, wall_ns: now_ns - epoch_ns, waiting_threads_by_ractor: waiting,
-            packed: [threads, rows, nil, histograms], totals: totals, loops: loops)
+            packed: Packed.new(threads, rows, histograms), totals: totals, loops: loops)
       end
 
       def self.row_from(counters, **identity)
-        ThreadRow.new(**identity, **COUNTERS.zip(counters.first(COUNTERS.size)).to_h).freeze
+        ThreadRow.new(**identity, **COUNTERS.zip(counters).to_h).freeze
       end
 
       # thread: a Thread, or the name of one that exited (read at its exit: its Thread is let go).
@@ -150,7 +162,7 @@ module GVLScope
 
       # The Thread objects of #threads, in the same order (nil for one gone meanwhile); empty for
       # a difference of snapshots.
-      def ruby_threads = @packed ? @packed[0].first(threads.size) : []
+      def ruby_threads = @packed ? @packed.threads.first(threads.size) : []
 
       def all_rows = rows
 
@@ -168,22 +180,18 @@ module GVLScope
       end
 
       def histograms
-        @totals[:histograms] ||= @packed[3].unpack("Q<*").each_slice(BUCKETS).to_a.freeze
+        @totals[:histograms] ||= @packed.histograms.unpack("Q<*").each_slice(BUCKETS).to_a.freeze
       end
 
-      # Time some thread held the GVL (running Ruby or in GC), all Ractors together.
-      def held_ns = run_ns + gc_ns
+      # held_ns: time some thread held the GVL (running Ruby or in GC), all Ractors together (Counters::Sums).
       def acquisitions = waits
-      def releases = released_blocking + released_preempted + released_exit
 
       # Share of wall time the GVL was held. With several Ractors (each has its own GVL) this can
       # exceed 1: see held_ratio_by_ractor.
-      def held_ratio
-        wall_ns.positive? ? held_ns.fdiv(wall_ns) : 0.0
-      end
+      def held_ratio(whole_ns = wall_ns) = super
 
       def held_ratio_by_ractor
-        threads.group_by(&:ractor_id).transform_values { |rows| wall_ns.positive? ? rows.sum(&:held_ns).fdiv(wall_ns) : 0.0 }
+        threads.group_by(&:ractor_id).transform_values { |rows| Counters.ratio(rows.sum(&:held_ns), wall_ns) }
       end
 
       # Threads waiting for the GVL when the snapshot was taken.
@@ -191,11 +199,9 @@ module GVLScope
 
       # The interval between two snapshots: counters subtract, maxima keep the later value.
       def -(other)
-        earlier = other.threads.to_h { |row| [row.serial, row] }
-        rows = threads.map { |row| (before = earlier.delete(row.serial)) ? subtract_row(row, before) : row }
-        # Rows of the earlier snapshot missing now exited in between: their counts moved into
-        # `exited`, including what they had counted before the interval; take that back out.
-        exited_diff = earlier.values.reduce(subtract_row(exited, other.exited)) { |row, gone| subtract_row(row, gone) }
+        rows, exited_diff = Counters.interval_rows(threads, exited, other.threads, other.exited) do |row, before|
+          ThreadRow.new(**Counters.subtract(row.to_h, before, COUNTERS, MAX_COUNTERS)).freeze
+        end
         Snapshot.new(taken_ns: taken_ns, wall_ns: taken_ns - other.taken_ns, threads: rows,
                      exited: exited_diff, waiting_threads_by_ractor: waiting_threads_by_ractor,
                      histograms: histograms.zip(other.histograms).map { |now, before| now.zip(before).map { |a, b| a - b } },
@@ -231,29 +237,26 @@ module GVLScope
       private
 
       def unpack_rows
-        threads, packed_rows = @packed
-        numbers = packed_rows.unpack("Q<*")
+        threads = @packed.threads
+        numbers = @packed.rows.unpack("Q<*")
         fields = threads.each_index.map { |i| numbers[i * ROW_FIELDS, ROW_FIELDS] }
-        serials = fields.map(&:first)
+        serials = fields.map { |values| values[SERIAL] }
         cwd = Vocabulary.working_directory
         labels = self.class.distinct_labels(threads.zip(serials).map { |thread, serial| thread && self.class.thread_label(thread, serial, cwd) },
                                             serials)
-        fields.zip(labels).map do |(serial, ractor_id, state, exited, *counters), label|
-          ThreadRow.new(label || EXITED_LABEL, serial, ractor_id, STATES[state], exited == 1, *counters).freeze
+        fields.zip(labels).map do |values, label|
+          row = ThreadRow.new(label || EXITED_LABEL, *values) # ThreadRow's fields after name are ROW's
+          row.state = STATES[row.state]
+          row.exited = row.exited == 1
+          row.freeze
         end.freeze
-      end
-
-      def subtract_row(row, before)
-        values = row.to_h
-        COUNTERS.each { |c| values[c] -= before[c] unless MAX_COUNTERS.include?(c) }
-        ThreadRow.new(**values).freeze
       end
     end
   end
 
   # What GVLScope.measure returns: the block's value and the calling thread's GVL times.
   Measurement = Struct.new(:value, :run_ns, :wait_ns, :idle_ns, :gc_ns, keyword_init: true) do
-    def total_ns = run_ns + wait_ns + idle_ns + gc_ns
+    include Counters::Sums # total_ns, held_ns
   end
 
   # Runs the block and splits the calling thread's time in it into running (holding the GVL),
@@ -264,8 +267,8 @@ module GVLScope
     before = Native.metrics_thread(Thread.current)
     value = yield
     after = Native.metrics_thread(Thread.current)
-    run, wait, idle, gc = after.first(4).zip(before.first(4)).map { |a, b| a - b }
-    Measurement.new(value: value, run_ns: run, wait_ns: wait, idle_ns: idle, gc_ns: gc)
+    interval = Metrics::COUNTERS.zip(after, before).to_h { |counter, later, earlier| [counter, later - earlier] }
+    Measurement.new(value: value, **interval.slice(:run_ns, :wait_ns, :idle_ns, :gc_ns))
   ensure
     Metrics.disable if enabled_here
   end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
+require_relative "support/counters"
 
 module GVLScope
   # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per
@@ -23,8 +24,11 @@ module GVLScope
   # loop_wait_ns: on an event loop's task (a Falcon request, on a fiber of a thread with a Fiber
   # scheduler), what the request waited for the loop, from its bytes' arrival until the loop gave
   # its fiber the thread, but the GVL waits in between (pickup_wait_ns has those); 0 elsewhere,
-  # and loop_wait_known? false (docs/fibers.md).
+  # and loop_wait_known? false (docs/fibers.md). releases: how many times the thread gave the GVL
+  # up during the request (IO, sleeps, locks, preemptions: a count).
   class RequestTiming
+    include Counters::Sums # held_ns, total_ns, counters, ...
+
     def run_ms = run_ns / 1e6
     def wait_ms = wait_ns / 1e6
     def idle_ms = idle_ns / 1e6
