@@ -57,6 +57,7 @@ class RubyLayersTest < Minitest::Test
       write.("gvlscope/support/units.rb", %(require_relative "../formats/d" # up\n))
       write.("gvlscope/formats/d.rb", %(# require_relative "../support/units" is a comment, no edge\n))
       write.("gvlscope/elsewhere.rb", "")
+      write.("gvlscope/formats/e.rb", %(require_relative "../support/moved_away"\nrequire_relative "../gvlscope_engine"\n))
       out, status = check("--lib", lib)
       assert_equal 1, status.exitstatus, out
       assert_match(%r{^circle 1: gvlscope/model/a\.rb, gvlscope/model/b\.rb, gvlscope/model/c\.rb$}, out)
@@ -64,12 +65,15 @@ class RubyLayersTest < Minitest::Test
       assert_match(%r{^  gvlscope/model/c\.rb:2 -> gvlscope/model/a\.rb$}, out)
       assert_match(%r{^reaches up: gvlscope/support/units\.rb:1 \(support\) -> gvlscope/formats/d\.rb \(formats\)$}, out)
       assert_match(%r{^no stage: gvlscope/elsewhere\.rb }, out)
+      # A line naming a file that is not there (a C extension is built, not in the tree: no fault).
+      assert_equal ["no such file: gvlscope/formats/e.rb:1 -> ../support/moved_away"], out.lines.map(&:chomp).grep(/^no such file/)
       refute_match(/circle 2/, out)
 
       # Without the way back to a.rb, the units.rb reach and elsewhere.rb: none.
       write.("gvlscope/model/c.rb", "module M; end\n")
       write.("gvlscope/support/units.rb", "")
       File.delete(File.join(lib, "gvlscope/elsewhere.rb"))
+      File.delete(File.join(lib, "gvlscope/formats/e.rb"))
       out, status = check("--lib", lib)
       assert status.success?, out
       assert_match(/^no circle, no stage reaching up \(5 files, 2 edges, 0 known\)$/, out)

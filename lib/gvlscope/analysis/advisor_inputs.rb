@@ -128,7 +128,7 @@ module GVLScope
         rows = report.all_rows.map do |row|
           excluded = row.idle_by_reason.sum { |reason, ns| Advisor::WORK_IDLE_REASONS.include?(reason) ? 0 : ns }
           # (the holder's code only for a thread that may be the hog: a profile per thread costs)
-          code = report.code_locations.holder_profile(thread: row.serial).first&.name if row.run_ns + row.gc_ns >= HOG_SHARE * duration
+          code = report.code_locations.holder_profile(thread: row.serial).first&.name if row.held_ns >= HOG_SHARE * duration
           Row.new(label: row.label, run_ns: row.run_ns, gc_ns: row.gc_ns, wait_ns: row.wait_ns,
                   idle_ns: row.idle_ns - excluded, excluded_idle_ns: excluded, io_overlap_wait_ns: row.io_overlap_wait_ns,
                   code: code)

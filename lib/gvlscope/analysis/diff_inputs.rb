@@ -20,12 +20,12 @@ module GVLScope
         groups = rows.group_by { |row| [base_name(row.label), row.created_at] }.map do |(name, created_at), same|
           thread_histogram = scan.respond_to?(:histograms) ? scan.histograms(same.map(&:serial)).wait_ns : nil
           Diff::Group.new(name: name, created_at: created_at, threads: same.size, wait_ns: same.sum(&:wait_ns),
-                          held_ns: busiest_gvl_ns(same) { |row| row.run_ns + row.gc_ns }, waits: same.sum(&:waits),
+                          held_ns: busiest_gvl_ns(same, &:held_ns), waits: same.sum(&:waits),
                           wait_histogram: thread_histogram && Array(thread_histogram))
         end
         Diff::Side.new(
           kind: "trace", path: path, wall_ns: report.duration_ns, wait_ns: rows.sum(&:wait_ns),
-          held_ns: busiest_gvl_ns(rows) { |row| row.run_ns + row.gc_ns }, waits: rows.sum(&:waits), wait_histogram: Array(histograms),
+          held_ns: busiest_gvl_ns(rows, &:held_ns), waits: rows.sum(&:waits), wait_histogram: Array(histograms),
           threads: groups, series: [],
           findings: report.findings.map do |finding|
             Diff::FindingRow.new(kind: finding.kind.to_s, about: finding.about.map { |label| base_name(label) }.uniq,

@@ -80,7 +80,7 @@ module GVLScope
         cpu_bound?(row) && @report.blame.waited_on(row.serial) >= @timeslice_ns && !units_of_work?(row)
       end
 
-      def units_of_work?(row) = worker?(row) && 2 * row.long_streak_held_ns >= row.run_ns + row.gc_ns
+      def units_of_work?(row) = worker?(row) && 2 * row.long_streak_held_ns >= row.held_ns
 
       # A thread that runs requests or jobs: a trace knows no request, but servers run them on
       # named, numbered threads of a pool (Puma's "puma srv tp 001", Sidekiq's "processor #7",

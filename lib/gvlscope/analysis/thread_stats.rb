@@ -2,6 +2,7 @@
 
 require_relative "../support/units"
 require_relative "../support/vocabulary"
+require_relative "../support/counters"
 require_relative "../model/scan"
 
 module GVLScope
@@ -38,6 +39,11 @@ module GVLScope
                        :longest_streak, :longest_streak_held_ns, :idle_by_reason, :io_overlap_wait_ns,
                        :held_off_cpu_ns, :long_streak_off_cpu_ns, :longest_streak_off_cpu_ns,
                        keyword_init: true) do
+        include Counters::Sums # held_ns, total_ns, the ratios, #counters
+
+        # Every release, whatever its cause (released_by: cause => count).
+        def releases = released_by.values.sum
+
         # What the longest streak ran on a CPU: its hold, less what was measured off a CPU.
         def longest_streak_running_ns = longest_streak_held_ns - longest_streak_off_cpu_ns.to_i
       end
@@ -54,7 +60,7 @@ module GVLScope
 
       # Time some thread held the GVL (running or collecting), all Ractors together.
       def held_ns
-        rows.sum { |row| row.run_ns + row.gc_ns }
+        rows.sum(&:held_ns)
       end
 
       # The share of +duration_ns+ each Ractor's GVL was held (by a running or collecting thread):
@@ -62,7 +68,7 @@ module GVLScope
       def held_ratio_by_ractor(duration_ns)
         return {} unless duration_ns.positive?
 
-        rows.group_by(&:ractor_id).transform_values { |same| same.sum { |row| row.run_ns + row.gc_ns } / duration_ns.to_f }
+        rows.group_by(&:ractor_id).transform_values { |same| same.sum(&:held_ns) / duration_ns.to_f }
       end
 
       private

@@ -4,7 +4,7 @@ require_relative "../support/errors"
 require_relative "../support/units"
 require_relative "native"
 require_relative "fork"
-require_relative "support/counters"
+require_relative "../support/counters"
 
 module GVLScope
   # Process-wide GVL numbers per route (GVLScope::Rack) and per job class (GVLScope::Sidekiq):

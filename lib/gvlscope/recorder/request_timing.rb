@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "native"
-require_relative "support/counters"
+require_relative "../support/counters"
 
 module GVLScope
   # One web request's times, in ns, for the thread that handled it (GVLScope::Rack makes one per

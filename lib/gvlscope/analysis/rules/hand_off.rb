@@ -48,7 +48,7 @@ module GVLScope
 
           mean_wait = thrashing.sum(&:wait_ns).fdiv(thrashing.sum(&:waits))
           holds = rows.sum(&:holds)
-          mean_hold = holds.positive? ? rows.sum { |row| row.run_ns + row.gc_ns }.fdiv(holds) : 0.0
+          mean_hold = holds.positive? ? rows.sum(&:held_ns).fdiv(holds) : 0.0
           ratio = mean_hold.positive? ? mean_wait / mean_hold : Float::INFINITY
           return if ratio < WAIT_TO_HOLD
 

@@ -25,7 +25,7 @@ module GVLScope
         def alone(row)
           victims = @report.blame.victims_of(row.serial)
           waited = victims.values.sum
-          held = row.run_ns + row.gc_ns
+          held = row.held_ns
           holders = @report.code_locations.holder_profile(thread: row.serial)
           finding(
             kind: :hog, about: [row], others: victims.keys.map { |serial| @labels[serial] }, explains_wait_ns: waited,
@@ -47,7 +47,7 @@ module GVLScope
           victims = Hash.new(0)
           group.each { |row| @report.blame.victims_of(row.serial).each { |serial, ns| victims[serial] += ns } }
           waited = victims.values.sum
-          held = group.sum { |row| row.run_ns + row.gc_ns }
+          held = group.sum(&:held_ns)
           preempted = group.sum { |row| row.released_by[:preempted] }
           releases = group.sum { |row| releases(row) }
           holders = merged_profile(group.map { |row| @report.code_locations.holder_profile(thread: row.serial) })
