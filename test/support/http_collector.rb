@@ -4,16 +4,17 @@ require "socket"
 require "zlib"
 
 # A stand-in for an APM's agent or intake (Datadog's trace agent, Sentry's and Honeybadger's
-# endpoints): a TCPServer on a free loopback port that answers every request with 200 and a JSON
-# body of its own (+answer+), and keeps each request, its body uncompressed when it came gzipped or
-# deflated.
+# endpoints; OTLPReceiver's HTTP): a TCPServer on a free loopback port that answers every request
+# with 200 and a body of its own (+answer+, of +content_type+), and keeps each request, its body
+# uncompressed when it came gzipped or deflated.
 class HTTPCollector
   Request = Struct.new(:method, :path, :headers, :body)
 
   attr_reader :port
 
-  def initialize(answer: "{}")
+  def initialize(answer: "{}", content_type: "application/json")
     @answer = answer
+    @content_type = content_type
     @server = TCPServer.new("127.0.0.1", 0)
     @port = @server.addr[1]
     @requests = Queue.new
@@ -21,6 +22,10 @@ class HTTPCollector
   end
 
   def url = "http://127.0.0.1:#{@port}"
+
+  # The next request received, or nil after +timeout+ seconds (for a test that takes them one by
+  # one; #received gathers them).
+  def next_request(timeout: 10) = @requests.pop(timeout: timeout)
 
   # The requests received so far whose path starts with +prefix+.
   def received(prefix = "/")
@@ -51,7 +56,7 @@ class HTTPCollector
       body = Zlib::Inflate.inflate(body) if headers["content-encoding"] == "deflate"
       method, path = request_line.split
       @requests << Request.new(method, path, headers, body)
-      client.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: #{@answer.bytesize}\r\n\r\n#{@answer}")
+      client.write("HTTP/1.1 200 OK\r\nContent-Type: #{@content_type}\r\nContent-Length: #{@answer.bytesize}\r\n\r\n#{@answer}")
     end
   rescue IOError, SystemCallError
     nil
