@@ -13,10 +13,10 @@ require_relative "../support/redis_server"
 # wait for the GVL). A GVLScope.on_request (on_job) block of the test, registered after the
 # recipe's, keeps each one's RequestTiming figures. Then the child reads back what the agent
 # recorded: what it sent to a receiver on the loopback (HTTPCollector as Datadog's trace agent,
-# Sentry's and Honeybadger's endpoints; a UDP socket as DogStatsD), or, for New Relic (whose
-# collector speaks only TLS), the transaction events and metrics the agent holds for its next
-# harvest. Each recorded value must be the request's (job's) figure, exactly (the same Float, or
-# its decimal text).
+# Sentry's and Honeybadger's endpoints, AppSignal's OTLP collector; a UDP socket as DogStatsD),
+# or, for New Relic (whose collector speaks only TLS), the transaction events and metrics the
+# agent holds for its next harvest. Each recorded value must be the request's (job's) figure,
+# exactly (the same Float, or its decimal text).
 class APMRecipesTest < Minitest::Test
   include GVLScopeTestHelper
 
@@ -294,5 +294,65 @@ class APMRecipesTest < Minitest::Test
     assert(events.all? { |event| event["job"] == "APMRecipeJob" && event["queue"] == "default" }, events.inspect)
     assert_equal all_figures(timings.values.map { |timing| figures(timing) }), all_figures(events.map { |event| event.slice(*FIGURES) }),
                  "an event per job, with its figures"
+  end
+
+  APPSIGNAL = <<~'RUBY'
+    require "appsignal"
+    collector = HTTPCollector.new(answer: "", content_type: "application/x-protobuf") # an empty OTLP export response
+    ENV.update("APPSIGNAL_PUSH_API_KEY" => "gvlscope-test", "APPSIGNAL_APP_NAME" => "gvlscope-test",
+               "APPSIGNAL_APP_ENV" => "test", "APPSIGNAL_ACTIVE" => "true", "APPSIGNAL_LOG_PATH" => Dir.pwd,
+               "APPSIGNAL_COLLECTOR_ENDPOINT" => collector.url, "APPSIGNAL_ENABLE_MINUTELY_PROBES" => "false")
+    # A real install has the extension; here its download failed as the gem was installed, and
+    # Appsignal.start returns early without it ("Not starting AppSignal, extension is not loaded").
+    # Collector mode does not use it: spans, metrics and logs go through the OpenTelemetry SDK
+    # (Appsignal::Backends), and its remaining calls (start, stop, environment metadata) are no-ops
+    # when it is not loaded (Appsignal::Extension.method_missing).
+    Appsignal.extension_loaded = true
+  RUBY
+
+  # What AppSignal sent its collector: each root span's (a request's, a job's) [name, attributes], and the
+  # histogram +metric+'s data points [count, sum, min, max, attributes].
+  def appsignal_read_back(metric) = <<~RUBY
+    require "opentelemetry/proto/collector/trace/v1/trace_service_pb"
+    require "opentelemetry/proto/collector/metrics/v1/metrics_service_pb"
+    Appsignal.stop # flushes the OpenTelemetry SDK's spans and metrics
+    attribute = ->(value) { value.to_h.values.compact.first }
+    traces = collector.received("/v1/traces").map { |request| Opentelemetry::Proto::Collector::Trace::V1::ExportTraceServiceRequest.decode(request.body) }
+    spans = traces.flat_map(&:resource_spans).flat_map(&:scope_spans).flat_map(&:spans).reject { |span| span.parent_span_id.bytesize.positive? }
+    metrics = collector.received("/v1/metrics").map { |request| Opentelemetry::Proto::Collector::Metrics::V1::ExportMetricsServiceRequest.decode(request.body) }
+    points = metrics.flat_map(&:resource_metrics).flat_map(&:scope_metrics).flat_map(&:metrics).select { |m| m.name == #{metric.inspect} }
+                    .flat_map { |m| m.histogram.data_points }
+    { spans: spans.map { |span| [span.name, span.attributes.to_h { |kv| [kv.key, attribute.(kv.value)] }] },
+      points: points.map { |point| [point.count, point.sum, point.min, point.max, point.attributes.to_h { |kv| [kv.key, attribute.(kv.value)] }] } }
+  RUBY
+
+  # The recipe's custom data: the request's (job's) figures under "gvlscope", as JSON.
+  def appsignal_custom_data(span) = JSON.parse(span.last.fetch("appsignal.custom_data") { flunk "no custom data: #{span}" })["gvlscope"]
+
+  def assert_appsignal_distribution(points, waits, attributes = {})
+    assert_equal [[waits.size, waits.min, waits.max, attributes]], points.map { |count, _sum, min, max, tags| [count, min, max, tags] },
+                 "one histogram point (delta temporality) with a value per request (job)"
+    assert_in_delta waits.sum, points.first[1], 1e-9
+  end
+
+  def test_appsignal
+    timings, recorded = run_recipe("AppSignal", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms"))
+
+    requests = recorded["spans"].to_h { |span| [span.last["url.path"], span] }
+    PATHS.each do |path|
+      span = requests.fetch(path) { flunk "no span of #{path}: #{recorded['spans']}" }
+      assert_equal figures(timings[path]), appsignal_custom_data(span), "#{path}: the request sample's custom data"
+    end
+    assert_appsignal_distribution(recorded["points"], PATHS.map { |path| timings[path]["wait_ms"] })
+  end
+
+  def test_appsignal_jobs
+    skip_without_redis
+    timings, recorded = run_recipe("AppSignal", kind: "sidekiq", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_job_gvl_wait_ms"))
+
+    jobs = recorded["spans"].select { |name, _| name == "APMRecipeJob#perform" }
+    assert_equal all_figures(timings.values.map { |timing| figures(timing) }), all_figures(jobs.map { |span| appsignal_custom_data(span) }),
+                 "each job sample's custom data are a job's figures: #{recorded['spans']}"
+    assert_appsignal_distribution(recorded["points"], timings.values.map { |timing| timing["wait_ms"] }, { "job" => "APMRecipeJob" })
   end
 end
