@@ -329,10 +329,13 @@ class APMRecipesTest < Minitest::Test
   # The recipe's custom data: the request's (job's) figures under "gvlscope", as JSON.
   def appsignal_custom_data(span) = JSON.parse(span.last.fetch("appsignal.custom_data") { flunk "no custom data: #{span}" })["gvlscope"]
 
+  # The histogram's points (delta: one per export, usually the one at Appsignal.stop) together hold
+  # a value per request (job).
   def assert_appsignal_distribution(points, waits, attributes = {})
-    assert_equal [[waits.size, waits.min, waits.max, attributes]], points.map { |count, _sum, min, max, tags| [count, min, max, tags] },
-                 "one histogram point (delta temporality) with a value per request (job)"
-    assert_in_delta waits.sum, points.first[1], 1e-9
+    assert_equal [attributes], points.map(&:last).uniq, "the histogram's tags"
+    counts, sums, mins, maxes = points.map { |point| point.first(4) }.transpose
+    assert_equal [waits.size, waits.min, waits.max], [counts.sum, mins.min, maxes.max], "a value per request (job): #{points}"
+    assert_in_delta waits.sum, sums.sum, 1e-9
   end
 
   def test_appsignal
