@@ -13,7 +13,8 @@ class BenchSmokeTest < Minitest::Test
   include GVLScopeTestHelper
 
   # name => [script and arguments, environment, what its table starts with]; all of them take
-  # about six minutes on a loaded 2-core machine (the Sidekiq process under callgrind two of them)
+  # about six minutes on a loaded 2-core machine (the Sidekiq process under callgrind two of them), and the APM
+  # recipes' eight agent-loading Rubies under callgrind (routes_instructions_apm) up to ten more
   BENCHES = {
     "overhead" => [%w[bench/overhead.rb], { "CALLS" => "1000", "ROUNDS" => "2" }, /^\| run \| thread CPU time/],
     "stacks" => [%w[bench/stacks.rb], { "CALLS" => "1000", "ROUNDS" => "1", "SECONDS" => "0.2" }, /^- mixed workload/],
