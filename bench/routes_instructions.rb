@@ -26,6 +26,12 @@
 #   no_routes in a process where a callback was registered and removed again (none left); callback_one
 #   with one empty block registered (`GVLScope.on_request { |timing, env| }`): what the call itself costs;
 #   yabeda: GVLScope::Yabeda installed, Yabeda configured with yabeda-prometheus' adapter (its histograms observed)
+#   SETUPS=newrelic_bare,newrelic_recipe,datadog_bare,datadog_recipe,sentry_bare,sentry_recipe,honeybadger_bare,honeybadger_recipe
+#   docs/apm.md's recipes (CALLS=5000 is plenty): each agent set up offline, each call in its transaction as its Rack
+#   instrumentation opens it (New Relic's in_transaction, category :web; Datadog's, Sentry's, Honeybadger's middleware)
+#   through no_routes; _recipe adds the recipe's on_request block, read from its "### <Agent>" config.ru in docs/apm.md:
+#   _recipe - _bare is what the recipe adds to a request, the agent's own work for it included where the agent does it
+#   (Datadog's writer and Sentry's transport encode and drop; New Relic keeps it for a harvest; Honeybadger's null backend)
 require "rbconfig"
 require_relative "support/callgrind"
 
@@ -37,6 +43,7 @@ Callgrind.require!
 PROGRAM = <<~'RUBY'
   require "gvlscope/rack"
   require "tmpdir"
+  require "socket"
   setup, calls = ARGV[0], Integer(ARGV[1])
   hello = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
   RECORDER = { dir: Dir.tmpdir, signal: nil, wait_over_ms: 100_000, duration_over_ms: 100_000 }.freeze
@@ -53,6 +60,49 @@ PROGRAM = <<~'RUBY'
     GVLScope::Yabeda.install!
     Yabeda.configure!
   end
+  # The APM agents' setups (newrelic_, datadog_, sentry_, honeybadger_ + bare/recipe): the agent set up offline
+  # (nothing reaches a network: its collector a closed loopback port, or its sending off), each call inside the
+  # agent's transaction as its Rack instrumentation opens it; _recipe adds docs/apm.md's on_request block (ARGV[2]).
+  agent, variant = setup.split("_") if setup.match?(/\A(newrelic|datadog|sentry|honeybadger)_(bare|recipe)\z/)
+  closed_port = TCPServer.new("127.0.0.1", 0).then { |server| server.addr[1].tap { server.close } } if agent
+  require "rack" if agent # a server has it loaded (the agents' middlewares build Rack::Requests)
+  case agent
+  when "newrelic" # as apm_recipes_test.rb: its collector refused at once, the data kept for a harvest that never connects
+    ENV.update("NEW_RELIC_LICENSE_KEY" => "0" * 40, "NEW_RELIC_APP_NAME" => "gvlscope-bench", "NEW_RELIC_HOST" => "127.0.0.1",
+               "NEW_RELIC_PORT" => closed_port.to_s, "NEW_RELIC_SEND_DATA_ON_EXIT" => "false", "NEW_RELIC_LOG_FILE_PATH" => Dir.tmpdir)
+    %w[AWS AZURE GCP PCF DOCKER KUBERNETES].each { |vendor| ENV["NEW_RELIC_UTILIZATION_DETECT_#{vendor}"] = "false" }
+    require "newrelic_rpm"
+    NewRelic::Agent.manual_start
+  when "datadog" # the trace agent a closed port (the writer encodes each second's traces, and is refused); DogStatsD a socket never read
+    require "datadog"
+    require "datadog/statsd"
+    dogstatsd = UDPSocket.new.tap { |socket| socket.bind("127.0.0.1", 0) }
+    ENV.update("DD_TRACE_AGENT_URL" => "http://127.0.0.1:#{closed_port}", "DD_AGENT_HOST" => "127.0.0.1",
+               "DD_DOGSTATSD_PORT" => dogstatsd.addr[1].to_s, "DD_INSTRUMENTATION_TELEMETRY_ENABLED" => "false",
+               "DD_REMOTE_CONFIGURATION_ENABLED" => "false", "DD_TRACE_STARTUP_LOGS" => "false", "DD_CRASHTRACKING_ENABLED" => "false")
+    Datadog.configure do |c|
+      c.logger.instance = Logger.new(File::NULL) # the refused sends' errors
+      c.tracing.instrument :rack
+    end
+    statsd = Datadog::Statsd.new
+  when "sentry" # its transport encodes each envelope and drops it; sent from the request's thread (no worker: counted the same each run)
+    require "sentry-ruby"
+    Sentry.init do |config|
+      config.dsn = "http://public@127.0.0.1:#{closed_port}/42"
+      config.traces_sample_rate = 1.0
+      config.background_worker_threads = 0
+      config.transport.transport_class = Class.new(Sentry::Transport) { def send_data(*) = nil }
+      config.sdk_logger = Logger.new(File::NULL)
+    end
+  when "honeybadger" # its events worker batches the events; the null backend sends none
+    require "honeybadger"
+    Honeybadger.configure do |config|
+      config.api_key = "gvlscope-bench"
+      config.backend = "null"
+      config.logger = Logger.new(File::NULL)
+    end
+  end
+  eval(ARGV.fetch(2), binding, "docs/apm.md") if variant == "recipe" # the doc's block, as written
   controller = Class.new { def self.name = "UsersController"; def action_name = "show" }.new
   rails = lambda do |env|
     env["action_dispatch.request.path_parameters"] = { controller: "users", action: "show", id: "42" }
@@ -74,12 +124,19 @@ PROGRAM = <<~'RUBY'
                 "handoff_off" => [GVLScope::Rack.new(hello, server_timing: false, route: false), "/"] }.fetch(setup) do
     if setup.start_with?("otel") # built now: the SDK is set up
       [setup == "otel_bare" ? hello : GVLScope::Rack.new(hello, server_timing: false, route: false), "/"]
+    elsif agent # the agent's middleware before GVLScope::Rack, as in the recipe's config.ru
+      measured = GVLScope::Rack.new(hello, server_timing: false, route: false)
+      [{ "datadog" => -> { Datadog::Tracing::Contrib::Rack::TraceMiddleware.new(measured) },
+         "sentry" => -> { Sentry::Rack::CaptureExceptions.new(measured) },
+         "honeybadger" => -> { Honeybadger::Rack::ErrorNotifier.new(measured) } }.fetch(agent, -> { measured }).call, "/"]
     end
   end
   env = { "REQUEST_METHOD" => "GET", "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => "",
           "SERVER_NAME" => "localhost", "SERVER_PORT" => "9292", "rack.url_scheme" => "http" }
   call = -> { app.call(env.dup) }
   call = -> { TRACER.in_span("GET", kind: :server) { app.call(env.dup) } } if %w[otel_bare otel_span].include?(setup)
+  # New Relic's Rack instrumentation wraps the app (Rack::Builder's) in a web transaction
+  call = -> { NewRelic::Agent::Tracer.in_transaction(name: "Controller/Rack/GET /", category: :web) { app.call(env.dup) } } if agent == "newrelic"
   if setup.start_with?("handoff") # as under Puma: the server thread hands each connection over, then its request runs
     require "gvlscope/integrations/handoffs"
     require "socket"
@@ -106,9 +163,22 @@ PROGRAM = <<~'RUBY'
   1000.times { call.call }
   GC.start
   calls.times { call.call }
+  # what the agents hold for later is encoded now (the trace writer's, DogStatsD's buffers), in both runs alike
+  Datadog::Tracing.shutdown! if agent == "datadog"
+  statsd.close if agent == "datadog"
+  Honeybadger.flush if agent == "honeybadger"
 RUBY
 
-def instructions(setup, calls) = Callgrind.instructions(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", PROGRAM, setup, calls.to_s)
+# An APM setup's on_request block: the one in its docs/apm.md recipe's config.ru, as written there.
+def recipe(setup)
+  section = { "newrelic" => "New Relic", "datadog" => "Datadog", "sentry" => "Sentry", "honeybadger" => "Honeybadger Insights" }[setup[/\A[a-z]+/]]
+  return "" unless section && setup.end_with?("_recipe")
+
+  config_ru = File.read(File.join(ROOT, "docs/apm.md"))[/^### #{section}\n.*?^```ruby config\.ru\n(.*?)^```$/m, 1]
+  config_ru[/^GVLScope\.on_request do.*?^end$/m] or abort "docs/apm.md's ### #{section} config.ru has no GVLScope.on_request block"
+end
+
+def instructions(setup, calls) = Callgrind.instructions(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-e", PROGRAM, setup, calls.to_s, recipe(setup))
 
 SETUPS = ENV.fetch("SETUPS", "bare,no_routes,route,route_with_id,rails_bare,rails_route").split(",")
 per_call = SETUPS.to_h do |setup|
@@ -121,6 +191,7 @@ per_call.each do |setup, count|
   # handoff's bare is handoff_off: the same connection and env, without Handoffs
   bare = { "rails" => per_call["rails_bare"], "handoff" => per_call["handoff_off"],
            "otel" => setup == "otel_idle" ? per_call["bare"] : per_call["otel_bare"] }.fetch(setup[/\A[a-z]+/], per_call["bare"])
+  bare = per_call["#{setup.delete_suffix('_recipe')}_bare"] if setup.end_with?("_recipe") # the agent's, without the block
   bare = nil if setup == "handoff_off"
   puts format("| %s | %.0f | %s | %s |", setup, count, setup.end_with?("bare") || bare.nil? ? "-" : format("%+.0f", count - bare),
               per_call["no_routes"] && %w[route route_with_id recorder header everything otel_idle callback_none callback_one yabeda].include?(setup) ? format("%+.0f", count - per_call["no_routes"]) : "-")
