@@ -292,7 +292,9 @@ class EventLoopTest < Minitest::Test
     assert_predicate timing, :loop_wait_known?
     waited = timing.loop_wait_ns + timing.pickup_wait_ns
     assert_operator waited, :>=, seen[:burnt_ns] - seen[:written_ns] - 2 * JIFFY_NS, timing.inspect
-    assert_operator timing.loop_wait_ns, :<=, seen[:job_ns] - seen[:written_ns], timing.inspect
+    # The bytes' arrival is the kernel's TCP clock, a jiffy coarse either way (ext/gvlscope/handoff.c):
+    # read a jiffy early, it puts the start of the wait before the write (3.4.5, a loaded full run: 0.33 ms).
+    assert_operator timing.loop_wait_ns, :<=, seen[:job_ns] - seen[:written_ns] + JIFFY_NS, timing.inspect
     assert_operator timing.loop_wait_ns, :>=, 150 * MS, "200 ms of CPU: the wall time is at least that"
     assert_operator timing.queue_latency_ms, :>=, 1000 # the enqueued_at given, a second back
     assert_equal timing.loop_wait_ms.round(3), timing.to_h.fetch(:loop_wait_ms)
