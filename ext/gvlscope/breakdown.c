@@ -271,8 +271,9 @@ static VALUE key_env;  // "gvlscope"
 static VALUE table_start(VALUE self, VALUE env) {
     // The wait before the app: the connection's hand-off (handoff.c), looked for while some are pending.
     // On an event loop's task (Falcon): the wait for the loop since the request's bytes came (fibers.c).
+    // Else a wait since the thread's previous request is clipped at its bytes' arrival (request_timing.c).
     VALUE timing = gvls_request_timing_start_current(gvls_handoff_rack && gvls_handoff_pending ? gvls_handoff_fd_of_env(env) : -1,
-                                                     gvls_fibers_on_task() ? gvls_fibers_fd_of_env(env) : -1);
+                                                     gvls_fibers_on_task() ? gvls_fibers_fd_of_env(env) : -1, env);
     if (RB_LIKELY(RB_TYPE_P(env, T_HASH))) rb_hash_aset(env, key_env, timing);
     else rb_funcall(env, rb_intern("[]="), 2, key_env, timing);  // env is a Hash (Rack's SPEC); anything else as Ruby would
     return timing;

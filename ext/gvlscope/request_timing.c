@@ -127,8 +127,10 @@ static int loop_wait_of(request_timing *timing, gvls_thread *slot, int fd) {
 }
 
 // handed_fd: the connection whose hand-off the current thread claims (handoff.c), or -1. loop_fd:
-// the connection of a request on an event loop's task (fibers.c), or -1.
-static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd, int loop_fd) {
+// the connection of a request on an event loop's task (fibers.c), or -1. env: the Rack env whose
+// connection is looked up only when the thread waited since its previous request (Qnil: none).
+static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread *slot, int handed_fd, int loop_fd,
+                   VALUE env) {
     RB_OBJ_WRITE(self, &timing->thread, thread);
     timing->started_ns = gvls_now_ns();
     if (slot && RB_UNLIKELY(gvls_fibers_requests) && thread == rb_thread_current() && gvls_fibers_on_task()) {
@@ -181,9 +183,15 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
             if (woke && wait_at_wake > from) from = wait_at_wake;
             timing->pickup_wait_ns = minus(timing->before[WAIT], from);
             // A connection with no hand-off to claim (Puma served a kept-alive connection's next
-            // request on this thread, its bytes already read): its request's bytes may have come
-            // after that point. Only the waits since then, the kernel's time a jiffy late, are its.
-            uint64_t data_ns = handed_fd >= 0 ? gvls_kernel_data_arrival_ns(handed_fd, timing->started_ns) : 0;
+            // request on this thread, its bytes already read): its bytes may have come after that
+            // point, while the thread still waited behind the previous response (beside a CPU hog).
+            // Only the waits since they came are its, counted from the end of the kernel's jiffy (a
+            // lower bound: the wait that began in that jiffy was the write's of the response, which
+            // the client had to read before it sent these bytes). Puma 8 serves the next request on
+            // the same thread when its bytes are there after the response (Server#process_client).
+            // The connection is looked up only when there is a wait to clip (most requests: none).
+            int fd = !timing->pickup_wait_ns ? -1 : handed_fd >= 0 ? handed_fd : gvls_handoff_fd_of_env(env);
+            uint64_t data_ns = fd >= 0 ? gvls_kernel_data_arrival_ns(fd, timing->started_ns) : 0;
             if (data_ns) {
                 uint64_t since = gvls_metrics_own_wait_since(slot, data_ns + GVLS_KERNEL_SLACK_NS, timing->started_ns, NULL, NULL);
                 if (since < timing->pickup_wait_ns) timing->pickup_wait_ns = since;
@@ -199,7 +207,7 @@ static VALUE start(VALUE self, request_timing *timing, VALUE thread, gvls_thread
 static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
     rb_check_arity(argc, 0, 1);
     VALUE thread = argc > 0 ? argv[0] : rb_thread_current();
-    return start(self, timing_of(self), thread, slot_of(thread), -1, -1);
+    return start(self, timing_of(self), thread, slot_of(thread), -1, -1, Qnil);
 }
 
 // RequestTiming.start(thread = Thread.current): new without Class#new's dispatch to initialize,
@@ -207,22 +215,24 @@ static VALUE timing_initialize(int argc, VALUE *argv, VALUE self) {
 // the current one: nothing to check.
 static VALUE cRequestTiming;
 
-static VALUE start_current(VALUE klass, int handed_fd, int loop_fd) {
+static VALUE start_current(VALUE klass, int handed_fd, int loop_fd, VALUE env) {
     request_timing *timing;
     VALUE self = TypedData_Make_Struct(klass, request_timing, &timing_type, timing);
     VALUE thread = rb_thread_current();
-    return start(self, timing, thread, gvls_thread_for(thread), handed_fd, loop_fd);
+    return start(self, timing, thread, gvls_thread_for(thread), handed_fd, loop_fd, env);
 }
 
 static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
     if (argc > 0) return timing_initialize(argc, argv, timing_alloc(klass));
-    return start_current(klass, -1, -1);
+    return start_current(klass, -1, -1, Qnil);
 }
 
 // For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now, which
 // claims connection handed_fd's hand-off, or waited for its event loop since connection loop_fd's
 // bytes came (-1: none).
-VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd) { return start_current(cRequestTiming, handed_fd, loop_fd); }
+VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd, VALUE env) {
+    return start_current(cRequestTiming, handed_fd, loop_fd, env);
+}
 
 // slot: gvls_thread_find(timing->thread), NULL when the thread has exited since.
 // *loop_wait_after_ns: a fiber's waits for its loop since the start (0 on a thread).
@@ -548,7 +558,7 @@ static VALUE timing_start_on_loop(VALUE klass, VALUE io) {
     gvls_fibers_requests = 1;  // as EventLoops.track: gvls_fibers_on_task looks for the loop (and turns tracking on)
     int on_task = gvls_fibers_on_task();
     int fd = on_task && !RTEST(rb_funcall(file, rb_intern("closed?"), 0)) ? rb_io_descriptor(file) : -1;
-    return start_current(klass, -1, fd);
+    return start_current(klass, -1, fd, Qnil);
 }
 
 void gvls_request_timing_loop_init(void) {

@@ -27,7 +27,7 @@
 enum { GVLS_REQUEST_FIELDS(GVLS_REQUEST_INDEX) GVLS_REQUEST_VALUES };
 int gvls_request_timing_values(VALUE obj, uint64_t out[GVLS_REQUEST_VALUES]);
 void gvls_request_timing_finish_values(VALUE timing, uint64_t out[GVLS_REQUEST_VALUES]);
-VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd);
+VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd, VALUE env);
 VALUE gvls_request_timing_respond(VALUE timing, VALUE response, VALUE add_header);
 
 #endif

@@ -275,6 +275,49 @@ class HandoffTest < Minitest::Test
     [*clients, listener].each { |io| io&.close unless io&.closed? }
   end
 
+  # Puma 8's shape for a kept-alive connection whose next request's bytes are there after the
+  # response (Server#process_client): the same thread serves it, with no hand-off to claim. After
+  # the first request the thread releases the GVL (the response's write) and waits for it behind
+  # two hogs (~200 ms); the client's next bytes come during that wait. Only the wait since they
+  # came is the second request's: its pickup ends before the request does, and the bytes were
+  # written at least 50 ms (a sleep never ends early) after the writer was spawned.
+  def test_a_kept_alive_requests_pickup_counts_from_its_bytes_not_from_the_threads_wake
+    runs = Array.new(3) { kept_alive_request_after_a_wait }.compact
+    refute_empty runs, "the bytes came after the thread's wait every time (a loaded machine): nothing checked"
+    runs.each do |two, spawned_ns, ended_ns|
+      assert_nil two.queue_ns, "no hand-off"
+      assert_operator two.pickup_wait_ns, :<=, ended_ns - spawned_ns - 50_000_000
+    end
+  end
+
+  # [timing, writer spawned (ns), request ended (ns)], or nil when the bytes came after the wait.
+  def kept_alive_request_after_a_wait
+    listener = TCPServer.new("127.0.0.1", 0)
+    client = TCPSocket.new("127.0.0.1", listener.addr[1])
+    connection = listener.accept
+    env = -> { { "REQUEST_METHOD" => "GET", "PATH_INFO" => "/", "puma.socket" => connection } }
+    stop = false
+    hogs = nil
+    Thread.new do
+      FakePool::APP.call(env.call)
+      hogs = Array.new(2) { Thread.new { x = 0; x += 1 until stop } } # rubocop:disable Style/Semicolon
+      spawned_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+      writer = Process.spawn("sleep 0.05; printf 'GET / HTTP/1.1\\r\\n\\r\\n' >&3", 3 => client)
+      sleep 0.001 # released, woken, then waits behind both hogs
+      # Read without releasing the GVL, as Puma's eagerly_finish does.
+      ready = connection.recv_nonblock(1, Socket::MSG_PEEK, exception: false) != :wait_readable
+      two = FakePool::APP.call(env.call)[2][0] if ready
+      ended_ns = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
+      stop = true
+      Process.wait(writer)
+      [two, spawned_ns, ended_ns] if ready
+    end.value
+  ensure
+    stop = true
+    hogs&.each(&:join)
+    [client, connection, listener].each { |io| io&.close unless io&.closed? }
+  end
+
   # Sidekiq's shape: the processor fetches its job (a blocking pop, as BRPOP), then takes the job
   # logger's lock, which another thread holds, before the middleware starts the job's timing.
   class FakeProcessor
