@@ -68,7 +68,10 @@ class LiveAnswerTest < Minitest::Test
     assert_operator rows.size, :>, THREADS
     assert_includes labels, "gone"
     assert(labels.any? { |label| label.match?(/\Aworker #\d+\z/) }, "namesakes told apart")
-    assert(labels.any? { |label| label.start_with?("thread ") && label.include?("live_answer_test.rb") }, "an unnamed thread's creation site")
+    unnamed = @threads.first # names.(0): nil
+    assert(labels.any? { |label| label.start_with?("thread ") && label.include?("live_answer_test.rb") },
+           "an unnamed thread's creation site: #{unnamed.inspect} gives #{GVLScope::Native.thread_created_at(unnamed).inspect} " \
+           "(cwd #{Dir.pwd}); labels #{labels.grep(/\Athread /).first(3).inspect}")
     assert(labels.any? { |label| label.start_with?("evil\\e]0;x\\a\\u202E\"\\") }, "a terminal's controls escaped")
     # Code is looked up for the busiest CODE_LOCATIONS_MAX threads at most. Which those are, and
     # whether each has a Ruby frame to show, depends on what else this process ran (the suite's
