@@ -21,7 +21,6 @@ class CallbacksServersTest < Minitest::Test
 
   RACKUP = File.join(ROOT, "test/fixtures/web/callbacks.ru")
   SIDEKIQ_APP = File.join(ROOT, "test/fixtures/sidekiq/app.rb")
-  BOOT_TIMEOUT = 60
   FIGURES = %w[finished same wait_ns pickup_wait_ns run_ns idle_ns gc_ns duration_ns queue_ns queue_thread_ns
                loop_wait_ns loop_wait_known server_timing].freeze
 
@@ -39,26 +38,11 @@ class CallbacksServersTest < Minitest::Test
   end
 
   def start_puma(env = {})
-    config = File.join(@dir, "puma.rb")
-    File.write(config, <<~RUBY)
-      bind "tcp://127.0.0.1:0"
+    start_puma_in(@dir, <<~RUBY, env: { "GVLSCOPE_CALLBACK_LOG" => @log, **env }) { |server| @servers << server }
       threads 5, 5
       rackup #{RACKUP.inspect}
       environment "test"
     RUBY
-    log_path = File.join(@dir, "puma.log")
-    pid = Process.spawn({ "GVLSCOPE_CALLBACK_LOG" => @log, **env }, RbConfig.ruby, "-I", File.join(ROOT, "lib"),
-                        Gem.bin_path("puma", "puma"), "-C", config, out: log_path, err: [:child, :out], pgroup: true)
-    server = Server.new(pid, log_path)
-    @servers << server
-    deadline = clock + BOOT_TIMEOUT
-    until (port = server.log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
-      flunk "puma exited:\n#{server.log}" if Process.waitpid(pid, Process::WNOHANG)
-      flunk "puma did not listen in #{BOOT_TIMEOUT} s:\n#{server.log}" if clock > deadline
-      sleep 0.05
-    end
-    server.port = Integer(port)
-    server
   end
 
   # A connection kept alive for the test's whole length (Net::HTTP opens a new one after 2 s idle).

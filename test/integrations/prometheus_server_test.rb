@@ -42,9 +42,7 @@ class PrometheusServerTest < Minitest::Test
   end
 
   def start_puma
-    config = File.join(@dir, "puma.rb")
-    File.write(config, <<~RUBY)
-      bind "tcp://127.0.0.1:0"
+    start_puma_in(@dir, <<~RUBY, booted: /(Worker \d+ \(PID: \d+\) booted.*){2}/m) { |server| @puma = server }
       threads 3, 3
       workers 2
       rackup #{APP.inspect}
@@ -52,16 +50,6 @@ class PrometheusServerTest < Minitest::Test
       plugin :gvlscope
       gvlscope log_interval: 0, prometheus_port: 0
     RUBY
-    log = File.join(@dir, "puma.log")
-    pid = Process.spawn(RbConfig.ruby, "-I", File.join(ROOT, "lib"), Gem.bin_path("puma", "puma"), "-C", config,
-                        out: log, err: %i[child out], pgroup: true)
-    @puma = Server.new(pid, log)
-    await("Puma booted its 2 workers") do
-      flunk "puma exited:\n#{@puma.log}" if Process.waitpid(pid, Process::WNOHANG)
-      text = @puma.log
-      text[%r{Listening on http://127\.0\.0\.1:\d+}] && text.scan(/Worker \d+ \(PID: \d+\) booted/).size >= 2
-    end
-    @puma.port = Integer(@puma.log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
     @puma.metrics_port = Integer(@puma.log[%r{GVL metrics on http://127\.0\.0\.1:(\d+)/metrics}, 1])
   end
 

@@ -36,22 +36,11 @@ class YabedaTest < Minitest::Test
   end
 
   def start_puma
-    config = File.join(@dir, "puma.rb")
-    File.write(config, <<~RUBY)
-      bind "tcp://127.0.0.1:0"
+    start_puma_in(@dir, <<~RUBY, env: { "GVLSCOPE_CALLBACK_LOG" => @log }) { |server| @puma = server }
       threads 2, 2
       rackup #{APP.inspect}
       environment "test"
     RUBY
-    log = File.join(@dir, "puma.log")
-    pid = Process.spawn({ "GVLSCOPE_CALLBACK_LOG" => @log }, RbConfig.ruby, "-I", File.join(ROOT, "lib"),
-                        Gem.bin_path("puma", "puma"), "-C", config, out: log, err: %i[child out], pgroup: true)
-    @puma = Server.new(pid, log)
-    await("Puma listening") do
-      flunk "puma exited:\n#{@puma.log}" if Process.waitpid(pid, Process::WNOHANG)
-      @puma.log[%r{Listening on http://127\.0\.0\.1:\d+}]
-    end
-    @puma.port = Integer(@puma.log[%r{Listening on http://127\.0\.0\.1:(\d+)}, 1])
   end
 
   def get(path, id)
