@@ -14,13 +14,15 @@ require "tmpdir"
 #   sidekiq              a Sidekiq initializer: loaded by the real Sidekiq CLI (a child process, a
 #                        real redis-server on a free port), which then runs a job through
 #                        GVLScope::Sidekiq
+#   rails-apm            an APM recipe's Rails initializer (docs/apm.md): run in a Rails app with
+#                        its ### section's agent, which then serves a request through Rails
 # Shell commands (`gvlscope SUB --option`, in code blocks and code spans): SUB exists and each
 # option appears in `gvlscope SUB --help`.
 class DocsTest < Minitest::Test
   include GVLScopeTestHelper
 
   DOCS = ["README.md", *Dir["docs/*.md"].sort].freeze
-  KINDS = [nil, "config.ru", "puma", "gemfile", "rails-application", "rails-initializer", "sidekiq"].freeze
+  KINDS = [nil, "config.ru", "puma", "gemfile", "rails-application", "rails-initializer", "sidekiq", "rails-apm"].freeze
   Snippet = Struct.new(:file, :line, :kind, :code) do
     def where = "#{file}:#{line}"
   end
@@ -151,6 +153,32 @@ class DocsTest < Minitest::Test
     # The Railtie (docs/rails.md), loaded by the application lines' `require "gvlscope/rack"` after Rails.
     assert(lines.any? { |line| line.match?(/\ACompleted 200 OK in \d+ms \(.*\| GVL: [\d.]+ms \| GC: [\d.]+ms\)\z/) }, out)
     assert(lines.any? { |line| line.match?(/\Agvl payload HelloController#show gvl_wait_ms=[\d.]+ .* pickup_wait_ms=[\d.]+/) }, out) unless initializers.empty?
+  end
+
+  # Each APM recipe's Rails initializer in the Rails app of test/support/rails_apm_app.rb, with the
+  # agent of the ### section it is in (its gems loaded as Bundler.require does), unconfigured:
+  # the app boots, GVLScope::Rack is in its stack and answers a request with its header. That the
+  # values reach the agent: test/integrations/apm_recipes_test.rb.
+  def test_rails_apm_initializers_boot_and_serve
+    require_relative "../support/rails_apm_app"
+    snippets("rails-apm").each do |snippet|
+      agent = File.read(File.join(ROOT, snippet.file)).lines.first(snippet.line).grep(/^### /).last.to_s.delete_prefix("### ").strip
+      Dir.mktmpdir("gvlscope-doc") do |dir|
+        path = RailsAPMApp.write(dir, agent, snippet.code)
+        out, err, status = run_ruby(<<~RUBY, env: { "RAILS_ENV" => "production" })
+          require "rack"
+          require "rack/mock_request"
+          Dir.chdir(#{dir.inspect})
+          response = Rack::MockRequest.new(Rack::Builder.parse_file(#{path.inspect})).get("/r0")
+          puts response.status, response.headers["server-timing"], Rails.application.middleware.map(&:name).include?("GVLScope::Rack")
+        RUBY
+        assert status.success?, "#{snippet.where} (#{agent}):\n#{snippet.code}\n#{err}#{RailsAPMApp.log(dir)}"
+        status_line, timing, in_stack = out.lines.map(&:strip)
+        assert_equal "200", status_line, "#{snippet.where}:\n#{RailsAPMApp.log(dir)}"
+        assert_match(/gvl-wait;dur=[\d.]+/, timing.to_s, snippet.where)
+        assert_equal "true", in_stack, snippet.where
+      end
+    end
   end
 
   # Each Sidekiq initializer as the Sidekiq CLI loads it (`sidekiq -r file`), against a real Redis:

@@ -5,6 +5,7 @@ require "json"
 require "tmpdir"
 require "uri"
 require_relative "../support/redis_server"
+require_relative "../support/rails_apm_app"
 
 # docs/apm.md's recipes against the real agent gems, offline. Each agent's two snippets (the
 # ```ruby config.ru and ```ruby sidekiq blocks of its "### <Agent>" section, as written) run in a
@@ -17,6 +18,12 @@ require_relative "../support/redis_server"
 # or, for New Relic (whose collector speaks only TLS), the transaction events and metrics the
 # agent holds for its next harvest. Each recorded value must be the request's (job's) figure,
 # exactly (the same Float, or its decimal text).
+#
+# Each request recipe runs again in a Rails app (test/support/rails_apm_app.rb), as docs/apm.md's
+# "In a Rails app" says: the agent's Railtie places its middleware, GVLScope::Rack is where
+# docs/web.md puts it (first), the recipe is an initializer. There an agent whose transaction
+# ends inside GVLScope::Rack would get nothing from the block, silently: the values must arrive.
+# GVLSCOPE_TEST_VERBOSE=1 prints each app's middleware stack.
 class APMRecipesTest < Minitest::Test
   include GVLScopeTestHelper
 
@@ -27,11 +34,21 @@ class APMRecipesTest < Minitest::Test
   # The recipe's snippet of +kind+ (config.ru, sidekiq): the ```ruby KIND block of docs/apm.md's
   # "### +agent+" section.
   def snippet(agent, kind)
-    section = File.read(DOC)[/^### #{Regexp.escape(agent)}\n(.*?)(?=^##|\z)/m, 1]
-    refute_nil section, "docs/apm.md has no ### #{agent} section"
-    code = section[/^```ruby #{Regexp.escape(kind)}\n(.*?)^```$/m, 1]
+    code = section(agent)[/^```ruby #{Regexp.escape(kind)}\n(.*?)^```$/m, 1]
     refute_nil code, "docs/apm.md's ### #{agent} has no ```ruby #{kind} snippet"
     code
+  end
+
+  def section(agent)
+    section = File.read(DOC)[/^### #{Regexp.escape(agent)}\n(.*?)(?=^##|\z)/m, 1]
+    refute_nil section, "docs/apm.md has no ### #{agent} section"
+    section
+  end
+
+  # The recipe's initializer in a Rails app, as docs/apm.md's "In a Rails app" says: its section's
+  # ```ruby rails-apm snippet, else its config.ru's lines above its `use` lines.
+  def rails_initializer(agent)
+    section(agent)[/^```ruby rails-apm\n(.*?)^```$/m, 1] || snippet(agent, "config.ru")[/\A.*?(?=^use )/m]
   end
 
   # The requests' part of the child: the recipe as Puma's app, three requests.
@@ -86,15 +103,21 @@ class APMRecipesTest < Minitest::Test
   RUBY
 
   # Runs +agent+'s recipe of +kind+ in a child Ruby: +setup+ (Ruby, run first: the agent's settings,
-  # the receivers), the requests (config.ru) or jobs (sidekiq), then +read_back+ (Ruby whose value
+  # the receivers), the requests (config.ru; rails: the Rails app) or jobs (sidekiq), then +read_back+ (Ruby whose value
   # is what the agent recorded). Returns [timings, recorded]: path (jid) => the request's (job's)
   # timing.to_h (string keys) and "wait_ms"; and read_back's value through JSON.
   def run_recipe(agent, setup:, read_back:, kind: "config.ru")
     redis = RedisServer.new if kind == "sidekiq"
     Dir.mktmpdir("gvlscope-apm") do |dir|
-      path = File.join(dir, kind == "sidekiq" ? "initializer.rb" : "config.ru")
-      File.write(path, snippet(agent, kind))
-      out, err, status = run_ruby(<<~RUBY, env: { "GVLSCOPE_APM_DIR" => dir }, timeout: 60)
+      if kind == "rails"
+        path = RailsAPMApp.write(dir, agent, rails_initializer(agent))
+      else
+        path = File.join(dir, kind == "sidekiq" ? "initializer.rb" : "config.ru")
+        File.write(path, snippet(agent, kind))
+      end
+      env = { "GVLSCOPE_APM_DIR" => dir }
+      env["RAILS_ENV"] = "production" if kind == "rails"
+      out, err, status = run_ruby(<<~RUBY, env: env, timeout: 60)
         require "json"
         require "socket"
         require "logger"
@@ -103,14 +126,18 @@ class APMRecipesTest < Minitest::Test
         clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
         # 30 ms of CPU on another thread as a request (job) comes: the server's threads wait for the GVL
         burn_beside = -> { Thread.new { deadline = clock.() + 0.03; nil while clock.() < deadline } }
+        #{'require "action_controller/railtie" # before any agent, as in a Rails app: AppSignal loads its Railtie only after Rails' if kind == 'rails'}
         #{setup}
         #{kind == 'sidekiq' ? run_jobs(path, redis.url) : serve_requests(path)}
         recorded = begin
           #{read_back}
         end
         puts "RESULT \#{JSON.generate([timings, recorded])}"
+        puts "STACK \#{JSON.generate(Rails.application.middleware.map(&:name))}" if defined?(Rails.application)
       RUBY
-      assert status.success?, "#{agent}'s #{kind} recipe:\n#{err}\n#{out}"
+      stack = out[/^STACK (.*)$/, 1]
+      warn "#{agent} in Rails: #{stack}" if stack && ENV["GVLSCOPE_TEST_VERBOSE"]
+      assert status.success?, "#{agent}'s #{kind} recipe:\n#{err}\n#{out}#{RailsAPMApp.log(dir) if kind == 'rails'}"
       result = out[/^RESULT (.*)$/, 1]
       refute_nil result, "#{agent}'s #{kind} recipe printed no result:\n#{out}\n#{err}"
       timings, recorded = JSON.parse(result)
@@ -161,8 +188,14 @@ class APMRecipesTest < Minitest::Test
   end
 
   def test_new_relic
-    timings, recorded = run_recipe("New Relic", setup: NEW_RELIC, read_back: new_relic_read_back("Custom/GVL/wait_ms"))
+    assert_new_relic(*run_recipe("New Relic", setup: NEW_RELIC, read_back: new_relic_read_back("Custom/GVL/wait_ms")))
+  end
 
+  def test_new_relic_in_rails
+    assert_new_relic(*run_recipe("New Relic", kind: "rails", setup: NEW_RELIC, read_back: new_relic_read_back("Custom/GVL/wait_ms")))
+  end
+
+  def assert_new_relic(timings, recorded)
     attributes = recorded["events"].to_h { |_name, custom, uri| [uri, custom] }
     assert_equal PATHS.to_h { |path| [path, figures(timings[path])] }, attributes,
                  "each transaction's custom attributes are its request's figures"
@@ -203,8 +236,14 @@ class APMRecipesTest < Minitest::Test
   RUBY
 
   def test_datadog
-    timings, recorded = run_recipe("Datadog", setup: DATADOG, read_back: DATADOG_READ_BACK)
+    assert_datadog(*run_recipe("Datadog", setup: DATADOG, read_back: DATADOG_READ_BACK))
+  end
 
+  def test_datadog_in_rails
+    assert_datadog(*run_recipe("Datadog", kind: "rails", setup: DATADOG, read_back: DATADOG_READ_BACK))
+  end
+
+  def assert_datadog(timings, recorded)
     spans = recorded["spans"].select { |span| span["name"] == "rack.request" }.to_h { |span| [URI(span.dig("meta", "http.url")).path, span] }
     PATHS.each do |path|
       span = spans.fetch(path) { flunk "no rack.request span of #{path}: #{recorded['spans']}" }
@@ -232,21 +271,28 @@ class APMRecipesTest < Minitest::Test
     ENV["SENTRY_DSN"] = "http://public@127.0.0.1:#{sentry.port}/42"
   RUBY
 
-  # The transactions Sentry sent: [name, measurements].
+  # The transactions Sentry sent: [name, measurements, the request's URL].
   SENTRY_READ_BACK = <<~'RUBY'
     Sentry.close # sends what its background worker holds
     items = sentry.received("/api/42/envelope/").flat_map do |request|
       request.body.split("\n").drop(1).each_slice(2).map { |header, payload| [JSON.parse(header)["type"], JSON.parse(payload)] }
     end
-    items.select { |type, _| type == "transaction" }.map { |_, event| [event["transaction"], event["measurements"]] }
+    items.select { |type, _| type == "transaction" }.map { |_, event| [event["transaction"], event["measurements"], event.dig("request", "url")] }
   RUBY
 
   def measurements(timing) = figures(timing).transform_values { |ms| { "value" => ms, "unit" => "millisecond" } }
 
   def test_sentry
-    timings, recorded = run_recipe("Sentry", setup: SENTRY, read_back: SENTRY_READ_BACK)
+    assert_sentry(*run_recipe("Sentry", setup: SENTRY, read_back: SENTRY_READ_BACK))
+  end
 
-    transactions = recorded.to_h
+  def test_sentry_in_rails
+    assert_sentry(*run_recipe("Sentry", kind: "rails", setup: SENTRY, read_back: SENTRY_READ_BACK))
+  end
+
+  def assert_sentry(timings, recorded)
+    # By the request's path: in Rails every transaction is named after the action (RequestsController#show).
+    transactions = recorded.to_h { |_name, measurements, url| [url && URI(url).path, measurements] }
     PATHS.each do |path|
       assert_equal measurements(timings[path]), transactions.fetch(path) { flunk "no transaction #{path}: #{recorded}" },
                    "#{path}: the transaction's measurements"
@@ -258,7 +304,7 @@ class APMRecipesTest < Minitest::Test
     timings, recorded = run_recipe("Sentry", kind: "sidekiq", setup: SENTRY, read_back: SENTRY_READ_BACK)
 
     jobs = recorded.select { |name, _| name == "Sidekiq/APMRecipeJob" }
-    assert_equal all_figures(timings.values.map { |timing| measurements(timing) }), all_figures(jobs.map(&:last)),
+    assert_equal all_figures(timings.values.map { |timing| measurements(timing) }), all_figures(jobs.map { |_, measurements, _| measurements }),
                  "each job transaction's measurements are a job's figures: #{recorded}"
   end
 
@@ -276,8 +322,14 @@ class APMRecipesTest < Minitest::Test
   RUBY
 
   def test_honeybadger_insights
-    timings, recorded = run_recipe("Honeybadger Insights", setup: HONEYBADGER, read_back: HONEYBADGER_READ_BACK)
+    assert_honeybadger_insights(*run_recipe("Honeybadger Insights", setup: HONEYBADGER, read_back: HONEYBADGER_READ_BACK))
+  end
 
+  def test_honeybadger_insights_in_rails
+    assert_honeybadger_insights(*run_recipe("Honeybadger Insights", kind: "rails", setup: HONEYBADGER, read_back: HONEYBADGER_READ_BACK))
+  end
+
+  def assert_honeybadger_insights(timings, recorded)
     events = recorded.select { |event| event["event_type"] == "gvlscope.request" }
     assert_equal PATHS, events.map { |event| event["path"] }, "an event per request, in order: #{recorded}"
     events.each do |event|
@@ -339,8 +391,14 @@ class APMRecipesTest < Minitest::Test
   end
 
   def test_appsignal
-    timings, recorded = run_recipe("AppSignal", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms"))
+    assert_appsignal(*run_recipe("AppSignal", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms")))
+  end
 
+  def test_appsignal_in_rails
+    assert_appsignal(*run_recipe("AppSignal", kind: "rails", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms")))
+  end
+
+  def assert_appsignal(timings, recorded)
     requests = recorded["spans"].to_h { |span| [span.last["url.path"], span] }
     PATHS.each do |path|
       span = requests.fetch(path) { flunk "no span of #{path}: #{recorded['spans']}" }
