@@ -10,6 +10,7 @@ require "gvlscope/model"
 require "gvlscope/formats"
 require_relative "support/whole_trace"
 require_relative "support/gvl_workloads"
+require_relative "support/test_times"
 require_relative "../lab/ractor_result"
 
 module GVLScopeTestHelper
