@@ -106,6 +106,17 @@ class APMRecipesTest < Minitest::Test
   # the receivers), the requests (config.ru; rails: the Rails app) or jobs (sidekiq), then +read_back+ (Ruby whose value
   # is what the agent recorded). Returns [timings, recorded]: path (jid) => the request's (job's)
   # timing.to_h (string keys) and "wait_ms"; and read_back's value through JSON.
+  # A request recipe's two tests: test_<name> runs its config.ru, test_<name>_in_rails its Rails
+  # initializer in a Rails app (docs/apm.md, "In a Rails app"); assert_<name> checks what the agent
+  # recorded against each request's figures. The block gives the read-back code (in the test).
+  def self.request_recipe(name, agent, setup, &read_back)
+    { "" => "config.ru", "_in_rails" => "rails" }.each do |suffix, kind|
+      define_method(:"test_#{name}#{suffix}") do
+        send(:"assert_#{name}", *run_recipe(agent, kind: kind, setup: setup, read_back: instance_exec(&read_back)))
+      end
+    end
+  end
+
   def run_recipe(agent, setup:, read_back:, kind: "config.ru")
     redis = RedisServer.new if kind == "sidekiq"
     Dir.mktmpdir("gvlscope-apm") do |dir|
@@ -187,13 +198,7 @@ class APMRecipesTest < Minitest::Test
     assert_in_delta waits.sum, total, 1e-9
   end
 
-  def test_new_relic
-    assert_new_relic(*run_recipe("New Relic", setup: NEW_RELIC, read_back: new_relic_read_back("Custom/GVL/wait_ms")))
-  end
-
-  def test_new_relic_in_rails
-    assert_new_relic(*run_recipe("New Relic", kind: "rails", setup: NEW_RELIC, read_back: new_relic_read_back("Custom/GVL/wait_ms")))
-  end
+  request_recipe(:new_relic, "New Relic", NEW_RELIC) { new_relic_read_back("Custom/GVL/wait_ms") }
 
   def assert_new_relic(timings, recorded)
     attributes = recorded["events"].to_h { |_name, custom, uri| [uri, custom] }
@@ -235,13 +240,7 @@ class APMRecipesTest < Minitest::Test
       datagrams: datagrams.flat_map { |datagram| datagram.split("\n") }.grep(/\Agvlscope\./) }
   RUBY
 
-  def test_datadog
-    assert_datadog(*run_recipe("Datadog", setup: DATADOG, read_back: DATADOG_READ_BACK))
-  end
-
-  def test_datadog_in_rails
-    assert_datadog(*run_recipe("Datadog", kind: "rails", setup: DATADOG, read_back: DATADOG_READ_BACK))
-  end
+  request_recipe(:datadog, "Datadog", DATADOG) { DATADOG_READ_BACK }
 
   def assert_datadog(timings, recorded)
     spans = recorded["spans"].select { |span| span["name"] == "rack.request" }.to_h { |span| [URI(span.dig("meta", "http.url")).path, span] }
@@ -282,13 +281,7 @@ class APMRecipesTest < Minitest::Test
 
   def measurements(timing) = figures(timing).transform_values { |ms| { "value" => ms, "unit" => "millisecond" } }
 
-  def test_sentry
-    assert_sentry(*run_recipe("Sentry", setup: SENTRY, read_back: SENTRY_READ_BACK))
-  end
-
-  def test_sentry_in_rails
-    assert_sentry(*run_recipe("Sentry", kind: "rails", setup: SENTRY, read_back: SENTRY_READ_BACK))
-  end
+  request_recipe(:sentry, "Sentry", SENTRY) { SENTRY_READ_BACK }
 
   def assert_sentry(timings, recorded)
     # By the request's path: in Rails every transaction is named after the action (RequestsController#show).
@@ -321,13 +314,7 @@ class APMRecipesTest < Minitest::Test
     honeybadger.received("/v1/events").flat_map { |request| request.body.split("\n").map { |line| JSON.parse(line) } }
   RUBY
 
-  def test_honeybadger_insights
-    assert_honeybadger_insights(*run_recipe("Honeybadger Insights", setup: HONEYBADGER, read_back: HONEYBADGER_READ_BACK))
-  end
-
-  def test_honeybadger_insights_in_rails
-    assert_honeybadger_insights(*run_recipe("Honeybadger Insights", kind: "rails", setup: HONEYBADGER, read_back: HONEYBADGER_READ_BACK))
-  end
+  request_recipe(:honeybadger_insights, "Honeybadger Insights", HONEYBADGER) { HONEYBADGER_READ_BACK }
 
   def assert_honeybadger_insights(timings, recorded)
     events = recorded.select { |event| event["event_type"] == "gvlscope.request" }
@@ -390,13 +377,7 @@ class APMRecipesTest < Minitest::Test
     assert_in_delta waits.sum, sums.sum, 1e-9
   end
 
-  def test_appsignal
-    assert_appsignal(*run_recipe("AppSignal", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms")))
-  end
-
-  def test_appsignal_in_rails
-    assert_appsignal(*run_recipe("AppSignal", kind: "rails", setup: APPSIGNAL, read_back: appsignal_read_back("gvlscope_gvl_wait_ms")))
-  end
+  request_recipe(:appsignal, "AppSignal", APPSIGNAL) { appsignal_read_back("gvlscope_gvl_wait_ms") }
 
   def assert_appsignal(timings, recorded)
     requests = recorded["spans"].to_h { |span| [span.last["url.path"], span] }
