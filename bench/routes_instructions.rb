@@ -31,7 +31,8 @@
 #   instrumentation opens it (New Relic's in_transaction, category :web; Datadog's, Sentry's, Honeybadger's middleware)
 #   through no_routes; _recipe adds the recipe's on_request block, read from its "### <Agent>" config.ru in docs/apm.md:
 #   _recipe - _bare is what the recipe adds to a request, the agent's own work for it included where the agent does it
-#   (Datadog's writer and Sentry's transport encode and drop; New Relic keeps it for a harvest; Honeybadger's null backend)
+#   (Datadog's writer encodes all traces at the end and is refused, DogStatsD writes in the request's thread; Sentry's
+#   transport encodes and drops; New Relic keeps it for a harvest; Honeybadger's null backend)
 require "rbconfig"
 require_relative "support/callgrind"
 
@@ -45,6 +46,7 @@ PROGRAM = <<~'RUBY'
   require "tmpdir"
   require "socket"
   setup, calls = ARGV[0], Integer(ARGV[1])
+  WARMUP = 1000 # calls before the counted ones (their work, as start-up's, cancels out)
   hello = ->(_env) { [200, { "content-type" => "text/plain" }, ["ok"]] }
   RECORDER = { dir: Dir.tmpdir, signal: nil, wait_over_ms: 100_000, duration_over_ms: 100_000 }.freeze
   if setup.start_with?("otel")
@@ -73,7 +75,8 @@ PROGRAM = <<~'RUBY'
     %w[AWS AZURE GCP PCF DOCKER KUBERNETES].each { |vendor| ENV["NEW_RELIC_UTILIZATION_DETECT_#{vendor}"] = "false" }
     require "newrelic_rpm"
     NewRelic::Agent.manual_start
-  when "datadog" # the trace agent a closed port (the writer encodes each second's traces, and is refused); DogStatsD a socket never read
+  when "datadog" # the trace agent a closed port (the writer encodes all traces at shutdown!, and is refused); DogStatsD a socket never read.
+    # Nothing on a wall-clock timer: under callgrind time runs ~50x slow, so a timed flush lands a varying number of times in a run
     require "datadog"
     require "datadog/statsd"
     dogstatsd = UDPSocket.new.tap { |socket| socket.bind("127.0.0.1", 0) }
@@ -81,10 +84,22 @@ PROGRAM = <<~'RUBY'
                "DD_DOGSTATSD_PORT" => dogstatsd.addr[1].to_s, "DD_INSTRUMENTATION_TELEMETRY_ENABLED" => "false",
                "DD_REMOTE_CONFIGURATION_ENABLED" => "false", "DD_TRACE_STARTUP_LOGS" => "false", "DD_CRASHTRACKING_ENABLED" => "false")
     Datadog.configure do |c|
-      c.logger.instance = Logger.new(File::NULL) # the refused sends' errors
+      # the refused send's error; INFO as the agent's default (a logger's DEBUG would have it decode each trace again to log it)
+      c.logger.instance = Logger.new(File::NULL, level: :info)
       c.tracing.instrument :rack
+      c.tracing.writer_options = {
+        flush_interval: 86_400, # the writer's flush each second: none in the run, the traces encoded at shutdown! instead
+        buffer_size: WARMUP + calls, # every trace kept for it (a full buffer replaces one at random)
+        shutdown_timeout: 86_400, # shutdown! waits for that encoding (1 s by default: cut short under callgrind)
+      }
     end
-    statsd = Datadog::Statsd.new
+    # its datagrams built and buffered in the request's thread (the sender thread's hand-offs vary with scheduling);
+    # its own counters' datagrams (every 10 s) never sent in the run: the counting per metric stays
+    statsd = Datadog::Statsd.new(single_thread: true, telemetry_flush_interval: 86_400)
+    # the writer's thread started now, so its flush at its start finds no trace (started by the first request, it took
+    # however many were queued by the time it ran: 38 in one run, 125 in another)
+    Datadog.send(:components).tracer.writer.start
+    Thread.pass until Thread.list.any? { |thread| thread.name == Datadog::Tracing::Workers::AsyncTransport.name && thread.status == "sleep" }
   when "sentry" # its transport encodes each envelope and drops it; sent from the request's thread (no worker: counted the same each run)
     require "sentry-ruby"
     Sentry.init do |config|
@@ -160,10 +175,11 @@ PROGRAM = <<~'RUBY'
     sleep 0.01 # a block: the thread's wait for the request, whose wake is its arrival
     call = -> { pool << client; pool.take; app.call(env.dup) }
   end
-  1000.times { call.call }
+  WARMUP.times { call.call }
   GC.start
   calls.times { call.call }
-  # what the agents hold for later is encoded now (the trace writer's, DogStatsD's buffers), in both runs alike
+  # what the agents hold for later is encoded now (the trace writer's, DogStatsD's buffers), in both runs alike: the
+  # warm-up's in each, so the calls' encoding is in the difference over CALLS
   Datadog::Tracing.shutdown! if agent == "datadog"
   statsd.close if agent == "datadog"
   Honeybadger.flush if agent == "honeybadger"
