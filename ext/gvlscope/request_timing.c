@@ -229,7 +229,8 @@ static VALUE timing_start(int argc, VALUE *argv, VALUE klass) {
 
 // For breakdown.c's RackRequests#start: a RequestTiming of the current thread, started now, which
 // claims connection handed_fd's hand-off, or waited for its event loop since connection loop_fd's
-// bytes came (-1: none).
+// bytes came (-1: none); env: the request's Rack env, whose connection clips a wait since the
+// thread's previous request at its bytes' arrival.
 VALUE gvls_request_timing_start_current(int handed_fd, int loop_fd, VALUE env) {
     return start_current(cRequestTiming, handed_fd, loop_fd, env);
 }
