@@ -230,8 +230,14 @@ class EventLoopTraceTest < Minitest::Test
       end
       findings = GVLScope::Analysis::Report.new(GVLScope::Model.timeline(path)).findings.select { |found| found.kind == :loop_stall }
       codes = findings.map { |found| found.evidence.dig(:code, :label) }
-      assert_equal %w[EventLoopTraceTest#render_the_report EventLoopTraceTest#hold_the_loop], codes.first(2),
-                   "two turns of render_the_report explain more wait than one of hold_the_loop: #{findings.map(&:title)}"
+      assert_equal %w[EventLoopTraceTest#hold_the_loop EventLoopTraceTest#render_the_report], codes.first(2).sort,
+                   "a finding for each code: #{findings.map(&:title)}"
+      # Each turn lasts at least its 150 ms of CPU time (the clocks agree to 1 %), however loaded the
+      # machine; which of one such turn and two explains more wait is the machine's (beside two busy
+      # loops, hold_the_loop's one turn lasted 294 ms), so each is held to its own bound.
+      explains = findings.to_h { |found| [found.evidence.dig(:code, :label), found.explains_wait_ns] }
+      assert_operator explains["EventLoopTraceTest#render_the_report"], :>=, 2 * 148 * MS, "two turns: #{findings.map(&:title)}"
+      assert_operator explains["EventLoopTraceTest#hold_the_loop"], :>=, 148 * MS, "one turn: #{findings.map(&:title)}"
       assert_equal codes.uniq, codes, "one finding per code"
       assert_equal findings.sort_by { |found| -found.explains_wait_ns }, findings, "ranked by the wait each explains"
     end
